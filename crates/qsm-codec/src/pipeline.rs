@@ -1,0 +1,158 @@
+//! The bounded, ordered pipeline under both directions of the engine.
+//!
+//! One reader thread fills slots from the input, `threads` workers transform them, and the
+//! caller's thread writes them in sequence order. Slots are recycled: there are exactly
+//! [`slots_for`] of them, so memory is bounded by `slots × (input + output buffer)` whatever
+//! the input size (with 1 MiB quanta and 2 threads: 6 slots, about 12 MiB). Because every
+//! slot is transformed on its own and written in order, the output does not depend on the
+//! thread count. The first error anywhere stops every stage; the writer returns it.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crossbeam_channel::bounded;
+
+use crate::error::Error;
+use crate::frame::FrameHeader;
+
+/// One quantum in flight and its buffers, reused from quantum to quantum.
+#[derive(Debug, Default)]
+pub(crate) struct Slot {
+    /// Input bytes (raw data, or a whole frame); `input[..input_len]` is valid.
+    pub input: Vec<u8>,
+    pub input_len: usize,
+    /// Output bytes (a frame, or raw data); `output[..output_len]` is valid.
+    pub output: Vec<u8>,
+    pub output_len: usize,
+    /// Where the quantum starts in the input.
+    pub offset: u64,
+    /// The frame header (read, or produced).
+    pub header: Option<FrameHeader>,
+}
+
+/// Slots for `threads` workers: two per worker keep each busy while the writer drains, and
+/// two more absorb the reader's and writer's jitter (zstdmt keeps `2 × workers + 3`).
+pub(crate) fn slots_for(threads: usize) -> usize {
+    2 * threads.max(1) + 2
+}
+
+enum Msg {
+    Done(u64, Slot),
+    Failed(Error),
+    End(u64),
+}
+
+/// Runs the pipeline: `source` fills a slot (returns `false` at the end of input), `work`
+/// transforms it on a worker with per-thread state from `make_worker`, and `sink` consumes
+/// slots in order. Returns the number of slots processed.
+pub(crate) fn run<Src, Mk, Ctx, Wk, Snk>(
+    threads: usize,
+    mut source: Src,
+    make_worker: Mk,
+    work: Wk,
+    mut sink: Snk,
+) -> Result<u64, Error>
+where
+    Src: FnMut(u64, &mut Slot) -> Result<bool, Error> + Send,
+    Mk: Fn() -> Result<Ctx, Error> + Sync,
+    Wk: Fn(&mut Ctx, u64, &mut Slot) -> Result<(), Error> + Sync,
+    Snk: FnMut(u64, &Slot) -> Result<(), Error>,
+{
+    let threads = threads.max(1);
+    let slots = slots_for(threads);
+    let (free_tx, free_rx) = bounded::<Slot>(slots);
+    for _ in 0..slots {
+        // Cannot fail: the channel has room for every slot and its receiver is alive.
+        let _ = free_tx.send(Slot::default());
+    }
+    let (work_tx, work_rx) = bounded::<(u64, Slot)>(slots);
+    let (done_tx, done_rx) = bounded::<Msg>(slots + threads + 1);
+    let cancel = AtomicBool::new(false);
+    let (cancel, make_worker, work) = (&cancel, &make_worker, &work);
+
+    std::thread::scope(|scope| {
+        let done = done_tx.clone();
+        scope.spawn(move || {
+            let mut seq = 0;
+            while !cancel.load(Ordering::Relaxed) {
+                let Ok(mut slot) = free_rx.recv() else { return };
+                let msg = match source(seq, &mut slot) {
+                    Ok(true) => {
+                        if work_tx.send((seq, slot)).is_err() {
+                            return;
+                        }
+                        seq += 1;
+                        continue;
+                    }
+                    Ok(false) => Msg::End(seq),
+                    Err(e) => Msg::Failed(e),
+                };
+                let _ = done.send(msg);
+                return;
+            }
+        });
+        for _ in 0..threads {
+            let (work_rx, done) = (work_rx.clone(), done_tx.clone());
+            scope.spawn(move || {
+                let mut ctx = match make_worker() {
+                    Ok(ctx) => ctx,
+                    Err(e) => {
+                        let _ = done.send(Msg::Failed(e));
+                        return;
+                    }
+                };
+                for (seq, mut slot) in work_rx.iter() {
+                    if cancel.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    let msg = match work(&mut ctx, seq, &mut slot) {
+                        Ok(()) => Msg::Done(seq, slot),
+                        Err(e) => Msg::Failed(e),
+                    };
+                    if done.send(msg).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        drop((done_tx, work_rx));
+
+        let result = drain(&done_rx, &free_tx, &mut sink);
+        if result.is_err() {
+            cancel.store(true, Ordering::Relaxed);
+        }
+        // Unblock every stage: workers fail to send, the reader fails to get a slot.
+        drop((done_rx, free_tx));
+        result
+    })
+}
+
+fn drain<Snk>(
+    done: &crossbeam_channel::Receiver<Msg>,
+    free: &crossbeam_channel::Sender<Slot>,
+    sink: &mut Snk,
+) -> Result<u64, Error>
+where
+    Snk: FnMut(u64, &Slot) -> Result<(), Error>,
+{
+    let mut pending = BTreeMap::new();
+    let (mut next, mut end) = (0u64, None);
+    while end != Some(next) {
+        match done.recv() {
+            Ok(Msg::Done(seq, slot)) => {
+                pending.insert(seq, slot);
+                while let Some(slot) = pending.remove(&next) {
+                    sink(next, &slot)?;
+                    next += 1;
+                    let _ = free.send(slot);
+                }
+            }
+            Ok(Msg::End(count)) => end = Some(count),
+            Ok(Msg::Failed(e)) => return Err(e),
+            Err(_) => {
+                return Err(Error::Invalid("internal error: a pipeline stage stopped".into()));
+            }
+        }
+    }
+    Ok(next)
+}

@@ -1,0 +1,105 @@
+//! Where command output goes: a file that appears only when complete, or stdout.
+
+use std::fs::File;
+use std::io::{self, BufWriter, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+
+/// An output that becomes visible under its name only once [`Output::commit`] succeeds: a file
+/// is written to a temporary name in the same directory, synced, then renamed, so a failed or
+/// interrupted run never leaves a file that looks complete.
+pub enum Output {
+    File { tmp: Option<PathBuf>, path: PathBuf, writer: BufWriter<File> },
+    Stdout(BufWriter<io::Stdout>),
+    Discard(io::Sink),
+}
+
+impl Output {
+    /// Opens `path`, or stdout when `None`. `binary` refuses to write to a terminal.
+    pub fn open(path: Option<&Path>, force: bool, binary: bool) -> Result<Output> {
+        let Some(path) = path else {
+            if binary && io::stdout().is_terminal() {
+                bail!(
+                    "refusing to write compressed data to a terminal; use -o FILE or redirect stdout"
+                );
+            }
+            return Ok(Output::Stdout(BufWriter::with_capacity(1 << 20, io::stdout())));
+        };
+        if path.exists() && !force {
+            bail!("{} already exists; use --force to overwrite it", path.display());
+        }
+        let dir = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let name =
+            path.file_name().with_context(|| format!("{} is not a file name", path.display()))?;
+        let tmp =
+            dir.join(format!(".{}.qsm-partial-{}", name.to_string_lossy(), std::process::id()));
+        let file =
+            File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+        Ok(Output::File {
+            tmp: Some(tmp),
+            path: path.to_path_buf(),
+            writer: BufWriter::with_capacity(1 << 20, file),
+        })
+    }
+
+    /// A sink that verifies without writing (`--test`).
+    pub fn discard() -> Output {
+        Output::Discard(io::sink())
+    }
+
+    /// Flushes, syncs and renames the file into place.
+    pub fn commit(mut self) -> Result<()> {
+        match &mut self {
+            Output::File { tmp, path, writer } => {
+                let tmp_path = tmp.take().context("output committed twice")?;
+                writer.flush().with_context(|| format!("writing {}", path.display()))?;
+                writer
+                    .get_ref()
+                    .sync_all()
+                    .with_context(|| format!("syncing {}", path.display()))?;
+                std::fs::rename(&tmp_path, &*path).with_context(|| {
+                    format!("renaming {} to {}", tmp_path.display(), path.display())
+                })?;
+                Ok(())
+            }
+            Output::Stdout(w) => w.flush().context("writing stdout"),
+            Output::Discard(_) => Ok(()),
+        }
+    }
+}
+
+impl Drop for Output {
+    fn drop(&mut self) {
+        if let Output::File { tmp: Some(tmp), .. } = self {
+            let _ = std::fs::remove_file(tmp);
+        }
+    }
+}
+
+impl Write for Output {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Output::File { writer, .. } => writer.write(buf),
+            Output::Stdout(w) => w.write(buf),
+            Output::Discard(s) => s.write(buf),
+        }
+    }
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        match self {
+            Output::File { writer, .. } => writer.write_all(buf),
+            Output::Stdout(w) => w.write_all(buf),
+            Output::Discard(s) => s.write_all(buf),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Output::File { writer, .. } => writer.flush(),
+            Output::Stdout(w) => w.flush(),
+            Output::Discard(_) => Ok(()),
+        }
+    }
+}
