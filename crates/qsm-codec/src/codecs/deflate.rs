@@ -30,9 +30,12 @@ const LEVELS: LevelRange = LevelRange { min: 1, max: 9, default: 6 };
 /// zlib's window: 2^15 bytes, the only one every inflater accepts.
 const WINDOW_BITS: u8 = 15;
 
-/// zlib's `deflateBound` for the default memory level, plus the larger (gzip) wrapper.
+/// zlib's conservative `deflateBound` (the one it uses for non-default parameters), plus the
+/// larger (gzip) wrapper. The tighter default bound (`n + n/4096 + ...`) does not hold here:
+/// zlib-rs's level 1 ("quick") emits static-Huffman blocks, which spend 9 bits on some byte
+/// values and grow random data by up to 1/8 (found by the conformance suite).
 fn bound(raw_len: usize) -> usize {
-    raw_len + (raw_len >> 12) + (raw_len >> 14) + (raw_len >> 25) + 7 + 18
+    raw_len + (raw_len >> 3) + (raw_len >> 8) + (raw_len >> 9) + 4 + 18 + 64
 }
 
 #[derive(Clone, Copy)]
