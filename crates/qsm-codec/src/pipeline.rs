@@ -5,7 +5,10 @@
 //! [`slots_for`] of them, so memory is bounded by `slots × (input + output buffer)` whatever
 //! the input size (with 1 MiB quanta and 2 threads: 6 slots, about 12 MiB). Because every
 //! slot is transformed on its own and written in order, the output does not depend on the
-//! thread count. The first error anywhere stops every stage; the writer returns it.
+//! thread count. Errors are reported in stream order: on the first failure the reader stops,
+//! the workers finish what is queued, and the writer returns the failure with the lowest
+//! sequence number, so damage to quantum 3 is reported as quantum 3 whatever the timing.
+//! A failure of the writer itself, or of a worker's setup, stops every stage at once.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -38,7 +41,10 @@ pub(crate) fn slots_for(threads: usize) -> usize {
 
 enum Msg {
     Done(u64, Slot),
-    Failed(Error),
+    /// Slot `seq` failed (in the reader or a worker).
+    Failed(u64, Error),
+    /// A stage could not start: nothing can be processed.
+    Fatal(Error),
     End(u64),
 }
 
@@ -67,14 +73,16 @@ where
     }
     let (work_tx, work_rx) = bounded::<(u64, Slot)>(slots);
     let (done_tx, done_rx) = bounded::<Msg>(slots + threads + 1);
-    let cancel = AtomicBool::new(false);
-    let (cancel, make_worker, work) = (&cancel, &make_worker, &work);
+    // `stop_reading`: set by the writer on the first failure. `abort`: set when the writer
+    // gives up; workers then drop what is queued.
+    let (stop_reading, abort) = (AtomicBool::new(false), AtomicBool::new(false));
+    let (stop_reading, abort, make_worker, work) = (&stop_reading, &abort, &make_worker, &work);
 
     std::thread::scope(|scope| {
         let done = done_tx.clone();
         scope.spawn(move || {
             let mut seq = 0;
-            while !cancel.load(Ordering::Relaxed) {
+            while !stop_reading.load(Ordering::Relaxed) {
                 let Ok(mut slot) = free_rx.recv() else { return };
                 let msg = match source(seq, &mut slot) {
                     Ok(true) => {
@@ -85,7 +93,7 @@ where
                         continue;
                     }
                     Ok(false) => Msg::End(seq),
-                    Err(e) => Msg::Failed(e),
+                    Err(e) => Msg::Failed(seq, e),
                 };
                 let _ = done.send(msg);
                 return;
@@ -97,17 +105,17 @@ where
                 let mut ctx = match make_worker() {
                     Ok(ctx) => ctx,
                     Err(e) => {
-                        let _ = done.send(Msg::Failed(e));
+                        let _ = done.send(Msg::Fatal(e));
                         return;
                     }
                 };
                 for (seq, mut slot) in work_rx.iter() {
-                    if cancel.load(Ordering::Relaxed) {
+                    if abort.load(Ordering::Relaxed) {
                         return;
                     }
                     let msg = match work(&mut ctx, seq, &mut slot) {
                         Ok(()) => Msg::Done(seq, slot),
-                        Err(e) => Msg::Failed(e),
+                        Err(e) => Msg::Failed(seq, e),
                     };
                     if done.send(msg).is_err() {
                         return;
@@ -117,9 +125,10 @@ where
         }
         drop((done_tx, work_rx));
 
-        let result = drain(&done_rx, &free_tx, &mut sink);
+        let result = drain(&done_rx, &free_tx, stop_reading, &mut sink);
         if result.is_err() {
-            cancel.store(true, Ordering::Relaxed);
+            stop_reading.store(true, Ordering::Relaxed);
+            abort.store(true, Ordering::Relaxed);
         }
         // Unblock every stage: workers fail to send, the reader fails to get a slot.
         drop((done_rx, free_tx));
@@ -130,28 +139,36 @@ where
 fn drain<Snk>(
     done: &crossbeam_channel::Receiver<Msg>,
     free: &crossbeam_channel::Sender<Slot>,
+    stop_reading: &AtomicBool,
     sink: &mut Snk,
 ) -> Result<u64, Error>
 where
     Snk: FnMut(u64, &Slot) -> Result<(), Error>,
 {
-    let mut pending = BTreeMap::new();
+    // Every slot below a failed one was handed to a worker before the failure, and workers
+    // finish their queue unless aborted, so waiting for them cannot hang.
+    let mut pending: BTreeMap<u64, Result<Slot, Error>> = BTreeMap::new();
     let (mut next, mut end) = (0u64, None);
     while end != Some(next) {
         match done.recv() {
             Ok(Msg::Done(seq, slot)) => {
-                pending.insert(seq, slot);
-                while let Some(slot) = pending.remove(&next) {
-                    sink(next, &slot)?;
-                    next += 1;
-                    let _ = free.send(slot);
-                }
+                pending.insert(seq, Ok(slot));
             }
+            Ok(Msg::Failed(seq, e)) => {
+                stop_reading.store(true, Ordering::Relaxed);
+                pending.insert(seq, Err(e));
+            }
+            Ok(Msg::Fatal(e)) => return Err(e),
             Ok(Msg::End(count)) => end = Some(count),
-            Ok(Msg::Failed(e)) => return Err(e),
             Err(_) => {
                 return Err(Error::Invalid("internal error: a pipeline stage stopped".into()));
             }
+        }
+        while let Some(result) = pending.remove(&next) {
+            let slot = result?;
+            sink(next, &slot)?;
+            next += 1;
+            let _ = free.send(slot);
         }
     }
     Ok(next)

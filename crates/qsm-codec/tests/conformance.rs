@@ -39,7 +39,12 @@ fn every_codec_round_trips_edge_inputs_at_every_level() -> Result<(), CodecError
         for level in levels(*codec) {
             for data in &inputs {
                 let data = if level > 19 { &data[..data.len().min(20_000)] } else { &data[..] };
-                assert_eq!(round_trip(*codec, level, data)?, data, "{} level {level}", codec.name());
+                assert_eq!(
+                    round_trip(*codec, level, data)?,
+                    data,
+                    "{} level {level}",
+                    codec.name()
+                );
             }
         }
     }
@@ -120,16 +125,28 @@ fn wrong_lengths_and_trailing_bytes_are_errors() -> Result<(), CodecError> {
         let n = codec.compressor(codec.levels().default)?.compress(&data, &mut packed)?;
         let mut d = codec.decompressor()?;
         let name = codec.name();
-        assert!(d.decompress(&packed[..n], &mut vec![0u8; data.len() - 1]).is_err(), "{name}: short output");
-        assert!(d.decompress(&packed[..n], &mut vec![0u8; data.len() + 1]).is_err(), "{name}: long output");
-        assert!(d.decompress(&packed[..n - 1], &mut vec![0u8; data.len()]).is_err(), "{name}: truncated");
+        assert!(
+            d.decompress(&packed[..n], &mut vec![0u8; data.len() - 1]).is_err(),
+            "{name}: short output"
+        );
+        assert!(
+            d.decompress(&packed[..n], &mut vec![0u8; data.len() + 1]).is_err(),
+            "{name}: long output"
+        );
+        assert!(
+            d.decompress(&packed[..n - 1], &mut vec![0u8; data.len()]).is_err(),
+            "{name}: truncated"
+        );
         let mut extended = packed[..n].to_vec();
         extended.extend_from_slice(&[0, 0, 0, 0]);
         if name != "lz4" && name != "lzw" {
             // LZ4 blocks have no end marker (trailing bytes are read as more sequences), and
             // weezl reads ahead of the LZW end code: for both, the frame's exact raw length and
             // checksum are what catch damage.
-            assert!(d.decompress(&extended, &mut vec![0u8; data.len()]).is_err(), "{name}: trailing");
+            assert!(
+                d.decompress(&extended, &mut vec![0u8; data.len()]).is_err(),
+                "{name}: trailing"
+            );
         }
         let mut out = vec![0u8; data.len()];
         d.decompress(&packed[..n], &mut out)?;

@@ -9,8 +9,8 @@ use proptest::prelude::*;
 use qsm_codec::frame::{FLAG_RAW, FRAME_HEADER_LEN, FrameHeader, MAX_QUANTUM};
 use qsm_codec::stream::{STREAM_HEADER_LEN, TRAILER_LEN};
 use qsm_codec::{
-    CompressOptions, Compression, Error, FrameDecoder, FrameEncoder, FrameError, StreamIndex, compress,
-    decompress, decompress_quanta, registry,
+    CompressOptions, Compression, Error, FrameDecoder, FrameEncoder, FrameError, StreamIndex,
+    compress, decompress, decompress_quanta, registry,
 };
 
 fn options(codec: &str, quantum: usize, threads: usize) -> CompressOptions {
@@ -81,11 +81,15 @@ fn incompressible_quanta_are_stored_raw_and_auto_skips_them() -> Result<(), Erro
 }
 
 #[test]
-fn the_probe_stores_random_data_raw_without_running_the_codec() -> Result<(), qsm_codec::FrameError> {
+fn the_probe_stores_random_data_raw_without_running_the_codec() -> Result<(), qsm_codec::FrameError>
+{
     // LZW expands random data by about 1/3; auto on LZW must never pay for that attempt, so
     // its frame is raw, like the one the expansion check makes after trying.
     let data = common::random(1 << 20, 13);
-    let mut probed = FrameEncoder::new(Compression { skip_incompressible: true, ..Compression::new(&qsm_codec::codecs::Lzw) })?;
+    let mut probed = FrameEncoder::new(Compression {
+        skip_incompressible: true,
+        ..Compression::new(&qsm_codec::codecs::Lzw)
+    })?;
     let mut out = Vec::new();
     let header = probed.encode(&data, &mut out)?;
     assert!(header.is_raw());
@@ -189,8 +193,9 @@ fn errors_name_the_quantum_and_its_offset() -> Result<(), Error> {
 
 fn frame_of(data: &[u8]) -> Result<Vec<u8>, FrameError> {
     let mut out = Vec::new();
-    let h = FrameEncoder::new(Compression::parse("zstd").map_err(|_| FrameError::UnknownCodec(2))?)?
-        .encode(data, &mut out)?;
+    let h =
+        FrameEncoder::new(Compression::parse("zstd").map_err(|_| FrameError::UnknownCodec(2))?)?
+            .encode(data, &mut out)?;
     out.truncate(h.frame_len());
     Ok(out)
 }

@@ -17,8 +17,22 @@ pub fn random(len: usize, seed: u64) -> Vec<u8> {
 /// Text-like data: words from a small vocabulary, compressible about 3:1 like prose.
 pub fn text(len: usize, seed: u64) -> Vec<u8> {
     const WORDS: [&str; 16] = [
-        "quantum ", "storage ", "backup ", "the ", "of ", "server ", "client ", "frame ",
-        "restore ", "archive ", "policy ", "node ", "and ", "a ", "version ", "catalog\n",
+        "quantum ",
+        "storage ",
+        "backup ",
+        "the ",
+        "of ",
+        "server ",
+        "client ",
+        "frame ",
+        "restore ",
+        "archive ",
+        "policy ",
+        "node ",
+        "and ",
+        "a ",
+        "version ",
+        "catalog\n",
     ];
     let picks = random(len, seed);
     let mut out = Vec::with_capacity(len + 16);
