@@ -1,0 +1,274 @@
+//! End-to-end tests of the `qsm` binary: the commands as a user runs them.
+
+use std::fs;
+use std::path::Path;
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+use tempfile::TempDir;
+
+fn qsm() -> Command {
+    match Command::cargo_bin("qsm") {
+        Ok(c) => c,
+        Err(e) => panic!("qsm binary not built: {e}"),
+    }
+}
+
+fn text(len: usize) -> Vec<u8> {
+    b"backup and archive with independent quanta; restore decodes out of order. "
+        .iter()
+        .copied()
+        .cycle()
+        .take(len)
+        .collect()
+}
+
+fn write(dir: &TempDir, name: &str, bytes: &[u8]) -> std::path::PathBuf {
+    let p = dir.path().join(name);
+    if let Err(e) = fs::write(&p, bytes) {
+        panic!("{}: {e}", p.display());
+    }
+    p
+}
+
+fn read(p: &Path) -> Vec<u8> {
+    fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+#[test]
+fn file_round_trip_with_every_codec() {
+    let dir = TempDir::new().unwrap_or_else(|e| panic!("{e}"));
+    let data = text(300_000);
+    let input = write(&dir, "in.txt", &data);
+    for codec in ["auto", "none", "lz4", "zstd:-5", "zstd:19", "zlib:1", "gzip", "lzw"] {
+        let packed = dir.path().join(format!("{codec}.qsm"));
+        let back = dir.path().join(format!("{codec}.out"));
+        qsm()
+            .args(["compress", "-q", "64K", "-c", codec])
+            .arg(&input)
+            .arg("-o")
+            .arg(&packed)
+            .assert()
+            .success();
+        qsm().arg("decompress").arg(&packed).arg("-o").arg(&back).assert().success();
+        assert_eq!(read(&back), data, "{codec}");
+    }
+}
+
+#[test]
+fn stdin_to_stdout_round_trip() {
+    let data = text(2_500_000);
+    let packed = qsm()
+        .args(["compress", "-T", "2"])
+        .write_stdin(data.clone())
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    assert!(packed.len() < data.len() / 10);
+    let back = qsm()
+        .args(["decompress", "-"])
+        .write_stdin(packed)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    assert_eq!(back, data);
+}
+
+#[test]
+fn info_reports_codecs_quanta_and_ratio() {
+    let dir = TempDir::new().unwrap_or_else(|e| panic!("{e}"));
+    let input = write(&dir, "in.txt", &text(1_000_000));
+    let packed = dir.path().join("in.qsm");
+    qsm()
+        .args(["compress", "-c", "lz4", "-q", "256K"])
+        .arg(&input)
+        .arg("-o")
+        .arg(&packed)
+        .assert()
+        .success();
+    qsm().arg("info").arg(&packed).assert().success().stdout(
+        predicate::str::contains("quanta:       4 of 262144 bytes")
+            .and(predicate::str::contains("codec lz4")),
+    );
+    let out = qsm()
+        .args(["info", "--json", "--quanta"])
+        .arg(&packed)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let v: serde_json::Value = serde_json::from_slice(&out).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(v["raw_bytes"], 1_000_000);
+    assert_eq!(v["quanta"], 4);
+    assert_eq!(v["codecs"][0]["codec"], "lz4");
+    assert_eq!(v["quanta_list"][3]["raw_offset"], 3 * 262_144);
+}
+
+#[test]
+fn range_of_quanta_and_test_mode() {
+    let dir = TempDir::new().unwrap_or_else(|e| panic!("{e}"));
+    let data = text(1_000_000);
+    let input = write(&dir, "in.txt", &data);
+    let packed = dir.path().join("in.qsm");
+    qsm().args(["compress", "-q", "64K"]).arg(&input).arg("-o").arg(&packed).assert().success();
+    let out = qsm()
+        .args(["decompress", "--quanta", "2..5"])
+        .arg(&packed)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    assert_eq!(out, &data[2 * 65_536..5 * 65_536]);
+    qsm()
+        .args(["decompress", "-t"])
+        .arg(&packed)
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("verified"));
+    qsm()
+        .args(["decompress", "--quanta", "10..99"])
+        .arg(&packed)
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("outside the stream's 16 quanta"));
+}
+
+#[test]
+fn bad_arguments_get_clear_errors() {
+    let dir = TempDir::new().unwrap_or_else(|e| panic!("{e}"));
+    let input = write(&dir, "in.txt", b"hello");
+    let out = dir.path().join("x.qsm");
+    let cases: [(&[&str], &str); 5] = [
+        (&["compress", "-c", "brotli"], "unknown codec \"brotli\""),
+        (&["compress", "-c", "zstd", "-l", "23"], "level 23 is out of range for zstd"),
+        (&["compress", "-c", "gzip:0"], "level 0 is out of range for gzip"),
+        (&["compress", "-q", "1K"], "quantum size 1024 is out of range"),
+        (&["compress", "-T", "0"], "--threads must be at least 1"),
+    ];
+    for (args, msg) in cases {
+        qsm()
+            .args(args)
+            .arg(&input)
+            .arg("-o")
+            .arg(&out)
+            .assert()
+            .failure()
+            .stderr(predicate::str::contains(msg));
+        assert!(!out.exists(), "{args:?} left an output file");
+    }
+    qsm()
+        .args(["compress", "/no/such/file", "-o"])
+        .arg(&out)
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("cannot open /no/such/file"));
+    qsm()
+        .args(["info", "/no/such/file.qsm"])
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("/no/such/file.qsm"));
+}
+
+#[test]
+fn corrupt_input_names_the_quantum_and_leaves_no_output() {
+    let dir = TempDir::new().unwrap_or_else(|e| panic!("{e}"));
+    let data = text(500_000);
+    let input = write(&dir, "in.txt", &data);
+    let packed = dir.path().join("in.qsm");
+    qsm()
+        .args(["compress", "-c", "zstd", "-q", "64K"])
+        .arg(&input)
+        .arg("-o")
+        .arg(&packed)
+        .assert()
+        .success();
+    let mut bytes = read(&packed);
+    // Find quantum 2 through the index and damage its payload.
+    let info = qsm()
+        .args(["info", "--json", "--quanta"])
+        .arg(&packed)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let v: serde_json::Value = serde_json::from_slice(&info).unwrap_or_else(|e| panic!("{e}"));
+    let offset = v["quanta_list"][2]["frame_offset"].as_u64().unwrap_or_default() as usize;
+    bytes[offset + 28 + 20] ^= 0x55;
+    let bad = write(&dir, "bad.qsm", &bytes);
+    let out = dir.path().join("restored.txt");
+    qsm()
+        .arg("decompress")
+        .arg(&bad)
+        .arg("-o")
+        .arg(&out)
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains(format!("quantum 2 at byte offset {offset}")));
+    assert!(!out.exists(), "a failed decompress left an output file");
+    let leftovers: Vec<_> = fs::read_dir(dir.path())
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(leftovers.iter().all(|n| !n.to_string_lossy().contains("partial")), "{leftovers:?}");
+
+    let whole = read(&packed);
+    let truncated = write(&dir, "short.qsm", &whole[..whole.len() / 2]);
+    qsm()
+        .arg("decompress")
+        .arg(&truncated)
+        .arg("-o")
+        .arg(&out)
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("truncated"));
+    assert!(!out.exists());
+    let not_qsm = write(&dir, "plain.txt", b"just some text, not a stream of quanta");
+    qsm()
+        .arg("decompress")
+        .arg(&not_qsm)
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("not a QSM stream"));
+}
+
+#[test]
+fn existing_output_is_kept_unless_forced() {
+    let dir = TempDir::new().unwrap_or_else(|e| panic!("{e}"));
+    let input = write(&dir, "in.txt", &text(10_000));
+    let out = write(&dir, "out.qsm", b"precious");
+    qsm()
+        .arg("compress")
+        .arg(&input)
+        .arg("-o")
+        .arg(&out)
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("already exists"));
+    assert_eq!(read(&out), b"precious");
+    qsm().arg("compress").arg(&input).arg("-o").arg(&out).arg("--force").assert().success();
+    assert_ne!(read(&out), b"precious");
+}
+
+#[test]
+fn codecs_lists_permanent_ids() {
+    let out = qsm().args(["codecs", "--json"]).assert().success().get_output().stdout.clone();
+    let v: serde_json::Value = serde_json::from_slice(&out).unwrap_or_else(|e| panic!("{e}"));
+    let ids: Vec<(u64, String)> = v
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|c| {
+                    (c["id"].as_u64().unwrap_or(999), c["name"].as_str().unwrap_or("").to_owned())
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let expected = [(0, "none"), (1, "lz4"), (2, "zstd"), (3, "zlib"), (4, "gzip"), (5, "lzw")];
+    assert_eq!(ids, expected.map(|(i, n)| (i, n.to_owned())));
+}
