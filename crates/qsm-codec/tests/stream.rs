@@ -139,11 +139,9 @@ fn every_damaged_byte_is_detected_or_harmless() -> Result<(), Error> {
         for at in 0..stream.len() {
             let mut bad = stream.clone();
             bad[at] ^= 0x10;
-            for result in [unpack(&bad, 1), unpack_indexed(&bad)] {
-                if let Ok(out) = result {
-                    assert_eq!(out, data, "{codec}: flip at {at} returned wrong data");
-                    harmless.push(at);
-                }
+            for out in [unpack(&bad, 1), unpack_indexed(&bad)].into_iter().flatten() {
+                assert_eq!(out, data, "{codec}: flip at {at} returned wrong data");
+                harmless.push(at);
             }
         }
         // Only don't-care payload bits may pass, and they are rare: zstd's unused header bit
@@ -290,10 +288,8 @@ proptest! {
         let mut bad = stream.clone();
         let at = at % bad.len();
         bad[at] ^= value;
-        for result in [unpack(&bad, 2), unpack_indexed(&bad)] {
-            if let Ok(out) = result {
-                prop_assert!(out == data, "damage at {} returned wrong data", at);
-            }
+        for out in [unpack(&bad, 2), unpack_indexed(&bad)].into_iter().flatten() {
+            prop_assert!(out == data, "damage at {} returned wrong data", at);
         }
     }
 }
