@@ -162,10 +162,12 @@ ensure_tools() {
 }
 ensure_tools
 HAVE_PIGZ=0
-command -v pigz >/dev/null && HAVE_PIGZ=1
+if command -v pigz >/dev/null; then HAVE_PIGZ=1; fi
 # lz4 >= 1.10 compresses on several threads and has -T#; older versions are single-threaded.
+# (The help is captured first: `grep -q` on a pipe could kill lz4 with SIGPIPE under pipefail.)
 LZ4_MT=0
-lz4 -h 2>&1 | grep -q -- '-T#' && LZ4_MT=1
+lz4_help=$(lz4 -h 2>&1 || true)
+if [[ $lz4_help == *"-T#"* ]]; then LZ4_MT=1; fi
 
 # --- build ---------------------------------------------------------------------------------
 log "cargo build --release -p qsm"
@@ -210,7 +212,9 @@ else
 	done
 	stale=0
 	[[ -f $IN && $(stat -c %s "$IN") -eq $expected ]] || stale=1
-	for f in "${members[@]}"; do [[ $f -nt $IN ]] && stale=1; done
+	for f in "${members[@]}"; do
+		if [[ $f -nt $IN ]]; then stale=1; fi
+	done
 	if ((stale)); then
 		log "cat ${SILESIA[*]} > $IN"
 		cat "${members[@]}" >"$IN.part"
@@ -306,7 +310,7 @@ qsm_cases() {
 		bench_case "$name" "qsm $setting" "$t" "$input" \
 			"$(q "$QSM") compress --quiet -c $setting -T $t $(q "$input")" \
 			"$(q "$QSM") decompress --quiet -T $t $(q "$PACKED")"
-		[[ $N == 1 ]] && break
+		if ((N == 1)); then break; fi
 	done
 	return 0
 }
@@ -356,14 +360,14 @@ qsm_cases "lzw ($LZW_NAME)" lzw "$LZW_IN"
 # 1 process at -T1, N concurrent processes at -T1 (aggregate = N x size / wall), and 1 at -T N.
 PAR_ROWS=()
 par_row() { # CODEC DIRECTION SINGLE_TIMES COPIES_TIMES PARALLEL_TIMES
-	local s1 sn smin smed smax pmin pmed pmax agg par pct ok
+	local s1 smin smed smax pmin pmed pmax agg par pct ok
 	read -r _ s1 _ <<<"$3"
 	read -r smin smed smax <<<"$4"
 	read -r pmin pmed pmax <<<"$5"
 	agg=$(mbps $((N * SIZE)) "$smed")
 	par=$(mbps "$SIZE" "$pmed")
 	pct=$(awk -v p="$par" -v a="$agg" 'BEGIN { printf "%.1f", 100 * p / a }')
-	ok=$(awk -v p="$pct" -v t="$PARALLEL_TARGET" 'BEGIN { print (p >= t) ? "yes" : "**no**" }')
+	ok=$(awk -v p="$pct" -v t="$PARALLEL_TARGET" 'BEGIN { print ((p + 0 >= t + 0) ? "yes" : "**no**") }')
 	PAR_ROWS+=("| $1 | $2 | $(mbps "$SIZE" "$s1") \
 | **$agg** ($(mbps $((N * SIZE)) "$smax")–$(mbps $((N * SIZE)) "$smin")) \
 | $(awk -v a="$agg" -v s="$(mbps "$SIZE" "$s1")" 'BEGIN { printf "%.2f", a / s }')× \
@@ -401,21 +405,26 @@ if ((DO_QUANTA)); then
 fi
 
 # --- report --------------------------------------------------------------------------------
-version() { "$@" 2>&1 | head -n 1 | tr -d '*' | sed 's/^ *//; s/ *$//'; }
+# Facts gathered first, each allowed to fail: a missing lscpu must not stop the report.
+version() { { "$@" 2>&1 || true; } | head -n 1 | tr -d '*' | sed 's/^ *//; s/ *$//'; }
+MODEL=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n 1 || true)
+RAM_GB=$(free -g 2>/dev/null | awk '/^Mem:/ { print $2 }' || true)
+QSM_REV=$(git -C "$REPO" describe --always --dirty 2>/dev/null || echo unknown)
+TOOLS="$(version zstd -V); $(version lz4 -V); $(version gzip --version)"
+if ((HAVE_PIGZ)); then TOOLS+="; $(version pigz --version)"; fi
+INPUT_DESC=""
+if [[ -z $INPUT ]]; then INPUT_DESC=": the Silesia files ${SILESIA[*]} concatenated"; fi
 {
 	echo "# QSM codec benchmark"
 	echo
-	echo "- **machine**: $(lscpu 2>/dev/null | grep 'Model name' | sed 's/.*: *//' | head -n 1), \
-$(nproc) cores (nproc), $(free -g | awk '/^Mem:/ { print $2 }') GB RAM (free -g total), \
-Linux $(uname -r)"
+	echo "- **machine**: ${MODEL:-unknown CPU}, $(nproc) cores (nproc), ${RAM_GB:-?} GB RAM \
+(free -g total), Linux $(uname -r)"
 	echo "- **date**: $START (load average at start: $LOAD)"
 	echo "- **command**: \`$CMDLINE\`"
-	echo "- **qsm**: $(git -C "$REPO" describe --always --dirty 2>/dev/null || echo unknown), \
-$QSM"
-	echo "- **tools**: $(version zstd -V); $(version lz4 -V); $(version gzip --version)\
-$( ((HAVE_PIGZ)) && echo "; $(version pigz --version)")"
-	echo "- **input**: \`$IN\`, $SIZE bytes ($(awk -v b="$SIZE" 'BEGIN { printf "%.1f", b / 1e6 }') MB)\
-$([[ -z $INPUT ]] && echo ": the Silesia files ${SILESIA[*]} concatenated")"
+	echo "- **qsm**: $QSM_REV, $QSM"
+	echo "- **tools**: $TOOLS"
+	echo "- **input**: \`$IN\`, $SIZE bytes \
+($(awk -v b="$SIZE" 'BEGIN { printf "%.1f", b / 1e6 }') MB)$INPUT_DESC"
 	echo "- **method**: $WARMUP warm-up + $RUNS timed runs per measurement, MB/s = original \
 bytes / 10^6 / wall seconds, shown as min / **median** / max over the runs; ratio = original \
 / compressed size (qsm's includes its frame headers, index and trailer). Every tool reads a \

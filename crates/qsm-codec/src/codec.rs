@@ -60,8 +60,10 @@ pub trait Compressor: Send {
 
 /// Per-thread decompression state of one codec.
 pub trait Decompressor: Send {
-    /// Decompresses `src`, which must expand to exactly `dst.len()` bytes: fewer, more, or
-    /// trailing input is [`CodecError::Corrupt`]. Never panics, whatever `src` holds.
+    /// Decompresses `src`, which must expand to exactly `dst.len()` bytes: fewer or more is
+    /// [`CodecError::Corrupt`], and so is trailing input where the format has an end marker
+    /// the decoder can see (not LZ4 blocks, nor LZW as weezl reads ahead). Never panics,
+    /// whatever `src` holds: the frame's length and checksum catch whatever a codec cannot.
     fn decompress(&mut self, src: &[u8], dst: &mut [u8]) -> Result<(), CodecError>;
 }
 

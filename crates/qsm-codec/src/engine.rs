@@ -1,7 +1,7 @@
 //! The parallel quantum engine: streams in, streams out, every core busy, output identical
 //! for any thread count (see [`crate::pipeline`] for the memory bound).
 
-use std::io::{ErrorKind, Read, Seek, SeekFrom, Write};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::num::NonZeroUsize;
 use std::ops::Range;
 
@@ -306,7 +306,13 @@ impl<R: Read> SequentialReader<R> {
             self.check_tail()?;
             return Ok(false);
         }
-        if n < 4 || slot.input[..4] != FRAME_MAGIC {
+        if n < 4 {
+            return Err(quantum_err(FrameError::Truncated {
+                needed: FRAME_HEADER_LEN as u64,
+                found: n as u64,
+            }));
+        }
+        if slot.input[..4] != FRAME_MAGIC {
             let mut found = [0u8; 4];
             found[..n].copy_from_slice(&slot.input[..n]);
             return Err(quantum_err(FrameError::BadMagic { found }));
@@ -359,10 +365,9 @@ impl<R: Read> SequentialReader<R> {
         }
         self.offset += expected.len() as u64;
         let mut extra = [0u8; 1];
-        match self.input.read(&mut extra) {
+        match read_full(&mut self.input, &mut extra) {
             Ok(0) => Ok(()),
             Ok(_) => Err(Error::stream(self.offset, "unexpected data after the trailer")),
-            Err(e) if e.kind() == ErrorKind::Interrupted => Ok(()),
             Err(e) => Err(Error::Io { op: "reading input", source: e }),
         }
     }

@@ -27,7 +27,8 @@ pub const MAX_STORED: usize = MAX_QUANTUM + 4096;
 pub const FLAG_RAW: u8 = 0x01;
 const KNOWN_FLAGS: u8 = FLAG_RAW;
 
-/// A compressed quantum is kept only if it saves at least 1/32 (3.1%) of the raw length.
+/// A compressed quantum is kept only if it saves at least `raw_len / 32` bytes (rounded down:
+/// about 3.1%) and at least one byte.
 /// Below that the saving is noise (JPEG, video and archives shrink by 0-2% under zstd, and
 /// LZ4 expands random data by 0.4%), while a raw frame restores at copy speed.
 pub const MIN_SAVING_DIVISOR: usize = 32;
@@ -148,6 +149,9 @@ impl FrameHeader {
         }
         if !header.is_raw() && (stored == 0 || raw == 0) {
             return Err(FrameError::BadLength("compressed frame with an empty side".into()));
+        }
+        if !header.is_raw() && header.codec == NoCompression::ID {
+            return Err(FrameError::BadLength("codec none without the RAW flag".into()));
         }
         Ok(header)
     }

@@ -173,11 +173,12 @@ impl StreamIndex {
                 "no \"QSMT\" trailer at the end: truncated or not a complete stream",
             ));
         }
-        if trailer[32] != STREAM_VERSION || trailer[33..36] != [0, 0, 0] {
-            return Err(Error::stream(
-                trailer_at + 32,
-                "unsupported trailer version or non-zero reserved bytes",
-            ));
+        if trailer[32] != STREAM_VERSION {
+            let detail = format!("trailer format version {} is not supported", trailer[32]);
+            return Err(Error::stream(trailer_at + 32, detail));
+        }
+        if trailer[33..36] != [0, 0, 0] {
+            return Err(Error::stream(trailer_at + 33, "reserved trailer bytes are not zero"));
         }
         let (count, index_offset, raw_total) =
             (u64_at(&trailer, 0), u64_at(&trailer, 8), u64_at(&trailer, 16));

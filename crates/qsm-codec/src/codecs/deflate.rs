@@ -27,6 +27,8 @@ impl Gzip {
 
 /// Both containers share these levels: zlib's 1 (fastest) to 9 (best), default 6.
 const LEVELS: LevelRange = LevelRange { min: 1, max: 9, default: 6 };
+/// Offset of the OS byte in a gzip header (RFC 1952, section 2.3).
+const GZIP_OS_BYTE: usize = 9;
 /// zlib's window: 2^15 bytes, the only one every inflater accepts.
 const WINDOW_BITS: u8 = 15;
 
@@ -136,8 +138,15 @@ impl Compressor for DeflateCompressor {
         if status != Status::StreamEnd || self.inner.total_in() != src.len() as u64 {
             return Err(CodecError::OutputTooSmall { codec, capacity: dst.len() });
         }
-        usize::try_from(self.inner.total_out())
-            .map_err(|_| CodecError::Internal { codec, detail: "output length overflow".into() })
+        let n = usize::try_from(self.inner.total_out())
+            .map_err(|_| CodecError::Internal { codec, detail: "output length overflow".into() })?;
+        if let (Container::Gzip, Some(os)) = (self.container, dst.get_mut(GZIP_OS_BYTE)) {
+            // The gzip header names the OS that wrote it (3 on Unix, 19 on macOS...). Writing
+            // 255, "unknown", makes a stream's bytes the same on every platform; the byte is
+            // outside the member's CRC and every inflater ignores it.
+            *os = 255;
+        }
+        Ok(n)
     }
 }
 

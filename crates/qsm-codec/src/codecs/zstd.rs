@@ -70,6 +70,19 @@ impl Compressor for ZstdCompressor {
 impl Decompressor for ZstdDecompressor {
     fn decompress(&mut self, src: &[u8], dst: &mut [u8]) -> Result<(), CodecError> {
         let expected = dst.len();
+        // One zstd frame per payload, nothing before or after it (zstd would also accept
+        // concatenated and skippable frames).
+        match zstd_safe::find_frame_compressed_size(src) {
+            Ok(n) if n == src.len() => {}
+            Ok(n) => {
+                let detail = format!("{} bytes after the zstd frame", src.len() - n);
+                return Err(CodecError::Corrupt { codec: "zstd", detail });
+            }
+            Err(code) => {
+                let detail = zstd_safe::get_error_name(code).to_owned();
+                return Err(CodecError::Corrupt { codec: "zstd", detail });
+            }
+        }
         let n = self.0.decompress(dst, src).map_err(|code| CodecError::Corrupt {
             codec: "zstd",
             detail: zstd_safe::get_error_name(code).to_owned(),
