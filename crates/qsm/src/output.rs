@@ -29,6 +29,19 @@ impl Output {
         if path.exists() && !force {
             bail!("{} already exists; use --force to overwrite it", path.display());
         }
+        // A device or FIFO (`-o /dev/null`) is written in place: renaming over it would replace
+        // the device with a regular file.
+        if std::fs::metadata(path).is_ok_and(|m| !m.is_file()) {
+            let file = std::fs::OpenOptions::new()
+                .write(true)
+                .open(path)
+                .with_context(|| format!("cannot open {}", path.display()))?;
+            return Ok(Output::File {
+                tmp: None,
+                path: path.to_path_buf(),
+                writer: BufWriter::with_capacity(1 << 20, file),
+            });
+        }
         let dir = match path.parent() {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
@@ -55,8 +68,10 @@ impl Output {
     pub fn commit(mut self) -> Result<()> {
         match &mut self {
             Output::File { tmp, path, writer } => {
-                let tmp_path = tmp.take().context("output committed twice")?;
                 writer.flush().with_context(|| format!("writing {}", path.display()))?;
+                let Some(tmp_path) = tmp.take() else {
+                    return Ok(()); // written in place: a device or FIFO
+                };
                 writer
                     .get_ref()
                     .sync_all()

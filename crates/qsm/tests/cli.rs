@@ -256,6 +256,16 @@ fn existing_output_is_kept_unless_forced() {
 }
 
 #[test]
+fn devices_are_written_in_place_not_replaced() {
+    use std::os::unix::fs::FileTypeExt;
+    let dir = TempDir::new().unwrap_or_else(|e| panic!("{e}"));
+    let input = write(&dir, "in.txt", &text(100_000));
+    qsm().arg("compress").arg(&input).args(["-o", "/dev/null", "--force"]).assert().success();
+    let meta = fs::metadata("/dev/null").unwrap_or_else(|e| panic!("{e}"));
+    assert!(meta.file_type().is_char_device(), "/dev/null was replaced");
+}
+
+#[test]
 fn codecs_lists_permanent_ids() {
     let out = qsm().args(["codecs", "--json"]).assert().success().get_output().stdout.clone();
     let v: serde_json::Value = serde_json::from_slice(&out).unwrap_or_else(|e| panic!("{e}"));
