@@ -122,7 +122,10 @@ fn open_input(path: &Option<PathBuf>) -> Result<(Box<dyn Read + Send>, Option<u6
     let path = path.as_deref().unwrap_or(Path::new("-"));
     let file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
     let len = file.metadata().ok().filter(|m| m.is_file()).map(|m| m.len());
-    Ok((Box::new(BufReader::with_capacity(1 << 20, file)), len, path.display().to_string()))
+    // Small enough that payload reads (hundreds of KiB) bypass the buffer instead of being
+    // copied through it: with 1 MiB the single reader thread copied every byte twice and
+    // capped parallel LZ4 decompression at 81% of two processes (docs/PERFORMANCE.md).
+    Ok((Box::new(BufReader::with_capacity(64 << 10, file)), len, path.display().to_string()))
 }
 
 /// A progress bar on a terminal for inputs of 64 MiB or more (or of unknown size).
