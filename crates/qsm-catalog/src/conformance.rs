@@ -1,0 +1,472 @@
+//! The catalog conformance suite: every [`Catalog`] implementation must pass it. Each case
+//! gets a fresh, empty, migrated catalog from the caller's factory and returns an error
+//! naming what failed. `tests/sqlite.rs` runs it on SQLite; the PostgreSQL catalog will run
+//! the very same cases.
+
+use crate::model::*;
+use crate::{Catalog, CatalogError};
+
+/// The outcome of one case.
+pub type CaseResult = std::result::Result<(), String>;
+
+macro_rules! ensure {
+    ($cond:expr, $($msg:tt)+) => {
+        if !$cond {
+            return Err(format!("{}:{}: {}", file!(), line!(), format!($($msg)+)));
+        }
+    };
+}
+
+fn e(err: CatalogError) -> String {
+    err.to_string()
+}
+
+/// One case: it gets a fresh catalog.
+pub type Case = fn(&dyn Catalog) -> CaseResult;
+
+/// Every case, by name.
+pub const CASES: &[(&str, Case)] = &[
+    ("policy", policy),
+    ("nodes_and_filespaces", nodes_and_filespaces),
+    ("versions_and_active_inventory", versions_and_active_inventory),
+    ("chunks_and_reference_counts", chunks_and_reference_counts),
+    ("transactions_are_atomic", transactions_are_atomic),
+    ("large_batches_and_streaming", large_batches_and_streaming),
+    ("sessions_processes_activity", sessions_processes_activity),
+    ("reclamation_moves", reclamation_moves),
+];
+
+/// Runs every case on catalogs from `make`; returns the failures.
+pub fn run_all(make: &dyn Fn() -> Box<dyn Catalog>) -> Vec<String> {
+    CASES
+        .iter()
+        .filter_map(|(name, case)| case(make().as_ref()).err().map(|msg| format!("{name}: {msg}")))
+        .collect()
+}
+
+struct Fixture {
+    fs: FilespaceId,
+    pool: PoolId,
+    container: ContainerId,
+}
+
+fn fixture(cat: &dyn Catalog) -> std::result::Result<Fixture, String> {
+    let domain = cat.define_domain("standard", "").map_err(e)?;
+    let node = cat.register_node("alpha", "$argon2id$x", domain).map_err(e)?;
+    let fs = cat.filespace(node, "/home").map_err(e)?;
+    let pool = cat.define_pool("disk", "dir", "/srv/qsm/pool").map_err(e)?;
+    let container = ContainerId(0xfeed_0000_0000_0001);
+    let mut t = cat.begin().map_err(e)?;
+    t.add_container(pool, container).map_err(e)?;
+    t.commit().map_err(e)?;
+    Ok(Fixture { fs, pool, container })
+}
+
+fn file(fs: FilespaceId, path: &[u8], size: u64, chunks: Vec<ObjectChunk>) -> NewObject {
+    NewObject {
+        filespace: fs,
+        path: path.to_vec(),
+        kind: ObjectKind::Backup,
+        object_type: ObjectType::File,
+        attrs: Attributes {
+            size,
+            mtime_ns: 1_700_000_000_000_000_000,
+            ctime_ns: 1,
+            mode: 0o100644,
+            uid: 1000,
+            gid: 100,
+            link_target: None,
+        },
+        mgmt_class: None,
+        description: None,
+        retain_until: None,
+        chunks,
+    }
+}
+
+fn new_chunk(container: ContainerId, offset: u64) -> ObjectChunk {
+    ObjectChunk::New(NewChunk { container, offset, stored_len: 100, raw_len: 300, codec: 2 })
+}
+
+fn consistent(cat: &dyn Catalog) -> CaseResult {
+    let report = cat.check().map_err(e)?;
+    ensure!(report.problems.is_empty(), "inconsistent: {:?}", report.problems);
+    Ok(())
+}
+
+/// Domains, management classes and copy groups; duplicates and bad references are errors.
+pub fn policy(cat: &dyn Catalog) -> CaseResult {
+    let d = cat.define_domain("standard", "the default").map_err(e)?;
+    ensure!(
+        matches!(cat.define_domain("standard", ""), Err(CatalogError::Exists { .. })),
+        "duplicate domain accepted"
+    );
+    ensure!(
+        cat.domain("standard").map_err(e)?.map(|x| x.id) == Some(d),
+        "domain not found by name"
+    );
+    ensure!(cat.domain("nope").map_err(e)?.is_none(), "unknown domain found");
+    let backup = BackupCopyGroup::default();
+    ensure!(
+        backup
+            == BackupCopyGroup {
+                versions_exist: 2,
+                versions_deleted: 1,
+                retain_extra_days: 30,
+                retain_only_days: 60
+            },
+        "TSM defaults changed"
+    );
+    let m = cat.define_mgmt_class(d, "default", backup, ArchiveCopyGroup::default()).map_err(e)?;
+    let strict = BackupCopyGroup { versions_exist: 5, ..backup };
+    cat.define_mgmt_class(d, "critical", strict, ArchiveCopyGroup { retain_version_days: 3650 })
+        .map_err(e)?;
+    ensure!(
+        matches!(
+            cat.define_mgmt_class(d, "default", backup, ArchiveCopyGroup::default()),
+            Err(CatalogError::Exists { .. })
+        ),
+        "duplicate class accepted"
+    );
+    ensure!(
+        matches!(
+            cat.define_mgmt_class(DomainId(999), "x", backup, ArchiveCopyGroup::default()),
+            Err(CatalogError::NotFound { .. })
+        ),
+        "class in unknown domain accepted"
+    );
+    let zero = BackupCopyGroup { versions_exist: 0, ..backup };
+    ensure!(
+        cat.define_mgmt_class(d, "broken", zero, ArchiveCopyGroup::default()).is_err(),
+        "versions-exist 0 accepted"
+    );
+    let classes = cat.mgmt_classes(d).map_err(e)?;
+    let names: Vec<&str> = classes.iter().map(|c| c.name.as_str()).collect();
+    ensure!(names == ["critical", "default"], "classes {names:?}");
+    ensure!(
+        classes[1].id == m
+            && classes[0].backup.versions_exist == 5
+            && classes[0].archive.retain_version_days == 3650,
+        "copy groups not stored"
+    );
+    Ok(())
+}
+
+/// Nodes are unique and lockable; filespaces are created once.
+pub fn nodes_and_filespaces(cat: &dyn Catalog) -> CaseResult {
+    let d = cat.define_domain("standard", "").map_err(e)?;
+    let a = cat.register_node("alpha", "$argon2id$hash", d).map_err(e)?;
+    ensure!(
+        matches!(cat.register_node("alpha", "h", d), Err(CatalogError::Exists { .. })),
+        "duplicate node accepted"
+    );
+    ensure!(
+        matches!(cat.register_node("beta", "h", DomainId(77)), Err(CatalogError::NotFound { .. })),
+        "node in unknown domain accepted"
+    );
+    let node = cat.node("alpha").map_err(e)?.ok_or("registered node not found")?;
+    ensure!(
+        node.id == a && !node.locked && node.password_hash == "$argon2id$hash" && node.domain == d,
+        "node record {node:?}"
+    );
+    cat.set_node_locked(a, true).map_err(e)?;
+    ensure!(cat.node("alpha").map_err(e)?.is_some_and(|n| n.locked), "lock not stored");
+    ensure!(cat.set_node_locked(NodeId(4242), true).is_err(), "locking an unknown node succeeded");
+    let f1 = cat.filespace(a, "/home").map_err(e)?;
+    let f2 = cat.filespace(a, "/home").map_err(e)?;
+    let f3 = cat.filespace(a, "/etc").map_err(e)?;
+    ensure!(f1 == f2 && f1 != f3, "filespace get-or-create");
+    let names: Vec<String> = cat.filespaces(a).map_err(e)?.into_iter().map(|f| f.name).collect();
+    ensure!(names == ["/etc", "/home"], "filespaces {names:?}");
+    ensure!(cat.filespace(NodeId(999), "/x").is_err(), "filespace of unknown node created");
+    ensure!(cat.nodes().map_err(e)?.len() == 1, "node list");
+    Ok(())
+}
+
+/// A new backup version deactivates the previous one; the active inventory streams in bytewise
+/// path order (non-UTF-8 names included) and excludes inactive versions and archives.
+pub fn versions_and_active_inventory(cat: &dyn Catalog) -> CaseResult {
+    let fx = fixture(cat)?;
+    let mut t = cat.begin().map_err(e)?;
+    let paths: [&[u8]; 5] = [b"/b", b"/a/z", b"/a", b"/\xff\xfename", b"/a/b"];
+    for (i, p) in paths.iter().enumerate() {
+        t.insert_object(&file(fx.fs, p, 10, vec![new_chunk(fx.container, i as u64 * 200)]), 100)
+            .map_err(e)?;
+    }
+    t.commit().map_err(e)?;
+    let mut t = cat.begin().map_err(e)?;
+    let v2 = t
+        .insert_object(&file(fx.fs, b"/a", 20, vec![new_chunk(fx.container, 5000)]), 200)
+        .map_err(e)?;
+    let mut archive = file(fx.fs, b"/a", 20, vec![]);
+    archive.kind = ObjectKind::Archive;
+    archive.description = Some("year end".into());
+    archive.retain_until = Some(9_999);
+    t.insert_object(&archive, 250).map_err(e)?;
+    ensure!(t.deactivate(fx.fs, b"/b", 300).map_err(e)?, "deactivate found nothing");
+    ensure!(!t.deactivate(fx.fs, b"/nope", 300).map_err(e)?, "deactivated a missing path");
+    t.commit().map_err(e)?;
+
+    let mut seen = Vec::new();
+    cat.for_each_active(fx.fs, &mut |o| {
+        seen.push((o.path.clone(), o.attrs.size));
+        Ok(())
+    })
+    .map_err(e)?;
+    let expected: Vec<(Vec<u8>, u64)> = vec![
+        (b"/a".to_vec(), 20),
+        (b"/a/b".to_vec(), 10),
+        (b"/a/z".to_vec(), 10),
+        (b"/\xff\xfename".to_vec(), 10),
+    ];
+    ensure!(seen == expected, "active inventory {seen:?}");
+
+    let versions = cat.versions(fx.fs, b"/a").map_err(e)?;
+    ensure!(versions.len() == 3, "{} versions of /a", versions.len());
+    ensure!(
+        versions[0].kind == ObjectKind::Archive
+            && versions[0].description.as_deref() == Some("year end")
+            && !versions[0].active,
+        "archive first: {:?}",
+        versions[0]
+    );
+    ensure!(
+        versions[1].id == v2 && versions[1].active && versions[1].deactivated.is_none(),
+        "new version active"
+    );
+    ensure!(
+        !versions[2].active && versions[2].deactivated == Some(200) && versions[2].inserted == 100,
+        "old version inactive at 200: {:?}",
+        versions[2]
+    );
+    let b = cat.versions(fx.fs, b"/b").map_err(e)?;
+    ensure!(
+        b.len() == 1 && !b[0].active && b[0].deactivated == Some(300),
+        "deleted file's version"
+    );
+    let got = cat.object(v2).map_err(e)?.ok_or("object by id")?;
+    ensure!(
+        got.attrs.mode == 0o100644
+            && got.attrs.uid == 1000
+            && got.attrs.mtime_ns == 1_700_000_000_000_000_000,
+        "attributes {:?}",
+        got.attrs
+    );
+    // A visitor's error stops the walk and comes back.
+    let mut n = 0;
+    let r = cat.for_each_active(fx.fs, &mut |_| {
+        n += 1;
+        Err(CatalogError::Refused("stop".into()))
+    });
+    ensure!(n == 1 && matches!(r, Err(CatalogError::Refused(_))), "visitor error ignored");
+    consistent(cat)
+}
+
+/// Reference counts follow objects; chunks and containers in use cannot be deleted.
+pub fn chunks_and_reference_counts(cat: &dyn Catalog) -> CaseResult {
+    let fx = fixture(cat)?;
+    let mut t = cat.begin().map_err(e)?;
+    let a = t
+        .insert_object(
+            &file(
+                fx.fs,
+                b"/a",
+                600,
+                vec![new_chunk(fx.container, 0), new_chunk(fx.container, 100)],
+            ),
+            1,
+        )
+        .map_err(e)?;
+    t.commit().map_err(e)?;
+    let chunks = cat.object_chunks(a).map_err(e)?;
+    ensure!(
+        chunks.len() == 2
+            && chunks[1].location.offset == 100
+            && chunks[0].location.container == fx.container,
+        "chunks {chunks:?}"
+    );
+    let (c0, c1) = (chunks[0].id, chunks[1].id);
+    // A second object shares chunk 0 twice (deduplication within and across files).
+    let mut t = cat.begin().map_err(e)?;
+    let b = t
+        .insert_object(
+            &file(
+                fx.fs,
+                b"/b",
+                900,
+                vec![
+                    ObjectChunk::Existing(c0),
+                    ObjectChunk::Existing(c0),
+                    ObjectChunk::Existing(c1),
+                ],
+            ),
+            2,
+        )
+        .map_err(e)?;
+    ensure!(
+        matches!(
+            t.insert_object(
+                &file(fx.fs, b"/c", 1, vec![ObjectChunk::Existing(ChunkId(999_999))]),
+                2
+            ),
+            Err(CatalogError::NotFound { .. })
+        ),
+        "unknown chunk referenced"
+    );
+    t.commit().map_err(e)?;
+    let refcounts = |cat: &dyn Catalog| -> std::result::Result<Vec<u64>, String> {
+        Ok(cat.chunks_in_container(fx.container).map_err(e)?.iter().map(|c| c.refcount).collect())
+    };
+    ensure!(refcounts(cat)? == [3, 2], "refcounts {:?}", refcounts(cat)?);
+    consistent(cat)?;
+    let mut t = cat.begin().map_err(e)?;
+    ensure!(
+        matches!(t.delete_chunk(c0), Err(CatalogError::Refused(_))),
+        "deleted a referenced chunk"
+    );
+    ensure!(
+        matches!(t.delete_container(fx.container), Err(CatalogError::Refused(_))),
+        "deleted a container in use"
+    );
+    t.delete_object(b).map_err(e)?;
+    t.commit().map_err(e)?;
+    ensure!(refcounts(cat)? == [1, 1], "after deleting /b: {:?}", refcounts(cat)?);
+    let mut t = cat.begin().map_err(e)?;
+    t.delete_object(a).map_err(e)?;
+    t.commit().map_err(e)?;
+    let report = cat.check().map_err(e)?;
+    ensure!(
+        report.problems.is_empty() && report.unreferenced_chunks == 2 && report.objects == 0,
+        "report {report:?}"
+    );
+    let mut t = cat.begin().map_err(e)?;
+    t.delete_chunk(c0).map_err(e)?;
+    t.delete_chunk(c1).map_err(e)?;
+    t.delete_container(fx.container).map_err(e)?;
+    t.commit().map_err(e)?;
+    ensure!(cat.containers(fx.pool).map_err(e)?.is_empty(), "container not deleted");
+    let mut t = cat.begin().map_err(e)?;
+    ensure!(
+        t.insert_object(&file(fx.fs, b"/x", 1, vec![new_chunk(fx.container, 0)]), 3).is_err(),
+        "chunk in an unrecorded container accepted"
+    );
+    drop(t);
+    consistent(cat)
+}
+
+/// Nothing is visible before commit; a dropped transaction leaves no trace.
+pub fn transactions_are_atomic(cat: &dyn Catalog) -> CaseResult {
+    let fx = fixture(cat)?;
+    {
+        let mut t = cat.begin().map_err(e)?;
+        t.insert_object(&file(fx.fs, b"/lost", 1, vec![new_chunk(fx.container, 0)]), 1)
+            .map_err(e)?;
+        let mut n = 0;
+        cat.for_each_active(fx.fs, &mut |_| {
+            n += 1;
+            Ok(())
+        })
+        .map_err(e)?;
+        ensure!(n == 0, "uncommitted object visible to a reader");
+        // dropped here: rolled back
+    }
+    let stats = cat.stats().map_err(e)?;
+    ensure!(stats.objects == 0 && stats.chunks == 0, "rolled-back rows remain: {stats:?}");
+    let mut t = cat.begin().map_err(e)?;
+    t.insert_object(&file(fx.fs, b"/kept", 1, vec![new_chunk(fx.container, 0)]), 1).map_err(e)?;
+    t.set_container(fx.container, 4096, true).map_err(e)?;
+    t.commit().map_err(e)?;
+    let c = cat.containers(fx.pool).map_err(e)?;
+    ensure!(c.len() == 1 && c[0].size == 4096 && c[0].sealed, "container record {c:?}");
+    ensure!(cat.stats().map_err(e)?.objects == 1, "committed object missing");
+    consistent(cat)
+}
+
+/// Thousands of objects in one transaction, streamed back in order.
+pub fn large_batches_and_streaming(cat: &dyn Catalog) -> CaseResult {
+    let fx = fixture(cat)?;
+    let n = 20_000u64;
+    let mut t = cat.begin().map_err(e)?;
+    for i in 0..n {
+        let path = format!("/data/dir{:03}/file{:06}", i % 97, i);
+        t.insert_object(
+            &file(fx.fs, path.as_bytes(), i, vec![new_chunk(fx.container, i * 100)]),
+            1,
+        )
+        .map_err(e)?;
+    }
+    t.commit().map_err(e)?;
+    let mut prev: Option<Vec<u8>> = None;
+    let mut count = 0u64;
+    cat.for_each_active(fx.fs, &mut |o| {
+        if prev.as_ref().is_some_and(|p| p >= &o.path) {
+            return Err(CatalogError::Damaged("out of order".into()));
+        }
+        prev = Some(o.path.clone());
+        count += 1;
+        Ok(())
+    })
+    .map_err(e)?;
+    ensure!(count == n, "streamed {count} of {n}");
+    consistent(cat)
+}
+
+/// Sessions, processes and the activity log.
+pub fn sessions_processes_activity(cat: &dyn Catalog) -> CaseResult {
+    let d = cat.define_domain("standard", "").map_err(e)?;
+    let node = cat.register_node("alpha", "h", d).map_err(e)?;
+    let s = cat.start_session(node).map_err(e)?;
+    cat.update_session(s, 1000, 3).map_err(e)?;
+    cat.update_session(s, 24, 1).map_err(e)?;
+    let running = cat.running_sessions().map_err(e)?;
+    ensure!(
+        running.len() == 1
+            && running[0].bytes == 1024
+            && running[0].objects == 4
+            && running[0].state == "running",
+        "sessions {running:?}"
+    );
+    cat.end_session(s, "cancelled").map_err(e)?;
+    ensure!(cat.running_sessions().map_err(e)?.is_empty(), "ended session still running");
+    let p = cat.start_process("expire inventory", "starting").map_err(e)?;
+    cat.end_process(p, "ended", "deleted 12 versions").map_err(e)?;
+    let proc = cat.process(p).map_err(e)?.ok_or("process missing")?;
+    ensure!(
+        proc.state == "ended" && proc.detail == "deleted 12 versions" && proc.ended.is_some(),
+        "process {proc:?}"
+    );
+    cat.log(Severity::Info, "session started", Some(node), Some(s), None).map_err(e)?;
+    cat.log(Severity::Warning, "expiration slow", None, None, Some(p)).map_err(e)?;
+    let log = cat.activity(0, 10).map_err(e)?;
+    ensure!(
+        log.len() == 2
+            && log[0].message == "session started"
+            && log[1].severity == Severity::Warning
+            && log[1].process == Some(p),
+        "log {log:?}"
+    );
+    ensure!(cat.activity(0, 1).map_err(e)?.len() == 1, "limit ignored");
+    Ok(())
+}
+
+/// Reclamation repoints chunks to a new container in one transaction.
+pub fn reclamation_moves(cat: &dyn Catalog) -> CaseResult {
+    let fx = fixture(cat)?;
+    let mut t = cat.begin().map_err(e)?;
+    let obj =
+        t.insert_object(&file(fx.fs, b"/a", 1, vec![new_chunk(fx.container, 64)]), 1).map_err(e)?;
+    t.commit().map_err(e)?;
+    let chunk = cat.object_chunks(obj).map_err(e)?[0].id;
+    let target = ContainerId(u64::MAX - 5); // ids use all 64 bits
+    let mut t = cat.begin().map_err(e)?;
+    t.add_container(fx.pool, target).map_err(e)?;
+    t.add_container(fx.pool, target).map_err(e)?; // idempotent
+    t.move_chunk(chunk, target, 128).map_err(e)?;
+    t.delete_container(fx.container).map_err(e)?;
+    t.commit().map_err(e)?;
+    let loc = cat.object_chunks(obj).map_err(e)?[0].location;
+    ensure!(loc.container == target && loc.offset == 128, "moved to {loc:?}");
+    let ids: Vec<ContainerId> = cat.containers(fx.pool).map_err(e)?.iter().map(|c| c.id).collect();
+    ensure!(ids == [target], "containers {ids:?}");
+    consistent(cat)
+}

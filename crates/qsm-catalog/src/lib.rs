@@ -1,0 +1,156 @@
+//! # qsm-catalog: the server's metadata
+//!
+//! The catalog records which node backed up which object, which versions are active, where
+//! every chunk lives, and the policy, sessions, processes and activity log around them. One
+//! [`Catalog`] interface has a SQLite implementation ([`SqliteCatalog`], bundled, WAL mode),
+//! the embedded default; a PostgreSQL implementation follows in a later issue and must pass
+//! the same [`conformance`] suite, so callers never see which one they talk to.
+//!
+//! Writes go through a [`Txn`]: the server groups many objects in one transaction (TSM's
+//! `txngroupmax` / `txnbytelimit`), and nothing is visible before [`Txn::commit`]. The commit
+//! protocol that orders pool writes before catalog commits lives with the pool (`qsm-store`).
+//!
+//! Reads of the active inventory stream in path order through a callback, so a filespace of
+//! millions of objects never sits in memory.
+
+mod chunk_list;
+pub mod conformance;
+pub mod error;
+pub mod migrations;
+pub mod model;
+mod sqlite;
+
+pub use error::{CatalogError, Result};
+pub use model::*;
+pub use sqlite::SqliteCatalog;
+
+/// The catalog interface. Implementations are shared between threads; each call is its own
+/// transaction unless made through a [`Txn`].
+pub trait Catalog: Send + Sync + std::fmt::Debug {
+    /// The schema version of the open catalog.
+    fn schema_version(&self) -> Result<u32>;
+
+    // --- policy ---
+    /// Creates a policy domain.
+    fn define_domain(&self, name: &str, description: &str) -> Result<DomainId>;
+    /// The domain called `name`.
+    fn domain(&self, name: &str) -> Result<Option<Domain>>;
+    /// Creates a management class with its copy groups in `domain`.
+    fn define_mgmt_class(
+        &self,
+        domain: DomainId,
+        name: &str,
+        backup: BackupCopyGroup,
+        archive: ArchiveCopyGroup,
+    ) -> Result<MgmtClassId>;
+    /// The management classes of `domain`, by name.
+    fn mgmt_classes(&self, domain: DomainId) -> Result<Vec<MgmtClass>>;
+
+    // --- nodes and filespaces ---
+    /// Registers a node; its name must be new.
+    fn register_node(&self, name: &str, password_hash: &str, domain: DomainId) -> Result<NodeId>;
+    /// The node called `name`.
+    fn node(&self, name: &str) -> Result<Option<Node>>;
+    /// Every node, by name.
+    fn nodes(&self) -> Result<Vec<Node>>;
+    /// Locks or unlocks a node.
+    fn set_node_locked(&self, node: NodeId, locked: bool) -> Result<()>;
+    /// The filespace `name` of `node`, created if new.
+    fn filespace(&self, node: NodeId, name: &str) -> Result<FilespaceId>;
+    /// The filespaces of `node`, by name.
+    fn filespaces(&self, node: NodeId) -> Result<Vec<Filespace>>;
+
+    // --- pools and containers ---
+    /// Records a storage pool.
+    fn define_pool(&self, name: &str, kind: &str, location: &str) -> Result<PoolId>;
+    /// Every pool, by name.
+    fn pools(&self) -> Result<Vec<StoragePool>>;
+    /// The containers of `pool`.
+    fn containers(&self, pool: PoolId) -> Result<Vec<Container>>;
+    /// The chunks stored in `container`, by offset.
+    fn chunks_in_container(&self, container: ContainerId) -> Result<Vec<Chunk>>;
+
+    // --- objects ---
+    /// Starts a write transaction.
+    fn begin(&self) -> Result<Box<dyn Txn + '_>>;
+    /// Calls `visit` with each active backup version of `filespace`, in path order (bytewise),
+    /// streaming: memory does not grow with the filespace. An error from `visit` stops the walk.
+    fn for_each_active(
+        &self,
+        filespace: FilespaceId,
+        visit: &mut dyn FnMut(&ObjectVersion) -> Result<()>,
+    ) -> Result<()>;
+    /// Every version of `path` (backups and archives), newest first.
+    fn versions(&self, filespace: FilespaceId, path: &[u8]) -> Result<Vec<ObjectVersion>>;
+    /// One object version.
+    fn object(&self, id: ObjectId) -> Result<Option<ObjectVersion>>;
+    /// The chunks of `object` in order, with their locations.
+    fn object_chunks(&self, object: ObjectId) -> Result<Vec<ChunkRef>>;
+
+    // --- integrity and size ---
+    /// Checks every invariant the catalog can check alone: reference counts equal the
+    /// references from object versions, every referenced chunk and container exists, at most
+    /// one active version per path.
+    fn check(&self) -> Result<ConsistencyReport>;
+    /// Counts and database size.
+    fn stats(&self) -> Result<CatalogStats>;
+
+    // --- sessions, processes, activity log ---
+    /// Records a new session of `node`.
+    fn start_session(&self, node: NodeId) -> Result<SessionId>;
+    /// Adds to a session's counters.
+    fn update_session(&self, session: SessionId, bytes: u64, objects: u64) -> Result<()>;
+    /// Ends a session with `state` ("ended", "cancelled", "failed").
+    fn end_session(&self, session: SessionId, state: &str) -> Result<()>;
+    /// Sessions still running.
+    fn running_sessions(&self) -> Result<Vec<Session>>;
+    /// Records a new process.
+    fn start_process(&self, kind: &str, detail: &str) -> Result<ProcessId>;
+    /// Ends a process with `state` and a final `detail`.
+    fn end_process(&self, process: ProcessId, state: &str, detail: &str) -> Result<()>;
+    /// A process by id.
+    fn process(&self, process: ProcessId) -> Result<Option<Process>>;
+    /// Appends to the activity log.
+    fn log(
+        &self,
+        severity: Severity,
+        message: &str,
+        node: Option<NodeId>,
+        session: Option<SessionId>,
+        process: Option<ProcessId>,
+    ) -> Result<()>;
+    /// Activity-log entries at or after `since`, oldest first, at most `limit`.
+    fn activity(&self, since: Timestamp, limit: u32) -> Result<Vec<ActivityEntry>>;
+}
+
+/// A write transaction. Dropping it without [`Txn::commit`] rolls everything back.
+pub trait Txn {
+    /// Records a container of `pool` (nothing if already recorded).
+    fn add_container(&mut self, pool: PoolId, id: ContainerId) -> Result<()>;
+    /// Updates a container's recorded size and sealed flag.
+    fn set_container(&mut self, id: ContainerId, size: u64, sealed: bool) -> Result<()>;
+    /// Inserts an object version with its chunks (new chunks are created; existing ones gain
+    /// a reference). A backup version becomes the active one: the previous active version of
+    /// the same path, if any, becomes inactive at `now`.
+    fn insert_object(&mut self, object: &NewObject, now: Timestamp) -> Result<ObjectId>;
+    /// Marks the active version of `path` inactive (the file was deleted on the client).
+    /// Returns whether there was one.
+    fn deactivate(&mut self, filespace: FilespaceId, path: &[u8], now: Timestamp) -> Result<bool>;
+    /// Deletes an object version and releases its chunk references (expiration).
+    fn delete_object(&mut self, id: ObjectId) -> Result<()>;
+    /// Moves a chunk's frame to a new location (reclamation).
+    fn move_chunk(&mut self, id: ChunkId, container: ContainerId, offset: u64) -> Result<()>;
+    /// Deletes a chunk no object refers to.
+    fn delete_chunk(&mut self, id: ChunkId) -> Result<()>;
+    /// Deletes a container no chunk lives in.
+    fn delete_container(&mut self, id: ContainerId) -> Result<()>;
+    /// Makes every change visible at once, durably.
+    fn commit(self: Box<Self>) -> Result<()>;
+}
+
+/// The current time in seconds since the epoch.
+pub fn now() -> Timestamp {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}

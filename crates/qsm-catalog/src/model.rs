@@ -1,0 +1,404 @@
+//! The catalog's records. Plain data: no behaviour, no database types.
+
+/// Id of a node (a client machine or account).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeId(pub i64);
+/// Id of a filespace (a file system or top-level directory of a node).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FilespaceId(pub i64);
+/// Id of one object version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectId(pub i64);
+/// Id of a chunk (one stored frame).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ChunkId(pub i64);
+/// Id of a policy domain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DomainId(pub i64);
+/// Id of a management class.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MgmtClassId(pub i64);
+/// Id of a storage pool's catalog record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PoolId(pub i64);
+/// Id of a container, as the pool chose it (a random 64-bit number).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ContainerId(pub u64);
+/// Id of a client session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SessionId(pub i64);
+/// Id of a server process (expiration, reclamation, audit...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ProcessId(pub i64);
+
+/// Seconds since the Unix epoch.
+pub type Timestamp = i64;
+
+/// A policy domain: the policy nodes in it follow.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Domain {
+    /// Id.
+    pub id: DomainId,
+    /// Unique name.
+    pub name: String,
+    /// Free text.
+    pub description: String,
+}
+
+/// How many backup versions to keep and for how long (TSM's backup copy group).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BackupCopyGroup {
+    /// Versions kept while the file exists.
+    pub versions_exist: u32,
+    /// Versions kept after the file was deleted.
+    pub versions_deleted: u32,
+    /// Days an inactive version is kept (but the last one).
+    pub retain_extra_days: u32,
+    /// Days the last inactive version is kept.
+    pub retain_only_days: u32,
+}
+
+impl Default for BackupCopyGroup {
+    /// TSM's defaults: 2 / 1 / 30 / 60.
+    fn default() -> Self {
+        BackupCopyGroup {
+            versions_exist: 2,
+            versions_deleted: 1,
+            retain_extra_days: 30,
+            retain_only_days: 60,
+        }
+    }
+}
+
+/// How long archives are kept (TSM's archive copy group).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ArchiveCopyGroup {
+    /// Days an archive is kept.
+    pub retain_version_days: u32,
+}
+
+impl Default for ArchiveCopyGroup {
+    /// TSM's default: 365 days.
+    fn default() -> Self {
+        ArchiveCopyGroup { retain_version_days: 365 }
+    }
+}
+
+/// A management class with its copy groups.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MgmtClass {
+    /// Id.
+    pub id: MgmtClassId,
+    /// Domain it belongs to.
+    pub domain: DomainId,
+    /// Name, unique within the domain.
+    pub name: String,
+    /// Backup policy.
+    pub backup: BackupCopyGroup,
+    /// Archive policy.
+    pub archive: ArchiveCopyGroup,
+}
+
+/// A registered node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Node {
+    /// Id.
+    pub id: NodeId,
+    /// Unique name.
+    pub name: String,
+    /// Password hash (argon2id PHC string), never the password.
+    pub password_hash: String,
+    /// Policy domain.
+    pub domain: DomainId,
+    /// A locked node cannot open sessions.
+    pub locked: bool,
+    /// Registration time.
+    pub registered: Timestamp,
+}
+
+/// A filespace of a node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Filespace {
+    /// Id.
+    pub id: FilespaceId,
+    /// Owner.
+    pub node: NodeId,
+    /// Name (e.g. the mount point).
+    pub name: String,
+    /// Creation time.
+    pub created: Timestamp,
+}
+
+/// A storage pool's record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoragePool {
+    /// Id of the record.
+    pub id: PoolId,
+    /// Unique name.
+    pub name: String,
+    /// Backend kind ("dir", later "s3").
+    pub kind: String,
+    /// Where it is (a directory, a bucket URL).
+    pub location: String,
+}
+
+/// A container's record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Container {
+    /// Id chosen by the pool.
+    pub id: ContainerId,
+    /// Pool it lives in.
+    pub pool: PoolId,
+    /// Bytes written to it as last recorded.
+    pub size: u64,
+    /// Whether it is sealed (no more appends).
+    pub sealed: bool,
+}
+
+/// Where a chunk's frame lives, and what it holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NewChunk {
+    /// Container of the frame.
+    pub container: ContainerId,
+    /// Offset of the frame in the container.
+    pub offset: u64,
+    /// Frame length (header and payload).
+    pub stored_len: u32,
+    /// Raw bytes the frame decodes to.
+    pub raw_len: u32,
+    /// Codec id of the frame.
+    pub codec: u16,
+}
+
+/// A chunk record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Chunk {
+    /// Id.
+    pub id: ChunkId,
+    /// Location and sizes.
+    pub location: NewChunk,
+    /// Object versions that reference it.
+    pub refcount: u64,
+}
+
+/// Backup or archive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ObjectKind {
+    /// A backup version (active or inactive).
+    Backup,
+    /// An archive copy, kept by its own retention.
+    Archive,
+}
+
+/// What the object is on the client's file system.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ObjectType {
+    /// A regular file.
+    File,
+    /// A directory.
+    Directory,
+    /// A symbolic link (its target in `link_target`).
+    Symlink,
+}
+
+impl ObjectType {
+    pub(crate) fn code(self) -> i64 {
+        match self {
+            ObjectType::File => 0,
+            ObjectType::Directory => 1,
+            ObjectType::Symlink => 2,
+        }
+    }
+    pub(crate) fn from_code(code: i64) -> Option<ObjectType> {
+        match code {
+            0 => Some(ObjectType::File),
+            1 => Some(ObjectType::Directory),
+            2 => Some(ObjectType::Symlink),
+            _ => None,
+        }
+    }
+}
+
+/// File-system metadata of an object version.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Attributes {
+    /// Size in bytes.
+    pub size: u64,
+    /// Modification time, nanoseconds since the epoch.
+    pub mtime_ns: i64,
+    /// Inode change time, nanoseconds since the epoch.
+    pub ctime_ns: i64,
+    /// Unix mode bits.
+    pub mode: u32,
+    /// Owner user id.
+    pub uid: u32,
+    /// Owner group id.
+    pub gid: u32,
+    /// Symlink target.
+    pub link_target: Option<Vec<u8>>,
+}
+
+/// A chunk of a new object: a frame stored in this transaction, or one already in the catalog
+/// (deduplication).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ObjectChunk {
+    /// A new chunk; it is created with this object as its first reference.
+    New(NewChunk),
+    /// An existing chunk; its reference count grows by one.
+    Existing(ChunkId),
+}
+
+/// An object version to insert.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewObject {
+    /// Filespace.
+    pub filespace: FilespaceId,
+    /// Path within the filespace, as raw bytes (Unix names need not be UTF-8).
+    pub path: Vec<u8>,
+    /// Backup or archive.
+    pub kind: ObjectKind,
+    /// File, directory or symlink.
+    pub object_type: ObjectType,
+    /// File-system metadata.
+    pub attrs: Attributes,
+    /// Management class bound to it.
+    pub mgmt_class: Option<MgmtClassId>,
+    /// Archive description.
+    pub description: Option<String>,
+    /// For archives: the time after which it may be expired.
+    pub retain_until: Option<Timestamp>,
+    /// Its chunks, in order.
+    pub chunks: Vec<ObjectChunk>,
+}
+
+/// A stored object version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectVersion {
+    /// Id.
+    pub id: ObjectId,
+    /// Filespace.
+    pub filespace: FilespaceId,
+    /// Path within the filespace.
+    pub path: Vec<u8>,
+    /// Backup or archive.
+    pub kind: ObjectKind,
+    /// Active (the newest backup of an existing file) or not; archives are never active.
+    pub active: bool,
+    /// File, directory or symlink.
+    pub object_type: ObjectType,
+    /// File-system metadata.
+    pub attrs: Attributes,
+    /// Management class.
+    pub mgmt_class: Option<MgmtClassId>,
+    /// Archive description.
+    pub description: Option<String>,
+    /// Archive retention limit.
+    pub retain_until: Option<Timestamp>,
+    /// When the server committed it.
+    pub inserted: Timestamp,
+    /// When it became inactive.
+    pub deactivated: Option<Timestamp>,
+    /// Its chunks, in order.
+    pub chunks: Vec<ChunkId>,
+}
+
+/// A chunk of an object with where to read it, for restore.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChunkRef {
+    /// Chunk id.
+    pub id: ChunkId,
+    /// Location and sizes.
+    pub location: NewChunk,
+}
+
+/// Severity of an activity-log entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Severity {
+    /// Information.
+    Info,
+    /// Something an administrator should look at.
+    Warning,
+    /// A failure.
+    Error,
+}
+
+/// One activity-log entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActivityEntry {
+    /// Id, increasing.
+    pub id: i64,
+    /// When.
+    pub time: Timestamp,
+    /// How serious.
+    pub severity: Severity,
+    /// What happened.
+    pub message: String,
+    /// Node concerned.
+    pub node: Option<NodeId>,
+    /// Session concerned.
+    pub session: Option<SessionId>,
+    /// Process concerned.
+    pub process: Option<ProcessId>,
+}
+
+/// A client session's record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Session {
+    /// Id.
+    pub id: SessionId,
+    /// Node.
+    pub node: NodeId,
+    /// Start time.
+    pub started: Timestamp,
+    /// End time, once ended.
+    pub ended: Option<Timestamp>,
+    /// Bytes received.
+    pub bytes: u64,
+    /// Objects committed.
+    pub objects: u64,
+    /// "running", "ended", "cancelled", "failed".
+    pub state: String,
+}
+
+/// A server process's record (expiration, reclamation, audit...).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Process {
+    /// Id.
+    pub id: ProcessId,
+    /// What it does ("expire inventory", ...).
+    pub kind: String,
+    /// Start time.
+    pub started: Timestamp,
+    /// End time, once ended.
+    pub ended: Option<Timestamp>,
+    /// "running", "ended", "cancelled", "failed".
+    pub state: String,
+    /// Progress or result text.
+    pub detail: String,
+}
+
+/// What a consistency check found. Empty `problems` means consistent.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConsistencyReport {
+    /// Object versions examined.
+    pub objects: u64,
+    /// Chunks examined.
+    pub chunks: u64,
+    /// Chunks no object refers to (reclaimable, not an error).
+    pub unreferenced_chunks: u64,
+    /// Violations, each naming the record.
+    pub problems: Vec<String>,
+}
+
+/// Counts and size of the catalog.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CatalogStats {
+    /// Object versions.
+    pub objects: u64,
+    /// Chunks.
+    pub chunks: u64,
+    /// Containers.
+    pub containers: u64,
+    /// Bytes the database occupies.
+    pub database_bytes: u64,
+}

@@ -1,0 +1,1033 @@
+//! The SQLite catalog: one bundled SQLite database in WAL mode. One writer connection behind a
+//! mutex (SQLite allows one writer at a time anyway) and a small pool of reader connections,
+//! which WAL lets run beside the writer, so a long inventory stream never blocks a backup.
+//! `synchronous = FULL`: a committed transaction survives power loss, not only a crash,
+//! because the commit protocol promises that what the catalog says exists is durable.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+
+use rusqlite::{Connection, ErrorCode, OptionalExtension, Row, params};
+
+use crate::chunk_list;
+use crate::error::{CatalogError, Result};
+use crate::migrations::{self, Dialect, LATEST};
+use crate::model::*;
+use crate::{Catalog, Txn};
+
+/// Reader connections kept open for reuse.
+const MAX_IDLE_READERS: usize = 4;
+/// How long a connection waits for a lock held by another process before failing.
+const BUSY_TIMEOUT_MS: u32 = 10_000;
+/// Problems listed by a consistency check before the rest are only counted.
+const MAX_PROBLEMS: usize = 1000;
+
+const OBJECT_COLUMNS: &str = "id, filespace_id, state, path, object_type, size, mtime_ns, \
+     ctime_ns, mode, uid, gid, inserted, deactivated, mgmt_class_id, description, \
+     retain_until, link_target, chunk_list";
+
+// Object states (0 = inactive backup is written as a literal in the UPDATEs).
+const STATE_ACTIVE: i64 = 1;
+const STATE_ARCHIVE: i64 = 2;
+
+/// The SQLite catalog.
+#[derive(Debug)]
+pub struct SqliteCatalog {
+    path: PathBuf,
+    writer: Mutex<Connection>,
+    readers: Mutex<Vec<Connection>>,
+}
+
+fn classify(path: &Path, op: &'static str) -> impl FnOnce(rusqlite::Error) -> CatalogError {
+    let path = path.to_path_buf();
+    move |e| match e.sqlite_error_code() {
+        Some(ErrorCode::NotADatabase) => CatalogError::NotADatabase { path, detail: e.to_string() },
+        _ => CatalogError::Db { op, source: e },
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A poisoned mutex means a thread panicked mid-call; SQLite's own transaction state is
+    // still consistent (an open transaction is rolled back by the next BEGIN's failure path),
+    // so recover the guard rather than wedge the server.
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn open_connection(path: &Path) -> Result<Connection> {
+    let conn = Connection::open(path).map_err(classify(path, "opening the database"))?;
+    conn.busy_timeout(std::time::Duration::from_millis(u64::from(BUSY_TIMEOUT_MS)))
+        .map_err(classify(path, "setting the busy timeout"))?;
+    // The first statement that reads the file is where SQLite notices it is not a database.
+    conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get::<_, String>(0))
+        .map_err(classify(path, "enabling WAL"))?;
+    conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;")
+        .map_err(classify(path, "setting pragmas"))?;
+    Ok(conn)
+}
+
+fn read_version(conn: &Connection, path: &Path) -> Result<u32> {
+    let has_schema: bool = conn
+        .query_row("SELECT count(*) FROM sqlite_master WHERE name = 'qsm_schema'", [], |r| {
+            r.get::<_, i64>(0)
+        })
+        .map_err(classify(path, "reading the schema version"))?
+        > 0;
+    if !has_schema {
+        let others: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(classify(path, "reading the schema"))?;
+        if others > 0 {
+            return Err(CatalogError::NotADatabase {
+                path: path.to_path_buf(),
+                detail: "an SQLite database, but without the qsm_schema table".into(),
+            });
+        }
+        return Ok(0);
+    }
+    let v: i64 = conn
+        .query_row("SELECT version FROM qsm_schema", [], |r| r.get(0))
+        .map_err(classify(path, "reading the schema version"))?;
+    u32::try_from(v)
+        .map_err(|_| CatalogError::Damaged(format!("schema version {v} in {}", path.display())))
+}
+
+fn migrate(conn: &Connection, path: &Path, from: u32, to: u32) -> Result<()> {
+    for version in from + 1..=to {
+        let sql = migrations::sql(version, Dialect::Sqlite)
+            .ok_or_else(|| CatalogError::Damaged(format!("no migration {version}")))?;
+        let step = || -> rusqlite::Result<()> {
+            conn.execute_batch("BEGIN IMMEDIATE")?;
+            conn.execute_batch("CREATE TABLE IF NOT EXISTS qsm_schema (version BIGINT NOT NULL)")?;
+            conn.execute_batch(&sql)?;
+            conn.execute("DELETE FROM qsm_schema", [])?;
+            conn.execute("INSERT INTO qsm_schema (version) VALUES (?1)", [i64::from(version)])?;
+            conn.execute_batch("COMMIT")
+        };
+        if let Err(e) = step() {
+            let _ = conn.execute_batch("ROLLBACK");
+            return Err(classify(path, "migrating the schema")(e));
+        }
+    }
+    Ok(())
+}
+
+impl SqliteCatalog {
+    /// Opens the catalog at `path`, creating it if missing and migrating it to the newest
+    /// schema. A file that is not a QSM catalog, or one written by a newer program, is an error.
+    pub fn open(path: &Path) -> Result<SqliteCatalog> {
+        SqliteCatalog::open_at(path, LATEST)
+    }
+
+    /// Opens the catalog and migrates it only up to `version` (for migration tests and
+    /// tools); newer than `version` but not than the program is fine.
+    pub fn open_at(path: &Path, version: u32) -> Result<SqliteCatalog> {
+        let conn = open_connection(path)?;
+        let found = read_version(&conn, path)?;
+        if found > LATEST {
+            return Err(CatalogError::TooNew {
+                path: path.to_path_buf(),
+                found,
+                supported: LATEST,
+            });
+        }
+        if found < version {
+            migrate(&conn, path, found, version.min(LATEST))?;
+        }
+        Ok(SqliteCatalog {
+            path: path.to_path_buf(),
+            writer: Mutex::new(conn),
+            readers: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Runs raw SQL on the writer connection. For tests that must build states the API
+    /// refuses to make (a foreign table, a future schema version); never use it elsewhere.
+    #[doc(hidden)]
+    pub fn raw_execute_for_tests(&self, sql: &str) -> Result<()> {
+        lock(&self.writer).execute_batch(sql).map_err(CatalogError::db("running raw SQL"))
+    }
+
+    fn with_reader<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        let conn = match lock(&self.readers).pop() {
+            Some(c) => c,
+            None => {
+                let c = open_connection(&self.path)?;
+                c.execute_batch("PRAGMA query_only = 1")
+                    .map_err(CatalogError::db("opening a reader"))?;
+                c
+            }
+        };
+        let result = f(&conn);
+        let mut idle = lock(&self.readers);
+        if idle.len() < MAX_IDLE_READERS {
+            idle.push(conn);
+        }
+        result
+    }
+
+    fn with_writer<T>(
+        &self,
+        f: impl FnOnce(&Connection) -> rusqlite::Result<T>,
+        op: &'static str,
+    ) -> Result<T> {
+        f(&lock(&self.writer)).map_err(CatalogError::db(op))
+    }
+}
+
+fn unique_violation(e: &rusqlite::Error) -> bool {
+    e.sqlite_error_code() == Some(ErrorCode::ConstraintViolation)
+}
+
+fn object_from_row(row: &Row<'_>) -> Result<ObjectVersion> {
+    let get = |e| CatalogError::Db { op: "reading an object version", source: e };
+    let state: i64 = row.get(2).map_err(get)?;
+    let code: i64 = row.get(4).map_err(get)?;
+    let id: i64 = row.get(0).map_err(get)?;
+    let object_type = ObjectType::from_code(code)
+        .ok_or_else(|| CatalogError::Damaged(format!("object {id} has unknown type {code}")))?;
+    let blob: Vec<u8> = row.get(17).map_err(get)?;
+    let int = |i: usize| -> Result<i64> { row.get::<_, i64>(i).map_err(get) };
+    Ok(ObjectVersion {
+        id: ObjectId(id),
+        filespace: FilespaceId(int(1)?),
+        path: row.get(3).map_err(get)?,
+        kind: if state == STATE_ARCHIVE { ObjectKind::Archive } else { ObjectKind::Backup },
+        active: state == STATE_ACTIVE,
+        object_type,
+        attrs: Attributes {
+            size: int(5)? as u64,
+            mtime_ns: int(6)?,
+            ctime_ns: int(7)?,
+            mode: int(8)? as u32,
+            uid: int(9)? as u32,
+            gid: int(10)? as u32,
+            link_target: row.get(16).map_err(get)?,
+        },
+        inserted: int(11)?,
+        deactivated: row.get(12).map_err(get)?,
+        mgmt_class: row.get::<_, Option<i64>>(13).map_err(get)?.map(MgmtClassId),
+        description: row.get(14).map_err(get)?,
+        retain_until: row.get(15).map_err(get)?,
+        chunks: chunk_list::decode(&blob)
+            .map_err(|e| CatalogError::Damaged(format!("object {id}: {e}")))?,
+    })
+}
+
+fn query_objects(
+    conn: &Connection,
+    sql: &str,
+    args: impl rusqlite::Params,
+    out: &mut Vec<ObjectVersion>,
+) -> Result<()> {
+    let mut stmt =
+        conn.prepare_cached(sql).map_err(CatalogError::db("querying object versions"))?;
+    let mut rows = stmt.query(args).map_err(CatalogError::db("querying object versions"))?;
+    while let Some(row) = rows.next().map_err(CatalogError::db("reading object versions"))? {
+        out.push(object_from_row(row)?);
+    }
+    Ok(())
+}
+
+fn chunk_from_row(row: &Row<'_>) -> rusqlite::Result<Chunk> {
+    Ok(Chunk {
+        id: ChunkId(row.get(0)?),
+        location: NewChunk {
+            container: ContainerId(row.get::<_, i64>(1)? as u64),
+            offset: row.get::<_, i64>(2)? as u64,
+            stored_len: row.get::<_, i64>(3)? as u32,
+            raw_len: row.get::<_, i64>(4)? as u32,
+            codec: row.get::<_, i64>(5)? as u16,
+        },
+        refcount: row.get::<_, i64>(6)? as u64,
+    })
+}
+
+const CHUNK_COLUMNS: &str = "id, container_id, frame_offset, stored_len, raw_len, codec, refcount";
+
+fn node_from_row(row: &Row<'_>) -> rusqlite::Result<Node> {
+    Ok(Node {
+        id: NodeId(row.get(0)?),
+        name: row.get(1)?,
+        password_hash: row.get(2)?,
+        domain: DomainId(row.get(3)?),
+        locked: row.get::<_, i64>(4)? != 0,
+        registered: row.get(5)?,
+    })
+}
+
+fn severity_code(s: Severity) -> i64 {
+    match s {
+        Severity::Info => 0,
+        Severity::Warning => 1,
+        Severity::Error => 2,
+    }
+}
+
+impl Catalog for SqliteCatalog {
+    fn schema_version(&self) -> Result<u32> {
+        read_version(&lock(&self.writer), &self.path)
+    }
+
+    fn define_domain(&self, name: &str, description: &str) -> Result<DomainId> {
+        let conn = lock(&self.writer);
+        match conn.execute(
+            "INSERT INTO domains (name, description) VALUES (?1, ?2)",
+            params![name, description],
+        ) {
+            Ok(_) => Ok(DomainId(conn.last_insert_rowid())),
+            Err(e) if unique_violation(&e) => {
+                Err(CatalogError::Exists { what: "domain", name: name.into() })
+            }
+            Err(e) => Err(CatalogError::Db { op: "defining a domain", source: e }),
+        }
+    }
+
+    fn domain(&self, name: &str) -> Result<Option<Domain>> {
+        self.with_reader(|c| {
+            c.query_row("SELECT id, name, description FROM domains WHERE name = ?1", [name], |r| {
+                Ok(Domain { id: DomainId(r.get(0)?), name: r.get(1)?, description: r.get(2)? })
+            })
+            .optional()
+            .map_err(CatalogError::db("reading a domain"))
+        })
+    }
+
+    fn define_mgmt_class(
+        &self,
+        domain: DomainId,
+        name: &str,
+        backup: BackupCopyGroup,
+        archive: ArchiveCopyGroup,
+    ) -> Result<MgmtClassId> {
+        let mut conn = lock(&self.writer);
+        let tx = conn.transaction().map_err(CatalogError::db("defining a management class"))?;
+        let id = match tx.execute(
+            "INSERT INTO mgmt_classes (domain_id, name) VALUES (?1, ?2)",
+            params![domain.0, name],
+        ) {
+            Ok(_) => tx.last_insert_rowid(),
+            Err(e) if unique_violation(&e) => {
+                // Either the name exists in the domain, or the domain does not exist.
+                let known: Option<i64> = tx
+                    .query_row("SELECT id FROM domains WHERE id = ?1", [domain.0], |r| r.get(0))
+                    .optional()
+                    .map_err(CatalogError::db("defining a management class"))?;
+                return Err(match known {
+                    Some(_) => CatalogError::Exists { what: "management class", name: name.into() },
+                    None => CatalogError::NotFound { what: "domain", key: domain.0.to_string() },
+                });
+            }
+            Err(e) => {
+                return Err(CatalogError::Db { op: "defining a management class", source: e });
+            }
+        };
+        tx.execute(
+            "INSERT INTO backup_copygroups (mgmt_class_id, versions_exist, versions_deleted, retain_extra_days, retain_only_days) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![id, backup.versions_exist, backup.versions_deleted, backup.retain_extra_days, backup.retain_only_days],
+        )
+        .map_err(|e| if unique_violation(&e) { CatalogError::Refused(format!("invalid backup copy group for {name}: versions-exist must be at least 1")) } else { CatalogError::Db { op: "defining a copy group", source: e } })?;
+        tx.execute(
+            "INSERT INTO archive_copygroups (mgmt_class_id, retain_version_days) VALUES (?1, ?2)",
+            params![id, archive.retain_version_days],
+        )
+        .map_err(CatalogError::db("defining a copy group"))?;
+        tx.commit().map_err(CatalogError::db("defining a management class"))?;
+        Ok(MgmtClassId(id))
+    }
+
+    fn mgmt_classes(&self, domain: DomainId) -> Result<Vec<MgmtClass>> {
+        self.with_reader(|c| {
+            let mut stmt = c
+                .prepare_cached(
+                    "SELECT m.id, m.name, b.versions_exist, b.versions_deleted, b.retain_extra_days, b.retain_only_days, a.retain_version_days \
+                     FROM mgmt_classes m JOIN backup_copygroups b ON b.mgmt_class_id = m.id JOIN archive_copygroups a ON a.mgmt_class_id = m.id \
+                     WHERE m.domain_id = ?1 ORDER BY m.name",
+                )
+                .map_err(CatalogError::db("reading management classes"))?;
+            let rows = stmt
+                .query_map([domain.0], |r| {
+                    Ok(MgmtClass {
+                        id: MgmtClassId(r.get(0)?),
+                        domain,
+                        name: r.get(1)?,
+                        backup: BackupCopyGroup {
+                            versions_exist: r.get(2)?,
+                            versions_deleted: r.get(3)?,
+                            retain_extra_days: r.get(4)?,
+                            retain_only_days: r.get(5)?,
+                        },
+                        archive: ArchiveCopyGroup { retain_version_days: r.get(6)? },
+                    })
+                })
+                .map_err(CatalogError::db("reading management classes"))?;
+            rows.collect::<rusqlite::Result<Vec<_>>>().map_err(CatalogError::db("reading management classes"))
+        })
+    }
+
+    fn register_node(&self, name: &str, password_hash: &str, domain: DomainId) -> Result<NodeId> {
+        let conn = lock(&self.writer);
+        match conn.execute(
+            "INSERT INTO nodes (name, password_hash, domain_id, locked, registered) VALUES (?1, ?2, ?3, 0, ?4)",
+            params![name, password_hash, domain.0, crate::now()],
+        ) {
+            Ok(_) => Ok(NodeId(conn.last_insert_rowid())),
+            Err(e) if unique_violation(&e) => {
+                let exists: bool = conn.query_row("SELECT count(*) FROM nodes WHERE name = ?1", [name], |r| r.get::<_, i64>(0)).map_err(CatalogError::db("registering a node"))? > 0;
+                Err(if exists { CatalogError::Exists { what: "node", name: name.into() } } else { CatalogError::NotFound { what: "domain", key: domain.0.to_string() } })
+            }
+            Err(e) => Err(CatalogError::Db { op: "registering a node", source: e }),
+        }
+    }
+
+    fn node(&self, name: &str) -> Result<Option<Node>> {
+        self.with_reader(|c| {
+            c.query_row("SELECT id, name, password_hash, domain_id, locked, registered FROM nodes WHERE name = ?1", [name], node_from_row)
+                .optional()
+                .map_err(CatalogError::db("reading a node"))
+        })
+    }
+
+    fn nodes(&self) -> Result<Vec<Node>> {
+        self.with_reader(|c| {
+            let mut stmt = c.prepare_cached("SELECT id, name, password_hash, domain_id, locked, registered FROM nodes ORDER BY name").map_err(CatalogError::db("reading nodes"))?;
+            let rows = stmt.query_map([], node_from_row).map_err(CatalogError::db("reading nodes"))?;
+            rows.collect::<rusqlite::Result<Vec<_>>>().map_err(CatalogError::db("reading nodes"))
+        })
+    }
+
+    fn set_node_locked(&self, node: NodeId, locked: bool) -> Result<()> {
+        let n = self.with_writer(
+            |c| {
+                c.execute(
+                    "UPDATE nodes SET locked = ?1 WHERE id = ?2",
+                    params![i64::from(locked), node.0],
+                )
+            },
+            "locking a node",
+        )?;
+        if n == 0 {
+            return Err(CatalogError::NotFound { what: "node", key: node.0.to_string() });
+        }
+        Ok(())
+    }
+
+    fn filespace(&self, node: NodeId, name: &str) -> Result<FilespaceId> {
+        let conn = lock(&self.writer);
+        let found: Option<i64> = conn
+            .query_row(
+                "SELECT id FROM filespaces WHERE node_id = ?1 AND name = ?2",
+                params![node.0, name],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(CatalogError::db("reading a filespace"))?;
+        if let Some(id) = found {
+            return Ok(FilespaceId(id));
+        }
+        match conn.execute(
+            "INSERT INTO filespaces (node_id, name, created) VALUES (?1, ?2, ?3)",
+            params![node.0, name, crate::now()],
+        ) {
+            Ok(_) => Ok(FilespaceId(conn.last_insert_rowid())),
+            Err(e) if e.sqlite_error_code() == Some(ErrorCode::ConstraintViolation) => {
+                Err(CatalogError::NotFound { what: "node", key: node.0.to_string() })
+            }
+            Err(e) => Err(CatalogError::Db { op: "creating a filespace", source: e }),
+        }
+    }
+
+    fn filespaces(&self, node: NodeId) -> Result<Vec<Filespace>> {
+        self.with_reader(|c| {
+            let mut stmt = c
+                .prepare_cached(
+                    "SELECT id, name, created FROM filespaces WHERE node_id = ?1 ORDER BY name",
+                )
+                .map_err(CatalogError::db("reading filespaces"))?;
+            let rows = stmt
+                .query_map([node.0], |r| {
+                    Ok(Filespace {
+                        id: FilespaceId(r.get(0)?),
+                        node,
+                        name: r.get(1)?,
+                        created: r.get(2)?,
+                    })
+                })
+                .map_err(CatalogError::db("reading filespaces"))?;
+            rows.collect::<rusqlite::Result<Vec<_>>>()
+                .map_err(CatalogError::db("reading filespaces"))
+        })
+    }
+
+    fn define_pool(&self, name: &str, kind: &str, location: &str) -> Result<PoolId> {
+        let conn = lock(&self.writer);
+        match conn.execute(
+            "INSERT INTO storage_pools (name, kind, location) VALUES (?1, ?2, ?3)",
+            params![name, kind, location],
+        ) {
+            Ok(_) => Ok(PoolId(conn.last_insert_rowid())),
+            Err(e) if unique_violation(&e) => {
+                Err(CatalogError::Exists { what: "storage pool", name: name.into() })
+            }
+            Err(e) => Err(CatalogError::Db { op: "defining a storage pool", source: e }),
+        }
+    }
+
+    fn pools(&self) -> Result<Vec<StoragePool>> {
+        self.with_reader(|c| {
+            let mut stmt = c
+                .prepare_cached("SELECT id, name, kind, location FROM storage_pools ORDER BY name")
+                .map_err(CatalogError::db("reading pools"))?;
+            let rows = stmt
+                .query_map([], |r| {
+                    Ok(StoragePool {
+                        id: PoolId(r.get(0)?),
+                        name: r.get(1)?,
+                        kind: r.get(2)?,
+                        location: r.get(3)?,
+                    })
+                })
+                .map_err(CatalogError::db("reading pools"))?;
+            rows.collect::<rusqlite::Result<Vec<_>>>().map_err(CatalogError::db("reading pools"))
+        })
+    }
+
+    fn containers(&self, pool: PoolId) -> Result<Vec<Container>> {
+        self.with_reader(|c| {
+            let mut stmt = c
+                .prepare_cached(
+                    "SELECT id, size, sealed FROM containers WHERE pool_id = ?1 ORDER BY id",
+                )
+                .map_err(CatalogError::db("reading containers"))?;
+            let rows = stmt
+                .query_map([pool.0], |r| {
+                    Ok(Container {
+                        id: ContainerId(r.get::<_, i64>(0)? as u64),
+                        pool,
+                        size: r.get::<_, i64>(1)? as u64,
+                        sealed: r.get::<_, i64>(2)? != 0,
+                    })
+                })
+                .map_err(CatalogError::db("reading containers"))?;
+            rows.collect::<rusqlite::Result<Vec<_>>>()
+                .map_err(CatalogError::db("reading containers"))
+        })
+    }
+
+    fn chunks_in_container(&self, container: ContainerId) -> Result<Vec<Chunk>> {
+        self.with_reader(|c| {
+            let sql = format!(
+                "SELECT {CHUNK_COLUMNS} FROM chunks WHERE container_id = ?1 ORDER BY frame_offset"
+            );
+            let mut stmt = c.prepare_cached(&sql).map_err(CatalogError::db("reading chunks"))?;
+            let rows = stmt
+                .query_map([container.0 as i64], chunk_from_row)
+                .map_err(CatalogError::db("reading chunks"))?;
+            rows.collect::<rusqlite::Result<Vec<_>>>().map_err(CatalogError::db("reading chunks"))
+        })
+    }
+
+    fn begin(&self) -> Result<Box<dyn Txn + '_>> {
+        let conn = lock(&self.writer);
+        conn.execute_batch("BEGIN IMMEDIATE")
+            .map_err(CatalogError::db("starting a transaction"))?;
+        Ok(Box::new(SqliteTxn { conn, done: false }))
+    }
+
+    fn for_each_active(
+        &self,
+        filespace: FilespaceId,
+        visit: &mut dyn FnMut(&ObjectVersion) -> Result<()>,
+    ) -> Result<()> {
+        self.with_reader(|c| {
+            let sql = format!("SELECT {OBJECT_COLUMNS} FROM objects WHERE filespace_id = ?1 AND state = 1 ORDER BY path");
+            let mut stmt = c.prepare_cached(&sql).map_err(CatalogError::db("streaming the active inventory"))?;
+            let mut rows = stmt.query([filespace.0]).map_err(CatalogError::db("streaming the active inventory"))?;
+            while let Some(row) = rows.next().map_err(CatalogError::db("streaming the active inventory"))? {
+                visit(&object_from_row(row)?)?;
+            }
+            Ok(())
+        })
+    }
+
+    fn versions(&self, filespace: FilespaceId, path: &[u8]) -> Result<Vec<ObjectVersion>> {
+        self.with_reader(|c| {
+            let mut out = Vec::new();
+            let active = format!("SELECT {OBJECT_COLUMNS} FROM objects WHERE filespace_id = ?1 AND path = ?2 AND state = 1");
+            let others = format!("SELECT {OBJECT_COLUMNS} FROM objects WHERE filespace_id = ?1 AND path = ?2 AND state <> 1");
+            query_objects(c, &active, params![filespace.0, path], &mut out)?;
+            query_objects(c, &others, params![filespace.0, path], &mut out)?;
+            out.sort_by_key(|v| std::cmp::Reverse((v.inserted, v.id)));
+            Ok(out)
+        })
+    }
+
+    fn object(&self, id: ObjectId) -> Result<Option<ObjectVersion>> {
+        self.with_reader(|c| {
+            let mut out = Vec::new();
+            query_objects(
+                c,
+                &format!("SELECT {OBJECT_COLUMNS} FROM objects WHERE id = ?1"),
+                [id.0],
+                &mut out,
+            )?;
+            Ok(out.pop())
+        })
+    }
+
+    fn object_chunks(&self, object: ObjectId) -> Result<Vec<ChunkRef>> {
+        let Some(obj) = self.object(object)? else {
+            return Err(CatalogError::NotFound { what: "object", key: object.0.to_string() });
+        };
+        self.with_reader(|c| {
+            let sql = format!("SELECT {CHUNK_COLUMNS} FROM chunks WHERE id = ?1");
+            let mut stmt = c.prepare_cached(&sql).map_err(CatalogError::db("reading chunks"))?;
+            obj.chunks
+                .iter()
+                .map(|id| {
+                    let chunk = stmt
+                        .query_row([id.0], chunk_from_row)
+                        .optional()
+                        .map_err(CatalogError::db("reading chunks"))?;
+                    let chunk = chunk.ok_or_else(|| {
+                        CatalogError::Damaged(format!(
+                            "object {} refers to missing chunk {}",
+                            object.0, id.0
+                        ))
+                    })?;
+                    Ok(ChunkRef { id: chunk.id, location: chunk.location })
+                })
+                .collect()
+        })
+    }
+
+    fn check(&self) -> Result<ConsistencyReport> {
+        self.with_reader(|c| {
+            let mut report = ConsistencyReport::default();
+            let problem = |report: &mut ConsistencyReport, text: String| {
+                if report.problems.len() < MAX_PROBLEMS {
+                    report.problems.push(text);
+                }
+            };
+            // Read both tables in one snapshot.
+            c.execute_batch("BEGIN").map_err(CatalogError::db("checking"))?;
+            let result = (|| -> Result<()> {
+                let mut refs: HashMap<i64, u64> = HashMap::new();
+                let mut stmt = c.prepare("SELECT id, chunk_list FROM objects").map_err(CatalogError::db("checking objects"))?;
+                let mut rows = stmt.query([]).map_err(CatalogError::db("checking objects"))?;
+                while let Some(row) = rows.next().map_err(CatalogError::db("checking objects"))? {
+                    report.objects += 1;
+                    let id: i64 = row.get(0).map_err(CatalogError::db("checking objects"))?;
+                    let blob: Vec<u8> = row.get(1).map_err(CatalogError::db("checking objects"))?;
+                    match chunk_list::decode(&blob) {
+                        Ok(list) => list.iter().for_each(|ch| *refs.entry(ch.0).or_default() += 1),
+                        Err(e) => problem(&mut report, format!("object {id}: {e}")),
+                    }
+                }
+                let mut stmt = c
+                    .prepare("SELECT c.id, c.refcount, c.container_id, k.id FROM chunks c LEFT JOIN containers k ON k.id = c.container_id")
+                    .map_err(CatalogError::db("checking chunks"))?;
+                let mut rows = stmt.query([]).map_err(CatalogError::db("checking chunks"))?;
+                while let Some(row) = rows.next().map_err(CatalogError::db("checking chunks"))? {
+                    report.chunks += 1;
+                    let id: i64 = row.get(0).map_err(CatalogError::db("checking chunks"))?;
+                    let refcount: i64 = row.get(1).map_err(CatalogError::db("checking chunks"))?;
+                    let container: i64 = row.get(2).map_err(CatalogError::db("checking chunks"))?;
+                    let known: Option<i64> = row.get(3).map_err(CatalogError::db("checking chunks"))?;
+                    let counted = refs.remove(&id).unwrap_or(0);
+                    if refcount as u64 != counted {
+                        problem(&mut report, format!("chunk {id}: reference count {refcount}, but {counted} references"));
+                    }
+                    if counted == 0 {
+                        report.unreferenced_chunks += 1;
+                    }
+                    if known.is_none() {
+                        problem(&mut report, format!("chunk {id}: container {:016x} is not recorded", container as u64));
+                    }
+                }
+                for (id, n) in refs {
+                    problem(&mut report, format!("chunk {id} is missing but referenced {n} times"));
+                }
+                Ok(())
+            })();
+            let _ = c.execute_batch("COMMIT");
+            result.map(|()| report)
+        })
+    }
+
+    fn stats(&self) -> Result<CatalogStats> {
+        self.with_reader(|c| {
+            let count = |table: &str| -> Result<u64> {
+                c.query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get::<_, i64>(0))
+                    .map(|n| n as u64)
+                    .map_err(CatalogError::db("counting"))
+            };
+            let pages: i64 = c
+                .query_row("PRAGMA page_count", [], |r| r.get(0))
+                .map_err(CatalogError::db("measuring"))?;
+            let page_size: i64 = c
+                .query_row("PRAGMA page_size", [], |r| r.get(0))
+                .map_err(CatalogError::db("measuring"))?;
+            Ok(CatalogStats {
+                objects: count("objects")?,
+                chunks: count("chunks")?,
+                containers: count("containers")?,
+                database_bytes: (pages * page_size) as u64,
+            })
+        })
+    }
+
+    fn start_session(&self, node: NodeId) -> Result<SessionId> {
+        let conn = lock(&self.writer);
+        conn.execute(
+            "INSERT INTO sessions (node_id, started, state) VALUES (?1, ?2, 'running')",
+            params![node.0, crate::now()],
+        )
+        .map_err(CatalogError::db("starting a session"))?;
+        Ok(SessionId(conn.last_insert_rowid()))
+    }
+
+    fn update_session(&self, session: SessionId, bytes: u64, objects: u64) -> Result<()> {
+        self.with_writer(
+            |c| {
+                c.execute(
+                    "UPDATE sessions SET bytes = bytes + ?1, objects = objects + ?2 WHERE id = ?3",
+                    params![bytes as i64, objects as i64, session.0],
+                )
+            },
+            "updating a session",
+        )?;
+        Ok(())
+    }
+
+    fn end_session(&self, session: SessionId, state: &str) -> Result<()> {
+        self.with_writer(
+            |c| {
+                c.execute(
+                    "UPDATE sessions SET ended = ?1, state = ?2 WHERE id = ?3",
+                    params![crate::now(), state, session.0],
+                )
+            },
+            "ending a session",
+        )?;
+        Ok(())
+    }
+
+    fn running_sessions(&self) -> Result<Vec<Session>> {
+        self.with_reader(|c| {
+            let mut stmt = c.prepare_cached("SELECT id, node_id, started, ended, bytes, objects, state FROM sessions WHERE ended IS NULL ORDER BY id").map_err(CatalogError::db("reading sessions"))?;
+            let rows = stmt
+                .query_map([], |r| {
+                    Ok(Session {
+                        id: SessionId(r.get(0)?),
+                        node: NodeId(r.get(1)?),
+                        started: r.get(2)?,
+                        ended: r.get(3)?,
+                        bytes: r.get::<_, i64>(4)? as u64,
+                        objects: r.get::<_, i64>(5)? as u64,
+                        state: r.get(6)?,
+                    })
+                })
+                .map_err(CatalogError::db("reading sessions"))?;
+            rows.collect::<rusqlite::Result<Vec<_>>>().map_err(CatalogError::db("reading sessions"))
+        })
+    }
+
+    fn start_process(&self, kind: &str, detail: &str) -> Result<ProcessId> {
+        let conn = lock(&self.writer);
+        conn.execute(
+            "INSERT INTO processes (kind, started, state, detail) VALUES (?1, ?2, 'running', ?3)",
+            params![kind, crate::now(), detail],
+        )
+        .map_err(CatalogError::db("starting a process"))?;
+        Ok(ProcessId(conn.last_insert_rowid()))
+    }
+
+    fn end_process(&self, process: ProcessId, state: &str, detail: &str) -> Result<()> {
+        self.with_writer(
+            |c| {
+                c.execute(
+                    "UPDATE processes SET ended = ?1, state = ?2, detail = ?3 WHERE id = ?4",
+                    params![crate::now(), state, detail, process.0],
+                )
+            },
+            "ending a process",
+        )?;
+        Ok(())
+    }
+
+    fn process(&self, process: ProcessId) -> Result<Option<Process>> {
+        self.with_reader(|c| {
+            c.query_row(
+                "SELECT id, kind, started, ended, state, detail FROM processes WHERE id = ?1",
+                [process.0],
+                |r| {
+                    Ok(Process {
+                        id: ProcessId(r.get(0)?),
+                        kind: r.get(1)?,
+                        started: r.get(2)?,
+                        ended: r.get(3)?,
+                        state: r.get(4)?,
+                        detail: r.get(5)?,
+                    })
+                },
+            )
+            .optional()
+            .map_err(CatalogError::db("reading a process"))
+        })
+    }
+
+    fn log(
+        &self,
+        severity: Severity,
+        message: &str,
+        node: Option<NodeId>,
+        session: Option<SessionId>,
+        process: Option<ProcessId>,
+    ) -> Result<()> {
+        self.with_writer(
+            |c| {
+                c.execute(
+                    "INSERT INTO activity_log (time, severity, message, node_id, session_id, process_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                    params![crate::now(), severity_code(severity), message, node.map(|n| n.0), session.map(|s| s.0), process.map(|p| p.0)],
+                )
+            },
+            "writing the activity log",
+        )?;
+        Ok(())
+    }
+
+    fn activity(&self, since: Timestamp, limit: u32) -> Result<Vec<ActivityEntry>> {
+        self.with_reader(|c| {
+            let mut stmt = c
+                .prepare_cached("SELECT id, time, severity, message, node_id, session_id, process_id FROM activity_log WHERE time >= ?1 ORDER BY id LIMIT ?2")
+                .map_err(CatalogError::db("reading the activity log"))?;
+            let rows = stmt
+                .query_map(params![since, i64::from(limit)], |r| {
+                    Ok(ActivityEntry {
+                        id: r.get(0)?,
+                        time: r.get(1)?,
+                        severity: match r.get::<_, i64>(2)? {
+                            0 => Severity::Info,
+                            1 => Severity::Warning,
+                            _ => Severity::Error,
+                        },
+                        message: r.get(3)?,
+                        node: r.get::<_, Option<i64>>(4)?.map(NodeId),
+                        session: r.get::<_, Option<i64>>(5)?.map(SessionId),
+                        process: r.get::<_, Option<i64>>(6)?.map(ProcessId),
+                    })
+                })
+                .map_err(CatalogError::db("reading the activity log"))?;
+            rows.collect::<rusqlite::Result<Vec<_>>>().map_err(CatalogError::db("reading the activity log"))
+        })
+    }
+}
+
+/// A write transaction on the writer connection, held for its whole life.
+struct SqliteTxn<'a> {
+    conn: MutexGuard<'a, Connection>,
+    done: bool,
+}
+
+impl Drop for SqliteTxn<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = self.conn.execute_batch("ROLLBACK");
+        }
+    }
+}
+
+impl Txn for SqliteTxn<'_> {
+    fn add_container(&mut self, pool: PoolId, id: ContainerId) -> Result<()> {
+        self.conn
+            .prepare_cached("INSERT INTO containers (id, pool_id, size, sealed) VALUES (?1, ?2, 0, 0) ON CONFLICT DO NOTHING")
+            .and_then(|mut s| s.execute(params![id.0 as i64, pool.0]))
+            .map_err(CatalogError::db("recording a container"))?;
+        Ok(())
+    }
+
+    fn set_container(&mut self, id: ContainerId, size: u64, sealed: bool) -> Result<()> {
+        let n = self
+            .conn
+            .prepare_cached("UPDATE containers SET size = ?1, sealed = ?2 WHERE id = ?3")
+            .and_then(|mut s| s.execute(params![size as i64, i64::from(sealed), id.0 as i64]))
+            .map_err(CatalogError::db("updating a container"))?;
+        if n == 0 {
+            return Err(CatalogError::NotFound {
+                what: "container",
+                key: format!("{:016x}", id.0),
+            });
+        }
+        Ok(())
+    }
+
+    fn insert_object(&mut self, object: &NewObject, now: Timestamp) -> Result<ObjectId> {
+        let c = &*self.conn;
+        let state = match object.kind {
+            ObjectKind::Backup => {
+                c.prepare_cached("UPDATE objects SET state = 0, deactivated = ?1 WHERE filespace_id = ?2 AND path = ?3 AND state = 1")
+                    .and_then(|mut s| s.execute(params![now, object.filespace.0, object.path]))
+                    .map_err(CatalogError::db("deactivating the previous version"))?;
+                STATE_ACTIVE
+            }
+            ObjectKind::Archive => STATE_ARCHIVE,
+        };
+        let mut ids = Vec::with_capacity(object.chunks.len());
+        for chunk in &object.chunks {
+            match chunk {
+                ObjectChunk::New(n) => {
+                    c.prepare_cached("INSERT INTO chunks (container_id, frame_offset, stored_len, raw_len, codec, refcount) VALUES (?1, ?2, ?3, ?4, ?5, 1)")
+                        .and_then(|mut s| s.execute(params![n.container.0 as i64, n.offset as i64, n.stored_len, n.raw_len, n.codec]))
+                        .map_err(|e| {
+                            if e.sqlite_error_code() == Some(ErrorCode::ConstraintViolation) {
+                                CatalogError::NotFound { what: "container", key: format!("{:016x}", n.container.0) }
+                            } else {
+                                CatalogError::Db { op: "inserting a chunk", source: e }
+                            }
+                        })?;
+                    ids.push(ChunkId(c.last_insert_rowid()));
+                }
+                ObjectChunk::Existing(id) => {
+                    let n = c
+                        .prepare_cached("UPDATE chunks SET refcount = refcount + 1 WHERE id = ?1")
+                        .and_then(|mut s| s.execute([id.0]))
+                        .map_err(CatalogError::db("referencing a chunk"))?;
+                    if n == 0 {
+                        return Err(CatalogError::NotFound {
+                            what: "chunk",
+                            key: id.0.to_string(),
+                        });
+                    }
+                    ids.push(*id);
+                }
+            }
+        }
+        let a = &object.attrs;
+        c.prepare_cached(
+            "INSERT INTO objects (filespace_id, state, path, object_type, size, mtime_ns, ctime_ns, mode, uid, gid, inserted, mgmt_class_id, description, retain_until, link_target, chunk_list) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+        )
+        .and_then(|mut s| {
+            s.execute(params![
+                object.filespace.0,
+                state,
+                object.path,
+                object.object_type.code(),
+                a.size as i64,
+                a.mtime_ns,
+                a.ctime_ns,
+                a.mode,
+                a.uid,
+                a.gid,
+                now,
+                object.mgmt_class.map(|m| m.0),
+                object.description,
+                object.retain_until,
+                a.link_target,
+                chunk_list::encode(&ids),
+            ])
+        })
+        .map_err(|e| {
+            if e.sqlite_error_code() == Some(ErrorCode::ConstraintViolation) {
+                CatalogError::NotFound { what: "filespace or management class", key: format!("{} / {:?}", object.filespace.0, object.mgmt_class) }
+            } else {
+                CatalogError::Db { op: "inserting an object version", source: e }
+            }
+        })?;
+        Ok(ObjectId(c.last_insert_rowid()))
+    }
+
+    fn deactivate(&mut self, filespace: FilespaceId, path: &[u8], now: Timestamp) -> Result<bool> {
+        let n = self
+            .conn
+            .prepare_cached("UPDATE objects SET state = 0, deactivated = ?1 WHERE filespace_id = ?2 AND path = ?3 AND state = 1")
+            .and_then(|mut s| s.execute(params![now, filespace.0, path]))
+            .map_err(CatalogError::db("deactivating a version"))?;
+        Ok(n > 0)
+    }
+
+    fn delete_object(&mut self, id: ObjectId) -> Result<()> {
+        let c = &*self.conn;
+        let blob: Option<Vec<u8>> = c
+            .prepare_cached("SELECT chunk_list FROM objects WHERE id = ?1")
+            .and_then(|mut s| s.query_row([id.0], |r| r.get(0)).optional())
+            .map_err(CatalogError::db("deleting an object version"))?;
+        let blob =
+            blob.ok_or_else(|| CatalogError::NotFound { what: "object", key: id.0.to_string() })?;
+        for chunk in chunk_list::decode(&blob)? {
+            c.prepare_cached("UPDATE chunks SET refcount = refcount - 1 WHERE id = ?1")
+                .and_then(|mut s| s.execute([chunk.0]))
+                .map_err(CatalogError::db("releasing a chunk reference"))?;
+        }
+        c.prepare_cached("DELETE FROM objects WHERE id = ?1")
+            .and_then(|mut s| s.execute([id.0]))
+            .map_err(CatalogError::db("deleting an object version"))?;
+        Ok(())
+    }
+
+    fn move_chunk(&mut self, id: ChunkId, container: ContainerId, offset: u64) -> Result<()> {
+        let n = self
+            .conn
+            .prepare_cached("UPDATE chunks SET container_id = ?1, frame_offset = ?2 WHERE id = ?3")
+            .and_then(|mut s| s.execute(params![container.0 as i64, offset as i64, id.0]))
+            .map_err(CatalogError::db("moving a chunk"))?;
+        if n == 0 {
+            return Err(CatalogError::NotFound { what: "chunk", key: id.0.to_string() });
+        }
+        Ok(())
+    }
+
+    fn delete_chunk(&mut self, id: ChunkId) -> Result<()> {
+        let c = &*self.conn;
+        let refcount: Option<i64> = c
+            .prepare_cached("SELECT refcount FROM chunks WHERE id = ?1")
+            .and_then(|mut s| s.query_row([id.0], |r| r.get(0)).optional())
+            .map_err(CatalogError::db("deleting a chunk"))?;
+        match refcount {
+            None => Err(CatalogError::NotFound { what: "chunk", key: id.0.to_string() }),
+            Some(n) if n > 0 => {
+                Err(CatalogError::Refused(format!("chunk {} is still referenced {n} times", id.0)))
+            }
+            Some(_) => {
+                c.prepare_cached("DELETE FROM chunks WHERE id = ?1")
+                    .and_then(|mut s| s.execute([id.0]))
+                    .map_err(CatalogError::db("deleting a chunk"))?;
+                Ok(())
+            }
+        }
+    }
+
+    fn delete_container(&mut self, id: ContainerId) -> Result<()> {
+        let c = &*self.conn;
+        let chunks: i64 = c
+            .prepare_cached("SELECT count(*) FROM chunks WHERE container_id = ?1")
+            .and_then(|mut s| s.query_row([id.0 as i64], |r| r.get(0)))
+            .map_err(CatalogError::db("deleting a container"))?;
+        if chunks > 0 {
+            return Err(CatalogError::Refused(format!(
+                "container {:016x} still holds {chunks} chunks",
+                id.0
+            )));
+        }
+        c.prepare_cached("DELETE FROM containers WHERE id = ?1")
+            .and_then(|mut s| s.execute([id.0 as i64]))
+            .map_err(CatalogError::db("deleting a container"))?;
+        Ok(())
+    }
+
+    fn commit(mut self: Box<Self>) -> Result<()> {
+        self.conn.execute_batch("COMMIT").map_err(CatalogError::db("committing"))?;
+        self.done = true;
+        Ok(())
+    }
+}
