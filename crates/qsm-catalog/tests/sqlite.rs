@@ -1,4 +1,5 @@
 //! The SQLite catalog: the shared conformance suite, migrations, and bad files.
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] functions
 
 use std::path::Path;
 
