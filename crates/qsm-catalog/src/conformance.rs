@@ -351,6 +351,15 @@ pub fn chunks_and_reference_counts(cat: &dyn Catalog) -> CaseResult {
         "chunk in an unrecorded container accepted"
     );
     drop(t);
+    // Ids are never reused: a stale id must not name other data.
+    let mut t = cat.begin().map_err(e)?;
+    t.add_container(fx.pool, fx.container).map_err(e)?;
+    let again =
+        t.insert_object(&file(fx.fs, b"/b", 1, vec![new_chunk(fx.container, 0)]), 4).map_err(e)?;
+    t.commit().map_err(e)?;
+    ensure!(again != a && again != b, "object id {} reused", again.0);
+    let chunk = cat.object_chunks(again).map_err(e)?[0].id;
+    ensure!(chunk != c0 && chunk != c1, "chunk id {} reused", chunk.0);
     consistent(cat)
 }
 

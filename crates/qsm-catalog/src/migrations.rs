@@ -15,10 +15,12 @@ pub enum Dialect {
 impl Dialect {
     fn substitute(self, sql: &str) -> String {
         match self {
-            // `id INTEGER PRIMARY KEY` is SQLite's rowid alias (auto-assigned); PostgreSQL will
-            // use `BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY`.
+            // AUTOINCREMENT: ids are never reused. Plain rowids restart at the largest id
+            // after a delete, so an expired object's or chunk's id would come back naming other
+            // data (the kill -9 test caught it). PostgreSQL's identity columns never reuse
+            // either: `BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY`.
             Dialect::Sqlite => {
-                sql.replace("{ID}", "INTEGER PRIMARY KEY").replace("{BYTES}", "BLOB")
+                sql.replace("{ID}", "INTEGER PRIMARY KEY AUTOINCREMENT").replace("{BYTES}", "BLOB")
             }
         }
     }

@@ -61,8 +61,13 @@ fn open_connection(path: &Path) -> Result<Connection> {
     // The first statement that reads the file is where SQLite notices it is not a database.
     conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get::<_, String>(0))
         .map_err(classify(path, "enabling WAL"))?;
-    conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;")
-        .map_err(classify(path, "setting pragmas"))?;
+    // A 256 MiB page cache (SQLite's default is 2 MiB): inserts land all over the path index,
+    // and with the default cache a million-object catalog ran at 62k inserts/s instead of
+    // over 100k (docs/PERFORMANCE.md). Pages are only allocated when used.
+    conn.execute_batch(
+        "PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; PRAGMA cache_size = -262144;",
+    )
+    .map_err(classify(path, "setting pragmas"))?;
     Ok(conn)
 }
 

@@ -1,0 +1,433 @@
+//! # qsm-store: the commit protocol between the storage pool and the catalog
+//!
+//! A backed-up object is bytes in the pool and records in the catalog. This crate is the only
+//! place that writes both, and it always does so in this order (`docs/FORMAT.md`, "Commit
+//! protocol"):
+//!
+//! 1. frames are appended to the pool by a [`Batch`]'s writer;
+//! 2. [`Batch::commit`] makes them durable ([`qsm_pool::PoolWriter::sync`]: fsync of the
+//!    containers and, for new ones, of their directory);
+//! 3. only then does one catalog transaction record the containers, chunks and object versions
+//!    (and deactivate the versions they replace); nothing is visible before it commits.
+//!
+//! So a crash at any instant leaves every committed version restorable, and at most frames
+//! that no catalog record points to, which [`Store::reclaim`] and [`Store::remove_orphans`]
+//! remove. Reclamation keeps the same order: live frames are copied and synced first, the
+//! catalog is repointed in one transaction, and the old container is deleted last.
+//!
+//! A transaction groups objects up to [`TxnLimits`] (TSM's `txngroupmax` and `txnbytelimit`).
+
+use std::collections::{BTreeMap, HashSet};
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+use qsm_catalog::{
+    Catalog, CatalogError, ContainerId, FilespaceId, NewChunk, NewObject, ObjectChunk, ObjectId,
+    PoolId, Timestamp,
+};
+use qsm_codec::{FrameDecoder, FrameHeader};
+use qsm_pool::{FrameLocation, Pool, PoolError, PoolWriter};
+
+/// An error of the store: the pool's or the catalog's, or a broken invariant between them.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The pool failed.
+    #[error(transparent)]
+    Pool(#[from] PoolError),
+    /// The catalog failed.
+    #[error(transparent)]
+    Catalog(#[from] CatalogError),
+    /// A frame handed to a batch is not a valid frame.
+    #[error("object {path}: frame {index} is invalid: {detail}")]
+    BadFrame {
+        /// Object path (lossy UTF-8).
+        path: String,
+        /// Frame number within the object.
+        index: usize,
+        /// What is wrong.
+        detail: String,
+    },
+    /// Writing restored data failed.
+    #[error("writing restored data: {0}")]
+    Output(std::io::Error),
+}
+
+/// Result of store operations.
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+/// Bounds of one catalog transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TxnLimits {
+    /// Objects per transaction (TSM's `TXNGROUPMAX`).
+    pub group_max: usize,
+    /// Bytes of frames per transaction (TSM's `TXNBYTELIMIT`).
+    pub byte_limit: u64,
+}
+
+impl Default for TxnLimits {
+    /// TSM's defaults: 4,096 objects (`TXNGROUPMAX`) and 25,600 KiB (`TXNBYTELIMIT`). Each
+    /// commit costs an fsync of the pool and one of the catalog; at these sizes that is
+    /// under 1% of the time to move 25 MiB, while a crash loses at most one transaction.
+    fn default() -> Self {
+        TxnLimits { group_max: 4096, byte_limit: 25_600 * 1024 }
+    }
+}
+
+/// A pool with the catalog that indexes it.
+#[derive(Debug)]
+pub struct Store {
+    catalog: Arc<dyn Catalog>,
+    pool: Arc<dyn Pool>,
+    pool_record: PoolId,
+    /// Containers open for appending in this process: reclamation and orphan removal leave
+    /// them alone. (Several servers sharing a pool will need this in the catalog.)
+    open: Mutex<HashSet<ContainerId>>,
+}
+
+/// What one commit recorded.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Committed {
+    /// The object versions, in the order they were added.
+    pub objects: Vec<ObjectId>,
+    /// Bytes of frames they hold.
+    pub bytes: u64,
+}
+
+impl Store {
+    /// A store over `pool`, recorded in `catalog` under the pool's name (created if new).
+    pub fn new(catalog: Arc<dyn Catalog>, pool: Arc<dyn Pool>) -> Result<Store> {
+        let existing = catalog.pools()?.into_iter().find(|p| p.name == pool.name());
+        let pool_record = match existing {
+            Some(p) => p.id,
+            None => catalog.define_pool(pool.name(), "dir", &format!("{:?}", pool.id()))?,
+        };
+        Ok(Store { catalog, pool, pool_record, open: Mutex::new(HashSet::new()) })
+    }
+
+    /// The catalog.
+    pub fn catalog(&self) -> &Arc<dyn Catalog> {
+        &self.catalog
+    }
+
+    /// The pool.
+    pub fn pool(&self) -> &Arc<dyn Pool> {
+        &self.pool
+    }
+
+    fn open_set(&self) -> std::sync::MutexGuard<'_, HashSet<ContainerId>> {
+        self.open.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Starts a batch of objects with its own pool writer.
+    pub fn batch(&self, limits: TxnLimits) -> Result<Batch<'_>> {
+        let writer = self.pool.writer()?;
+        self.open_set().insert(ContainerId(writer.container()));
+        let mine = HashSet::from([writer.container()]);
+        Ok(Batch {
+            store: self,
+            writer: Some(writer),
+            pending: Vec::new(),
+            deactivations: Vec::new(),
+            bytes: 0,
+            limits,
+            touched: BTreeMap::new(),
+            mine,
+        })
+    }
+
+    /// Writes the data of object `id` to `out`, reading each frame with one ranged read and
+    /// verifying it (the pool checks it, and decoding checks the data checksum again).
+    pub fn restore(&self, id: ObjectId, out: &mut dyn Write) -> Result<u64> {
+        let mut decoder = FrameDecoder::new();
+        let (mut frame, mut raw) = (Vec::new(), Vec::new());
+        let mut written = 0u64;
+        for chunk in self.catalog.object_chunks(id)? {
+            let loc = location(&chunk.location);
+            let header = self.pool.read_frame(&loc, Some(chunk.id.0 as u64), &mut frame)?;
+            decoder.decode(&frame[..header.frame_len()], &mut raw).map_err(|e| {
+                PoolError::Corrupt {
+                    pool: self.pool.name().to_owned(),
+                    container: loc.container,
+                    offset: loc.offset,
+                    chunk: Some(chunk.id.0 as u64),
+                    detail: e.to_string(),
+                }
+            })?;
+            out.write_all(&raw[..header.raw_len as usize]).map_err(StoreError::Output)?;
+            written += u64::from(header.raw_len);
+        }
+        Ok(written)
+    }
+
+    /// The full consistency check: the catalog's own invariants, then every chunk it
+    /// references read back from the pool with a valid checksum. Problems are listed, not
+    /// stopped at.
+    pub fn check(&self) -> Result<CheckReport> {
+        let catalog = self.catalog.check()?;
+        let mut report =
+            CheckReport { problems: catalog.problems.clone(), catalog, ..CheckReport::default() };
+        let mut frame = Vec::new();
+        for container in self.catalog.containers(self.pool_record)? {
+            for chunk in self.catalog.chunks_in_container(container.id)? {
+                report.chunks_read += 1;
+                if let Err(e) = self.pool.read_frame(
+                    &location(&chunk.location),
+                    Some(chunk.id.0 as u64),
+                    &mut frame,
+                ) {
+                    report.problems.push(e.to_string());
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    /// Rewrites every container (not open in this process) whose live bytes fell below
+    /// `threshold` of its size: live frames are copied to a new container and synced, the
+    /// catalog is repointed and dead chunks dropped in one transaction, then the old container
+    /// is deleted. Returns the containers reclaimed.
+    pub fn reclaim(&self, threshold: f64) -> Result<Vec<ContainerId>> {
+        let open = self.open_set().clone();
+        let sizes: BTreeMap<u64, u64> =
+            self.pool.containers()?.into_iter().map(|c| (c.id, c.size)).collect();
+        let mut reclaimed = Vec::new();
+        for container in self.catalog.containers(self.pool_record)? {
+            if open.contains(&container.id) {
+                continue;
+            }
+            let Some(&size) = sizes.get(&container.id.0) else { continue };
+            let chunks = self.catalog.chunks_in_container(container.id)?;
+            let live: Vec<_> = chunks.iter().filter(|c| c.refcount > 0).collect();
+            let live_bytes: u64 = live.iter().map(|c| u64::from(c.location.stored_len)).sum();
+            if size == 0 || live_bytes as f64 >= threshold * size as f64 {
+                continue;
+            }
+            let mut writer = self.pool.writer()?;
+            let locations: Vec<FrameLocation> =
+                live.iter().map(|c| location(&c.location)).collect();
+            let moved = qsm_pool::copy_frames(self.pool.as_ref(), &locations, writer.as_mut())?;
+            writer.finish()?;
+            let mut t = self.catalog.begin()?;
+            for new in &moved {
+                t.add_container(self.pool_record, ContainerId(new.container))?;
+            }
+            for (chunk, new) in live.iter().zip(&moved) {
+                t.move_chunk(chunk.id, ContainerId(new.container), new.offset)?;
+            }
+            for dead in chunks.iter().filter(|c| c.refcount == 0) {
+                t.delete_chunk(dead.id)?;
+            }
+            for (id, end) in container_ends(&moved) {
+                t.set_container(ContainerId(id), end, true)?;
+            }
+            t.delete_container(container.id)?;
+            t.commit()?;
+            self.pool.delete(container.id.0)?;
+            reclaimed.push(container.id);
+        }
+        Ok(reclaimed)
+    }
+
+    /// Deletes containers the pool holds but the catalog does not know, that are not open in
+    /// this process: the leftovers of a crash between sync and catalog commit, or between a
+    /// reclamation's commit and its delete. Only call it when no other process writes to the
+    /// pool. Returns the containers deleted.
+    pub fn remove_orphans(&self) -> Result<Vec<u64>> {
+        let open = self.open_set().clone();
+        let known: HashSet<u64> =
+            self.catalog.containers(self.pool_record)?.iter().map(|c| c.id.0).collect();
+        let mut removed = Vec::new();
+        for c in self.pool.containers()? {
+            if !known.contains(&c.id) && !open.contains(&ContainerId(c.id)) {
+                self.pool.delete(c.id)?;
+                removed.push(c.id);
+            }
+        }
+        Ok(removed)
+    }
+}
+
+/// The largest end offset written in each container.
+fn container_ends(locations: &[FrameLocation]) -> BTreeMap<u64, u64> {
+    let mut ends = BTreeMap::new();
+    for l in locations {
+        let end = ends.entry(l.container).or_insert(0);
+        *end = (*end).max(l.offset + u64::from(l.len));
+    }
+    ends
+}
+
+fn location(chunk: &NewChunk) -> FrameLocation {
+    FrameLocation { container: chunk.container.0, offset: chunk.offset, len: chunk.stored_len }
+}
+
+/// What [`Store::check`] found.
+#[derive(Debug, Clone, Default)]
+pub struct CheckReport {
+    /// The catalog's own check.
+    pub catalog: qsm_catalog::ConsistencyReport,
+    /// Chunks read back from the pool.
+    pub chunks_read: u64,
+    /// Every problem found, catalog's and pool's.
+    pub problems: Vec<String>,
+}
+
+/// Objects on their way into the store: frames go to the pool at once, records to the
+/// catalog at [`Batch::commit`], which also happens by itself when the limits are reached.
+/// Dropping a batch without committing loses only its uncommitted objects.
+pub struct Batch<'s> {
+    store: &'s Store,
+    writer: Option<Box<dyn PoolWriter>>,
+    pending: Vec<NewObject>,
+    deactivations: Vec<(FilespaceId, Vec<u8>)>,
+    bytes: u64,
+    limits: TxnLimits,
+    /// Containers written since the last commit, with the end of the last frame in each.
+    touched: BTreeMap<u64, u64>,
+    /// Every container this batch's writer opened (it rolls over at the target size).
+    mine: HashSet<u64>,
+}
+
+impl std::fmt::Debug for Batch<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Batch")
+            .field("pending", &self.pending.len())
+            .field("bytes", &self.bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Batch<'_> {
+    fn writer(&mut self) -> Result<&mut Box<dyn PoolWriter>> {
+        match &mut self.writer {
+            Some(w) => Ok(w),
+            None => Err(StoreError::Pool(PoolError::Corrupt {
+                pool: self.store.pool.name().to_owned(),
+                container: 0,
+                offset: 0,
+                chunk: None,
+                detail: "batch used after finish".into(),
+            })),
+        }
+    }
+
+    /// Adds an object: its frames (complete frames from `qsm_codec::FrameEncoder`, in order)
+    /// are appended to the pool now; `object.chunks` is replaced by them. Commits first if the
+    /// batch is full; returns what that commit recorded.
+    pub fn add(
+        &mut self,
+        mut object: NewObject,
+        frames: &[&[u8]],
+        now: Timestamp,
+    ) -> Result<Option<Committed>> {
+        let incoming: u64 = frames.iter().map(|f| f.len() as u64).sum();
+        let committed = if !self.pending.is_empty()
+            && (self.pending.len() >= self.limits.group_max
+                || self.bytes + incoming > self.limits.byte_limit)
+        {
+            Some(self.commit(now)?)
+        } else {
+            None
+        };
+        object.chunks.clear();
+        for (index, frame) in frames.iter().enumerate() {
+            let header = FrameHeader::parse(frame).map_err(|e| StoreError::BadFrame {
+                path: String::from_utf8_lossy(&object.path).into_owned(),
+                index,
+                detail: e.to_string(),
+            })?;
+            let loc = self.writer()?.append(frame)?;
+            if self.mine.insert(loc.container) {
+                self.store.open_set().insert(ContainerId(loc.container));
+            }
+            let end = self.touched.entry(loc.container).or_insert(0);
+            *end = (*end).max(loc.offset + u64::from(loc.len));
+            object.chunks.push(ObjectChunk::New(NewChunk {
+                container: ContainerId(loc.container),
+                offset: loc.offset,
+                stored_len: loc.len,
+                raw_len: header.raw_len,
+                codec: header.codec,
+            }));
+        }
+        self.bytes += incoming;
+        self.pending.push(object);
+        Ok(committed)
+    }
+
+    /// Queues the deactivation of the active version of `path` (deleted on the client).
+    pub fn deactivate(&mut self, filespace: FilespaceId, path: &[u8]) {
+        self.deactivations.push((filespace, path.to_vec()));
+    }
+
+    /// Objects waiting for the next commit.
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// The commit protocol: sync the pool, then record everything in one catalog transaction.
+    pub fn commit(&mut self, now: Timestamp) -> Result<Committed> {
+        if self.pending.is_empty() && self.deactivations.is_empty() {
+            return Ok(Committed::default());
+        }
+        self.writer()?.sync()?;
+        let store = self.store;
+        let mut t = store.catalog.begin()?;
+        for (&container, &end) in &self.touched {
+            t.add_container(store.pool_record, ContainerId(container))?;
+            t.set_container(ContainerId(container), end, false)?;
+        }
+        let mut objects = Vec::with_capacity(self.pending.len());
+        for object in &self.pending {
+            objects.push(t.insert_object(object, now)?);
+        }
+        for (fs, path) in &self.deactivations {
+            t.deactivate(*fs, path, now)?;
+        }
+        t.commit()?;
+        let committed = Committed { objects, bytes: self.bytes };
+        self.pending.clear();
+        self.deactivations.clear();
+        self.touched.clear();
+        self.bytes = 0;
+        Ok(committed)
+    }
+
+    /// Commits what is pending and seals the writer's container.
+    pub fn finish(mut self, now: Timestamp) -> Result<Committed> {
+        let committed = self.commit(now)?;
+        if let Some(writer) = self.writer.take() {
+            let container = writer.container();
+            writer.finish()?;
+            // Record the seal only for a container the catalog knows (one that received frames).
+            let known = self
+                .store
+                .catalog
+                .containers(self.store.pool_record)?
+                .iter()
+                .any(|c| c.id.0 == container);
+            let size = self
+                .store
+                .pool
+                .containers()?
+                .iter()
+                .find(|c| c.id == container)
+                .map_or(0, |c| c.size);
+            if known {
+                let mut t = self.store.catalog.begin()?;
+                t.set_container(ContainerId(container), size, true)?;
+                t.commit()?;
+            }
+        }
+        Ok(committed)
+    }
+}
+
+impl Drop for Batch<'_> {
+    fn drop(&mut self) {
+        let mut open = self.store.open_set();
+        for c in &self.mine {
+            open.remove(&ContainerId(*c));
+        }
+    }
+}

@@ -1,0 +1,235 @@
+//! The commit protocol: what is committed is restorable, what is not is invisible, and the
+//! store's check and reclamation keep pool and catalog in agreement.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::{add, data, open_store, restore};
+use qsm_catalog::Catalog;
+use qsm_store::TxnLimits;
+use tempfile::TempDir;
+
+#[test]
+fn committed_objects_restore_byte_for_byte() {
+    let dir = TempDir::new().unwrap();
+    let (store, fs) = open_store(dir.path(), None);
+    let mut batch = store.batch(TxnLimits::default()).unwrap();
+    let inputs: Vec<Vec<u8>> = (0..20).map(|i| data(1 + i * 9_000, i as u64)).collect();
+    for (i, bytes) in inputs.iter().enumerate() {
+        add(&mut batch, fs, &format!("/f{i:02}"), bytes);
+    }
+    let committed = batch.finish(2_000).unwrap();
+    assert_eq!(committed.objects.len(), 20);
+    for (id, bytes) in committed.objects.iter().zip(&inputs) {
+        assert_eq!(&restore(&store, *id), bytes);
+    }
+    let report = store.check().unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    assert!(report.chunks_read >= 20);
+}
+
+#[test]
+fn limits_split_transactions() {
+    let dir = TempDir::new().unwrap();
+    let (store, fs) = open_store(dir.path(), None);
+    let mut batch = store.batch(TxnLimits { group_max: 3, byte_limit: u64::MAX }).unwrap();
+    let mut commits = 0;
+    for i in 0..10 {
+        let frames = common::frames(&data(100, i), 4096);
+        let refs: Vec<&[u8]> = frames.iter().map(|f| f.as_slice()).collect();
+        if batch
+            .add(common::object(fs, &format!("/f{i}"), 100), &refs, 1)
+            .unwrap()
+            .is_some_and(|c| c.objects.len() == 3)
+        {
+            commits += 1;
+        }
+        assert!(batch.pending() <= 3);
+    }
+    assert_eq!(commits, 3);
+    assert_eq!(
+        store.catalog().stats().unwrap().objects,
+        9,
+        "three full transactions committed, one object pending"
+    );
+    batch.finish(1).unwrap();
+    assert_eq!(store.catalog().stats().unwrap().objects, 10);
+    // The byte limit splits too.
+    let mut batch = store.batch(TxnLimits { group_max: 1000, byte_limit: 50_000 }).unwrap();
+    let mut byte_commits = 0;
+    for i in 0..6 {
+        let big = data(30_000, 100 + i);
+        let frames = common::frames(&big, 16 * 1024);
+        let refs: Vec<&[u8]> = frames.iter().map(|f| f.as_slice()).collect();
+        byte_commits += usize::from(
+            batch
+                .add(common::object(fs, &format!("/big{i}"), big.len()), &refs, 1)
+                .unwrap()
+                .is_some(),
+        );
+    }
+    assert!(byte_commits >= 2, "byte limit never committed");
+}
+
+#[test]
+fn an_uncommitted_batch_leaves_only_orphan_bytes() {
+    let dir = TempDir::new().unwrap();
+    let (store, fs) = open_store(dir.path(), None);
+    {
+        let mut batch = store.batch(TxnLimits::default()).unwrap();
+        add(&mut batch, fs, "/lost", &data(50_000, 1));
+        // dropped: frames are in the pool, the catalog never heard of them
+    }
+    assert_eq!(store.catalog().stats().unwrap().objects, 0);
+    assert!(store.check().unwrap().problems.is_empty());
+    let removed = store.remove_orphans().unwrap();
+    assert!(!removed.is_empty(), "the orphan container was not found");
+    assert!(store.pool().containers().unwrap().is_empty());
+}
+
+#[test]
+fn a_new_version_replaces_the_active_one_and_deletions_deactivate() {
+    let dir = TempDir::new().unwrap();
+    let (store, fs) = open_store(dir.path(), None);
+    let mut batch = store.batch(TxnLimits::default()).unwrap();
+    add(&mut batch, fs, "/a", b"version one");
+    add(&mut batch, fs, "/b", b"doomed");
+    batch.commit(10).unwrap();
+    add(&mut batch, fs, "/a", b"version two");
+    batch.deactivate(fs, b"/b");
+    batch.finish(20).unwrap();
+    let versions = store.catalog().versions(fs, b"/a").unwrap();
+    assert_eq!(versions.len(), 2);
+    assert!(versions[0].active && !versions[1].active);
+    assert_eq!(restore(&store, versions[0].id), b"version two");
+    assert_eq!(restore(&store, versions[1].id), b"version one");
+    assert!(!store.catalog().versions(fs, b"/b").unwrap()[0].active);
+}
+
+#[test]
+fn reclamation_compacts_and_keeps_every_live_version() {
+    let dir = TempDir::new().unwrap();
+    let (store, fs) = open_store(dir.path(), Some(1 << 20));
+    let mut batch = store.batch(TxnLimits::default()).unwrap();
+    let inputs: Vec<Vec<u8>> = (0..30).map(|i| data(40_000, i)).collect();
+    for (i, bytes) in inputs.iter().enumerate() {
+        add(&mut batch, fs, &format!("/f{i:02}"), bytes);
+    }
+    let ids = batch.finish(1).unwrap().objects;
+    let before = store.pool().containers().unwrap();
+    // Expire two objects in three.
+    let mut t = store.catalog().begin().unwrap();
+    for id in ids.iter().enumerate().filter(|(i, _)| i % 3 != 0).map(|(_, id)| *id) {
+        t.delete_object(id).unwrap();
+    }
+    t.commit().unwrap();
+    let reclaimed = store.reclaim(0.5).unwrap();
+    assert!(!reclaimed.is_empty(), "nothing reclaimed from {before:?}");
+    let after = store.pool().containers().unwrap();
+    let bytes = |v: &[qsm_pool::ContainerInfo]| v.iter().map(|c| c.size).sum::<u64>();
+    assert!(
+        bytes(&after) < bytes(&before) / 2,
+        "pool did not shrink: {} -> {}",
+        bytes(&before),
+        bytes(&after)
+    );
+    for (i, id) in ids.iter().enumerate().filter(|(i, _)| i % 3 == 0) {
+        assert_eq!(restore(&store, *id), inputs[i], "object {i} after reclamation");
+    }
+    let report = store.check().unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    assert_eq!(report.catalog.unreferenced_chunks, 0, "dead chunks were not dropped");
+}
+
+#[test]
+fn a_damaged_container_is_reported_with_its_location() {
+    let dir = TempDir::new().unwrap();
+    let (store, fs) = open_store(dir.path(), None);
+    let mut batch = store.batch(TxnLimits::default()).unwrap();
+    add(&mut batch, fs, "/a", &data(100_000, 5));
+    let id = batch.finish(1).unwrap().objects[0];
+    let chunk = store.catalog().object_chunks(id).unwrap()[2];
+    let container = qsm_pool::DirPool::open(dir.path().join("pool"))
+        .unwrap()
+        .container_path(chunk.location.container.0);
+    let mut bytes = std::fs::read(&container).unwrap();
+    bytes[chunk.location.offset as usize + 40] ^= 0x20;
+    std::fs::write(&container, bytes).unwrap();
+    let report = store.check().unwrap();
+    assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
+    let msg = &report.problems[0];
+    assert!(
+        msg.contains(&format!("{:016x}", chunk.location.container.0))
+            && msg.contains(&chunk.location.offset.to_string())
+            && msg.contains(&chunk.id.0.to_string()),
+        "{msg}"
+    );
+    let err = store.restore(id, &mut Vec::new()).unwrap_err().to_string();
+    assert!(err.contains(&chunk.location.offset.to_string()), "{err}");
+}
+
+/// A full disk fails the batch with a clear error and loses nothing committed before it.
+#[test]
+fn a_full_pool_disk_loses_nothing_committed() {
+    let dir = TempDir::new().unwrap();
+    let mount = dir.path().join("small");
+    std::fs::create_dir_all(&mount).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=2m", "tmpfs"])
+        .arg(&mount)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        eprintln!(
+            "SKIPPED: cannot mount a tmpfs here (needs root); the full-disk case is not tested"
+        );
+        return;
+    }
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _guard = Unmount(mount.clone());
+    // The catalog sits elsewhere (as the SSD article advises); the pool fills up.
+    let catalog = qsm_catalog::SqliteCatalog::open(&dir.path().join("catalog.db")).unwrap();
+    let d = catalog.define_domain("standard", "").unwrap();
+    let n = catalog.register_node("alpha", "h", d).unwrap();
+    let fs = catalog.filespace(n, "/data").unwrap();
+    let pool = qsm_pool::DirPool::create(
+        mount.join("pool"),
+        "small",
+        &qsm_pool::DirPoolOptions::default(),
+    )
+    .unwrap();
+    let store =
+        qsm_store::Store::new(std::sync::Arc::new(catalog), std::sync::Arc::new(pool)).unwrap();
+    let mut batch = store.batch(TxnLimits::default()).unwrap();
+    let mut committed = Vec::new();
+    let mut error = None;
+    for i in 0..100u64 {
+        let bytes = common::data(100_000, i).iter().map(|b| b ^ (i as u8)).collect::<Vec<u8>>();
+        let frames = common::frames(&bytes, 16 * 1024);
+        let refs: Vec<&[u8]> = frames.iter().map(|f| f.as_slice()).collect();
+        if let Err(e) = batch
+            .add(common::object(fs, &format!("/f{i}"), bytes.len()), &refs, 1)
+            .and_then(|_| batch.commit(1))
+        {
+            error = Some(e);
+            break;
+        }
+        committed.push((
+            store.catalog().versions(fs, format!("/f{i}").as_bytes()).unwrap()[0].id,
+            bytes,
+        ));
+    }
+    let error = error.expect("a 2 MiB pool took 10 MB");
+    assert!(error.to_string().contains("full") || error.to_string().contains("space"), "{error}");
+    drop(batch);
+    assert!(!committed.is_empty());
+    for (id, bytes) in &committed {
+        assert_eq!(&common::restore(&store, *id), bytes);
+    }
+    assert!(store.check().unwrap().problems.is_empty());
+}
