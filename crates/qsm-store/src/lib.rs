@@ -202,11 +202,16 @@ impl Store {
             if size == 0 || live_bytes as f64 >= threshold * size as f64 {
                 continue;
             }
-            let mut writer = self.pool.writer()?;
-            let locations: Vec<FrameLocation> =
-                live.iter().map(|c| location(&c.location)).collect();
-            let moved = qsm_pool::copy_frames(self.pool.as_ref(), &locations, writer.as_mut())?;
-            writer.finish()?;
+            let moved = if live.is_empty() {
+                Vec::new() // nothing to copy: no new container either
+            } else {
+                let mut writer = self.pool.writer()?;
+                let locations: Vec<FrameLocation> =
+                    live.iter().map(|c| location(&c.location)).collect();
+                let moved = qsm_pool::copy_frames(self.pool.as_ref(), &locations, writer.as_mut())?;
+                writer.finish()?;
+                moved
+            };
             let mut t = self.catalog.begin()?;
             for new in &moved {
                 t.add_container(self.pool_record, ContainerId(new.container))?;

@@ -142,6 +142,22 @@ fn reclamation_compacts_and_keeps_every_live_version() {
 }
 
 #[test]
+fn a_container_with_nothing_live_is_simply_deleted() {
+    let dir = TempDir::new().unwrap();
+    let (store, fs) = open_store(dir.path(), None);
+    let mut batch = store.batch(TxnLimits::default()).unwrap();
+    add(&mut batch, fs, "/a", &data(50_000, 9));
+    let id = batch.finish(1).unwrap().objects[0];
+    let mut t = store.catalog().begin().unwrap();
+    t.delete_object(id).unwrap();
+    t.commit().unwrap();
+    assert_eq!(store.reclaim(0.5).unwrap().len(), 1);
+    assert!(store.pool().containers().unwrap().is_empty(), "an empty container was left behind");
+    assert_eq!(store.catalog().stats().unwrap().chunks, 0);
+    assert!(store.check().unwrap().problems.is_empty());
+}
+
+#[test]
 fn a_damaged_container_is_reported_with_its_location() {
     let dir = TempDir::new().unwrap();
     let (store, fs) = open_store(dir.path(), None);
