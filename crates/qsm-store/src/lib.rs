@@ -2,7 +2,7 @@
 //!
 //! A backed-up object is bytes in the pool and records in the catalog. This crate is the only
 //! place that writes both, and it always does so in this order (`docs/FORMAT.md`, "Commit
-//! protocol"):
+//! protocol", section 8.1):
 //!
 //! 1. frames are appended to the pool by a [`Batch`]'s writer;
 //! 2. [`Batch::commit`] makes them durable ([`qsm_pool::PoolWriter::sync`]: fsync of the
@@ -99,7 +99,8 @@ impl Store {
         let existing = catalog.pools()?.into_iter().find(|p| p.name == pool.name());
         let pool_record = match existing {
             Some(p) => p.id,
-            None => catalog.define_pool(pool.name(), "dir", &format!("{:?}", pool.id()))?,
+            // The pool's own id (its Display form, 32 hex digits) ties the record to the pool.
+            None => catalog.define_pool(pool.name(), "dir", &pool.id().to_string())?,
         };
         Ok(Store { catalog, pool, pool_record, open: Mutex::new(HashSet::new()) })
     }
