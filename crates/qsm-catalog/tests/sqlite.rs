@@ -1,5 +1,5 @@
 //! The SQLite catalog: the shared conformance suite, migrations, and bad files.
-#![allow(clippy::unwrap_used)] // test helpers outside #[test] functions
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] functions
 
 use std::path::Path;
 
@@ -93,4 +93,91 @@ fn a_newer_catalog_is_refused() {
     let err = open_err(&path);
     assert!(matches!(err, CatalogError::TooNew { found, .. } if found == LATEST + 1), "{err:?}");
     assert!(err.to_string().contains("upgrade qsm"), "{err}");
+}
+
+/// A catalog on a full disk: the failing transaction reports it, and everything committed
+/// before it is still there after reopening.
+#[test]
+fn a_full_disk_loses_no_committed_transaction() {
+    use qsm_catalog::{
+        Attributes, ContainerId, NewChunk, NewObject, ObjectChunk, ObjectKind, ObjectType,
+    };
+    let dir = TempDir::new().unwrap();
+    let mount = dir.path().join("small");
+    std::fs::create_dir_all(&mount).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
+        .arg(&mount)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        eprintln!(
+            "SKIPPED: cannot mount a tmpfs here (needs root); the full-disk case is not tested"
+        );
+        return;
+    }
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _guard = Unmount(mount.clone());
+    let path = mount.join("catalog.db");
+    let cat = SqliteCatalog::open(&path).unwrap();
+    let d = cat.define_domain("standard", "").unwrap();
+    let n = cat.register_node("alpha", "h", d).unwrap();
+    let fs = cat.filespace(n, "/data").unwrap();
+    let pool = cat.define_pool("disk", "dir", "/pool").unwrap();
+    let mut t = cat.begin().unwrap();
+    t.add_container(pool, ContainerId(1)).unwrap();
+    t.commit().unwrap();
+    let mut committed = 0u64;
+    let mut failure = None;
+    'fill: for batch in 0..10_000u64 {
+        let mut t = cat.begin().unwrap();
+        for i in 0..100u64 {
+            let k = batch * 100 + i;
+            let object = NewObject {
+                filespace: fs,
+                path: format!("/a/rather/long/directory/name/to/fill/the/disk/faster/file{k:08}")
+                    .into_bytes(),
+                kind: ObjectKind::Backup,
+                object_type: ObjectType::File,
+                attrs: Attributes::default(),
+                mgmt_class: None,
+                description: None,
+                retain_until: None,
+                chunks: vec![ObjectChunk::New(NewChunk {
+                    container: ContainerId(1),
+                    offset: k,
+                    stored_len: 1,
+                    raw_len: 1,
+                    codec: 0,
+                })],
+            };
+            if let Err(e) = t.insert_object(&object, 1) {
+                failure = Some(e);
+                break 'fill;
+            }
+        }
+        match t.commit() {
+            Ok(()) => committed += 100,
+            Err(e) => {
+                failure = Some(e);
+                break;
+            }
+        }
+    }
+    let failure = failure.expect("1 MiB held a million objects");
+    assert!(failure.to_string().contains("full"), "{failure}");
+    assert!(committed > 0);
+    drop(cat);
+    let cat = SqliteCatalog::open(&path).unwrap();
+    assert_eq!(
+        cat.stats().unwrap().objects,
+        committed,
+        "committed objects lost or uncommitted ones kept"
+    );
+    assert!(cat.check().unwrap().problems.is_empty());
 }
