@@ -65,18 +65,20 @@ pub struct Summary {
     pub stream_bytes: u64,
 }
 
-/// Compresses `input` into a stream on `output`. `progress` is called on the caller's thread
-/// with the input bytes consumed so far. On error, `output` holds an incomplete stream, which
-/// every reader rejects (it has no trailer).
-pub fn compress<R, W>(
+/// Receives each frame (its bytes and parsed header) in quantum order.
+pub type FrameSink<'a> = dyn FnMut(&[u8], &FrameHeader) -> Result<(), Error> + 'a;
+
+/// Compresses `input` into frames on all cores and hands each to `sink` in order, on the
+/// caller's thread: the building block of both `compress` (which adds the stream's header and
+/// index) and backup (which appends frames to a pool). An error from `sink` stops everything
+/// and is returned.
+pub fn encode_frames<R>(
     mut input: R,
-    mut output: W,
     options: &CompressOptions,
-    progress: &mut dyn FnMut(u64),
-) -> Result<Summary, Error>
+    sink: &mut FrameSink<'_>,
+) -> Result<u64, Error>
 where
     R: Read + Send,
-    W: Write,
 {
     let quantum = options.quantum_size;
     if !(MIN_QUANTUM..=MAX_QUANTUM).contains(&quantum) {
@@ -86,9 +88,6 @@ where
     }
     let setting = options.compression;
     FrameEncoder::new(setting)?; // reject a bad level before any output is written
-    output.write_all(&stream_header()).map_err(Error::io("writing output"))?;
-    let mut index = IndexBuilder::new();
-    let mut raw_quanta = 0;
     let mut consumed = 0u64;
     pipeline::run(
         options.threads.unwrap_or_else(default_threads),
@@ -112,18 +111,41 @@ where
             slot.header = Some(header);
             Ok(())
         },
-        |_, slot| {
-            output
-                .write_all(&slot.output[..slot.output_len])
-                .map_err(Error::io("writing output"))?;
-            if let Some(header) = &slot.header {
-                index.push(header);
-                raw_quanta += u64::from(header.is_raw());
-            }
-            progress(index.raw_total());
-            Ok(())
+        |_, slot| match &slot.header {
+            Some(header) => sink(&slot.output[..slot.output_len], header),
+            None => Err(Error::Invalid("internal error: encoded slot without header".into())),
         },
-    )?;
+    )
+}
+
+/// Compresses `input` into a stream on `output`. `progress` is called on the caller's thread
+/// with the input bytes consumed so far. On error, `output` holds an incomplete stream, which
+/// every reader rejects (it has no trailer).
+pub fn compress<R, W>(
+    input: R,
+    mut output: W,
+    options: &CompressOptions,
+    progress: &mut dyn FnMut(u64),
+) -> Result<Summary, Error>
+where
+    R: Read + Send,
+    W: Write,
+{
+    // Validate before the header is written, so a bad option leaves the output empty.
+    if !(MIN_QUANTUM..=MAX_QUANTUM).contains(&options.quantum_size) {
+        return encode_frames(input, options, &mut |_, _| Ok(())).map(|_| Summary::default());
+    }
+    FrameEncoder::new(options.compression)?;
+    output.write_all(&stream_header()).map_err(Error::io("writing output"))?;
+    let mut index = IndexBuilder::new();
+    let mut raw_quanta = 0;
+    encode_frames(input, options, &mut |frame, header| {
+        output.write_all(frame).map_err(Error::io("writing output"))?;
+        index.push(header);
+        raw_quanta += u64::from(header.is_raw());
+        progress(index.raw_total());
+        Ok(())
+    })?;
     let tail = index.finish();
     output.write_all(&tail).map_err(Error::io("writing output"))?;
     output.flush().map_err(Error::io("writing output"))?;

@@ -28,6 +28,7 @@ pub mod stream;
 pub use codec::{Codec, CodecId, Compressor, Decompressor, LevelRange};
 pub use engine::{
     CompressOptions, DEFAULT_QUANTUM, Summary, compress, decompress, decompress_quanta,
+    encode_frames,
 };
 pub use error::{CodecError, Error, FrameError};
 pub use frame::{FrameDecoder, FrameEncoder, FrameHeader};

@@ -133,6 +133,7 @@ impl Store {
             limits,
             touched: BTreeMap::new(),
             mine,
+            current: None,
         })
     }
 
@@ -292,6 +293,8 @@ pub struct Batch<'s> {
     touched: BTreeMap<u64, u64>,
     /// Every container this batch's writer opened (it rolls over at the target size).
     mine: HashSet<u64>,
+    /// The object whose frames are being appended, if any.
+    current: Option<NewObject>,
 }
 
 impl std::fmt::Debug for Batch<'_> {
@@ -305,49 +308,71 @@ impl std::fmt::Debug for Batch<'_> {
 
 impl Batch<'_> {
     fn writer(&mut self) -> Result<&mut Box<dyn PoolWriter>> {
-        match &mut self.writer {
-            Some(w) => Ok(w),
-            None => Err(StoreError::Pool(PoolError::Corrupt {
-                pool: self.store.pool.name().to_owned(),
-                container: 0,
-                offset: 0,
-                chunk: None,
-                detail: "batch used after finish".into(),
-            })),
+        if self.writer.is_none() {
+            return Err(self.misuse("batch used after finish"));
         }
+        self.writer.as_mut().ok_or_else(|| StoreError::Pool(PoolError::Invalid("no writer".into())))
     }
 
-    /// Adds an object: its frames (complete frames from `qsm_codec::FrameEncoder`, in order)
-    /// are appended to the pool now; `object.chunks` is replaced by them. Commits first if the
-    /// batch is full; returns what that commit recorded.
+    /// Adds an object whose frames are all at hand (complete frames from
+    /// `qsm_codec::FrameEncoder`, in order); `object.chunks` is replaced by them. Commits first
+    /// if the batch is full; returns what that commit recorded.
     pub fn add(
         &mut self,
-        mut object: NewObject,
+        object: NewObject,
         frames: &[&[u8]],
         now: Timestamp,
     ) -> Result<Option<Committed>> {
-        let incoming: u64 = frames.iter().map(|f| f.len() as u64).sum();
-        let committed = if !self.pending.is_empty()
-            && (self.pending.len() >= self.limits.group_max
-                || self.bytes + incoming > self.limits.byte_limit)
-        {
-            Some(self.commit(now)?)
-        } else {
-            None
-        };
+        let size: u64 = frames.iter().map(|f| f.len() as u64).sum();
+        let committed = self.begin_object(object, size, now)?;
+        for frame in frames {
+            self.append_frame(frame)?;
+        }
+        self.end_object()?;
+        Ok(committed)
+    }
+
+    /// Starts an object whose frames will follow through [`Batch::append_frame`], so a file of
+    /// any size streams through without being held in memory. `size_hint` (the bytes expected)
+    /// decides whether the batch commits first to stay within its byte limit.
+    pub fn begin_object(
+        &mut self,
+        mut object: NewObject,
+        size_hint: u64,
+        now: Timestamp,
+    ) -> Result<Option<Committed>> {
+        if self.current.is_some() {
+            return Err(self.misuse("an object was begun before the previous one ended"));
+        }
+        let full = self.pending.len() >= self.limits.group_max
+            || self.bytes.saturating_add(size_hint) > self.limits.byte_limit;
+        let committed =
+            if !self.pending.is_empty() && full { Some(self.commit(now)?) } else { None };
         object.chunks.clear();
-        for (index, frame) in frames.iter().enumerate() {
-            let header = FrameHeader::parse(frame).map_err(|e| StoreError::BadFrame {
-                path: String::from_utf8_lossy(&object.path).into_owned(),
-                index,
-                detail: e.to_string(),
-            })?;
-            let loc = self.writer()?.append(frame)?;
-            if self.mine.insert(loc.container) {
-                self.store.open_set().insert(ContainerId(loc.container));
-            }
-            let end = self.touched.entry(loc.container).or_insert(0);
-            *end = (*end).max(loc.offset + u64::from(loc.len));
+        self.current = Some(object);
+        Ok(committed)
+    }
+
+    /// Appends the next frame of the current object to the pool.
+    pub fn append_frame(&mut self, frame: &[u8]) -> Result<()> {
+        let Some(object) = &self.current else {
+            return Err(self.misuse("a frame was appended outside an object"));
+        };
+        let path = String::from_utf8_lossy(&object.path).into_owned();
+        let index = object.chunks.len();
+        let header = FrameHeader::parse(frame).map_err(|e| StoreError::BadFrame {
+            path,
+            index,
+            detail: e.to_string(),
+        })?;
+        let loc = self.writer()?.append(frame)?;
+        if self.mine.insert(loc.container) {
+            self.store.open_set().insert(ContainerId(loc.container));
+        }
+        let end = self.touched.entry(loc.container).or_insert(0);
+        *end = (*end).max(loc.offset + u64::from(loc.len));
+        self.bytes += frame.len() as u64;
+        if let Some(object) = &mut self.current {
             object.chunks.push(ObjectChunk::New(NewChunk {
                 container: ContainerId(loc.container),
                 offset: loc.offset,
@@ -356,9 +381,25 @@ impl Batch<'_> {
                 codec: header.codec,
             }));
         }
-        self.bytes += incoming;
+        Ok(())
+    }
+
+    /// Ends the current object: it joins the next commit.
+    pub fn end_object(&mut self) -> Result<()> {
+        let object =
+            self.current.take().ok_or_else(|| self.misuse("end_object without an object"))?;
         self.pending.push(object);
-        Ok(committed)
+        Ok(())
+    }
+
+    /// Drops the current object (its file vanished or failed mid-read). Its frames stay in
+    /// the pool unreferenced, for reclamation.
+    pub fn abandon_object(&mut self) {
+        self.current = None;
+    }
+
+    fn misuse(&self, what: &str) -> StoreError {
+        StoreError::Pool(PoolError::Invalid(format!("pool {}: {what}", self.store.pool.name())))
     }
 
     /// Queues the deactivation of the active version of `path` (deleted on the client).
@@ -373,6 +414,9 @@ impl Batch<'_> {
 
     /// The commit protocol: sync the pool, then record everything in one catalog transaction.
     pub fn commit(&mut self, now: Timestamp) -> Result<Committed> {
+        if self.current.is_some() {
+            return Err(self.misuse("commit in the middle of an object"));
+        }
         if self.pending.is_empty() && self.deactivations.is_empty() {
             return Ok(Committed::default());
         }

@@ -1,5 +1,6 @@
 //! `qsm`: the command line. It parses flags and calls library functions; no logic of its own.
 
+mod client_cmd;
 mod codec_cmd;
 mod output;
 
@@ -17,6 +18,13 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Back up directories or files (incremental) into the store.
+    Backup(client_cmd::BackupArgs),
+    /// Restore a backed-up directory or file.
+    Restore(client_cmd::RestoreArgs),
+    /// List what the store holds.
+    #[command(subcommand)]
+    Query(client_cmd::QueryWhat),
     /// Compress a file or stdin into a QSM stream of independent quanta.
     Compress(codec_cmd::CompressArgs),
     /// Decompress a QSM stream (all of it, or a range of quanta).
@@ -27,16 +35,24 @@ enum Command {
     Codecs(codec_cmd::CodecsArgs),
 }
 
+/// Exit code when an operation completed but skipped some files (TSM uses 4 likewise).
+const EXIT_PARTIAL: u8 = 4;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Compress(args) => codec_cmd::compress(args),
-        Command::Decompress(args) => codec_cmd::decompress(args),
-        Command::Info(args) => codec_cmd::info(args),
-        Command::Codecs(args) => codec_cmd::codecs(args),
+        Command::Backup(args) => client_cmd::backup(args),
+        Command::Restore(args) => client_cmd::restore(args),
+        Command::Query(what) => client_cmd::query(what),
+        Command::Compress(args) => codec_cmd::compress(args).map(|()| true),
+        Command::Decompress(args) => codec_cmd::decompress(args).map(|()| true),
+        Command::Info(args) => codec_cmd::info(args).map(|()| true),
+        Command::Codecs(args) => codec_cmd::codecs(args).map(|()| true),
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(true) => ExitCode::SUCCESS,
+        // Some files were skipped (unreadable, vanished, changed while read): see the warnings.
+        Ok(false) => ExitCode::from(EXIT_PARTIAL),
         Err(e) => {
             eprintln!("qsm: error: {e:#}");
             ExitCode::FAILURE

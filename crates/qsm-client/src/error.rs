@@ -1,0 +1,44 @@
+//! Client errors: fatal ones stop the operation; per-file problems are counted and reported
+//! as warnings instead (see the summaries).
+
+use std::path::PathBuf;
+
+/// An error that stops a client operation.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The store (pool or catalog) failed.
+    #[error(transparent)]
+    Store(#[from] qsm_store::StoreError),
+    /// The catalog failed.
+    #[error(transparent)]
+    Catalog(#[from] qsm_catalog::CatalogError),
+    /// The pool failed.
+    #[error(transparent)]
+    Pool(#[from] qsm_pool::PoolError),
+    /// A local file operation failed where the operation cannot go on without it.
+    #[error("{op} {path}: {source}")]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// On what.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The request is invalid (no such filespace, a path outside the target...).
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl ClientError {
+    pub(crate) fn io(
+        op: &'static str,
+        path: impl Into<PathBuf>,
+    ) -> impl FnOnce(std::io::Error) -> ClientError {
+        let path = path.into();
+        move |source| ClientError::Io { op, path, source }
+    }
+}
+
+/// Result of client operations.
+pub type Result<T> = std::result::Result<T, ClientError>;

@@ -1,0 +1,262 @@
+//! Restore of active versions. **Nothing is ever written outside the target directory,**
+//! whatever names the catalog holds: every path component is checked (no `..`, `.`, empty
+//! or NUL component, no absolute path), every parent directory on the way is created or
+//! verified to be a real directory (a symlink planted in the target is refused, never
+//! followed), and files are written to a new temporary name in their directory and renamed
+//! into place, so an existing symlink is replaced rather than written through.
+
+use std::ffi::OsStr;
+use std::fs::{self, File, FileTimes, OpenOptions};
+use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use qsm_catalog::{NodeId, ObjectType, ObjectVersion};
+use qsm_store::Store;
+
+use crate::error::{ClientError, Result};
+
+/// What to do with a file that already exists at the restore location.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Existing {
+    /// Leave it and count it as skipped (the default).
+    #[default]
+    Skip,
+    /// Replace it.
+    Replace,
+}
+
+/// How to restore.
+#[derive(Debug, Clone, Default)]
+pub struct RestoreOptions {
+    /// Only paths below this one (relative to the filespace root, `/`-separated).
+    pub subpath: Option<Vec<u8>>,
+    /// Existing files.
+    pub existing: Existing,
+}
+
+/// What a restore did.
+#[derive(Debug, Clone, Default)]
+pub struct RestoreSummary {
+    /// Objects restored.
+    pub restored: u64,
+    /// Objects skipped because they exist.
+    pub skipped: u64,
+    /// Objects refused or failed, each with a warning.
+    pub failed: u64,
+    /// Bytes of file data written.
+    pub bytes: u64,
+    /// One line per problem.
+    pub warnings: Vec<String>,
+}
+
+/// Checks a catalog path and returns its components.
+pub fn safe_components(rel: &[u8]) -> std::result::Result<Vec<&OsStr>, String> {
+    if rel.is_empty() {
+        return Ok(Vec::new());
+    }
+    if rel.first() == Some(&b'/') {
+        return Err("absolute path".into());
+    }
+    rel.split(|&b| b == b'/')
+        .map(|c| match c {
+            b"" => Err("empty path component".to_string()),
+            b"." | b".." => Err(format!("path component {:?}", String::from_utf8_lossy(c))),
+            c if c.contains(&0) => Err("NUL in a path component".into()),
+            c => Ok(OsStr::from_bytes(c)),
+        })
+        .collect()
+}
+
+/// Makes sure `dir` (below `target`, reached through `components`) is a real directory,
+/// creating what is missing and refusing symlinks and other files on the way.
+fn ensure_dir(target: &Path, components: &[&OsStr]) -> std::result::Result<PathBuf, String> {
+    let mut path = target.to_path_buf();
+    for c in components {
+        path.push(c);
+        match fs::symlink_metadata(&path) {
+            Ok(m) if m.file_type().is_dir() => {}
+            Ok(m) if m.file_type().is_symlink() => {
+                return Err(format!(
+                    "{} is a symlink: refusing to restore through it",
+                    path.display()
+                ));
+            }
+            Ok(_) => return Err(format!("{} exists and is not a directory", path.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                fs::create_dir(&path)
+                    .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+            }
+            Err(e) => return Err(format!("{}: {e}", path.display())),
+        }
+    }
+    Ok(path)
+}
+
+fn system_time(ns: i64) -> SystemTime {
+    if ns >= 0 {
+        UNIX_EPOCH + Duration::from_nanos(ns as u64)
+    } else {
+        UNIX_EPOCH - Duration::from_nanos(ns.unsigned_abs())
+    }
+}
+
+fn running_as_root() -> bool {
+    // The owner of /proc/self is the process's effective user.
+    fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+}
+
+/// Restores the active versions of filespace `filespace` of `node` into `target`.
+pub fn restore(
+    store: &Store,
+    node: NodeId,
+    filespace: &str,
+    target: &Path,
+    options: &RestoreOptions,
+) -> Result<RestoreSummary> {
+    let catalog = store.catalog();
+    let fs_id = catalog
+        .filespaces(node)?
+        .into_iter()
+        .find(|f| f.name == filespace)
+        .map(|f| f.id)
+        .ok_or_else(|| {
+        ClientError::Invalid(format!("no backup of {filespace} (see `qsm query filespace`)"))
+    })?;
+    fs::create_dir_all(target).map_err(ClientError::io("cannot create restore target", target))?;
+    let mut versions: Vec<ObjectVersion> = Vec::new();
+    catalog.for_each_active(fs_id, &mut |v| {
+        let wanted = match &options.subpath {
+            None => true,
+            Some(p) => {
+                v.path == *p || (v.path.starts_with(p) && v.path.get(p.len()) == Some(&b'/'))
+            }
+        };
+        if wanted {
+            versions.push(v.clone());
+        }
+        Ok(())
+    })?;
+    let mut summary = RestoreSummary::default();
+    let root = running_as_root();
+    let mut dirs = Vec::new();
+    for v in &versions {
+        let name = String::from_utf8_lossy(&v.path).into_owned();
+        match restore_one(store, v, target, options.existing, root) {
+            Ok(Outcome::Restored(bytes)) => {
+                summary.restored += 1;
+                summary.bytes += bytes;
+                if v.object_type == ObjectType::Directory {
+                    dirs.push(v);
+                }
+            }
+            Ok(Outcome::Skipped) => summary.skipped += 1,
+            Err(Refusal::Warn(why)) => {
+                summary.failed += 1;
+                summary.warnings.push(format!("{filespace}/{name}: not restored: {why}"));
+            }
+        }
+    }
+    // Directory times last, deepest first: restoring their contents changed them.
+    for v in dirs.iter().rev() {
+        if let Ok(components) = safe_components(&v.path) {
+            let path = components.iter().fold(target.to_path_buf(), |p, c| p.join(c));
+            let _ = fs::set_permissions(&path, fs::Permissions::from_mode(v.attrs.mode & 0o7777));
+            if let Ok(dir) = File::open(&path) {
+                let _ = dir.set_times(FileTimes::new().set_modified(system_time(v.attrs.mtime_ns)));
+            }
+        }
+    }
+    Ok(summary)
+}
+
+enum Outcome {
+    Restored(u64),
+    Skipped,
+}
+
+/// Why one object was not restored (the restore goes on with the others).
+enum Refusal {
+    Warn(String),
+}
+
+fn restore_one(
+    store: &Store,
+    v: &ObjectVersion,
+    target: &Path,
+    existing: Existing,
+    root: bool,
+) -> std::result::Result<Outcome, Refusal> {
+    let components = safe_components(&v.path)
+        .map_err(|why| Refusal::Warn(format!("unsafe name in the catalog ({why})")))?;
+    let Some((last, parents)) = components.split_last() else {
+        // The filespace root itself: the target.
+        return Ok(Outcome::Restored(0));
+    };
+    let parent = ensure_dir(target, parents).map_err(Refusal::Warn)?;
+    let path = parent.join(last);
+    let present = fs::symlink_metadata(&path).ok();
+    match v.object_type {
+        ObjectType::Directory => {
+            ensure_dir(&parent, &[*last]).map_err(Refusal::Warn)?;
+            Ok(Outcome::Restored(0))
+        }
+        ObjectType::Symlink | ObjectType::File => {
+            if present.is_some() && existing == Existing::Skip {
+                return Ok(Outcome::Skipped);
+            }
+            if present.as_ref().is_some_and(|m| m.file_type().is_dir()) {
+                return Err(Refusal::Warn(format!("{} is a directory", path.display())));
+            }
+            let tmp = parent.join(format!(
+                ".{}.qsm-restore-{}",
+                last.to_string_lossy(),
+                std::process::id()
+            ));
+            let _ = fs::remove_file(&tmp);
+            let bytes = if v.object_type == ObjectType::Symlink {
+                let link = v.attrs.link_target.as_deref().unwrap_or_default();
+                std::os::unix::fs::symlink(OsStr::from_bytes(link), &tmp)
+                    .map_err(|e| Refusal::Warn(format!("cannot create symlink: {e}")))?;
+                0
+            } else {
+                write_file(store, v, &tmp)?
+            };
+            if root {
+                let _ = std::os::unix::fs::lchown(&tmp, Some(v.attrs.uid), Some(v.attrs.gid));
+            }
+            // rename replaces a symlink itself, never the file it points to.
+            fs::rename(&tmp, &path).map_err(|e| {
+                let _ = fs::remove_file(&tmp);
+                Refusal::Warn(format!("cannot rename into place: {e}"))
+            })?;
+            Ok(Outcome::Restored(bytes))
+        }
+    }
+}
+
+fn write_file(store: &Store, v: &ObjectVersion, tmp: &Path) -> std::result::Result<u64, Refusal> {
+    // create_new: never opens an existing file or follows a symlink planted at the name.
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(tmp)
+        .map_err(|e| Refusal::Warn(format!("cannot create {}: {e}", tmp.display())))?;
+    let result = store
+        .restore(v.id, &mut file)
+        .and_then(|n| file.flush().map(|()| n).map_err(qsm_store::StoreError::Output));
+    let bytes = match result {
+        Ok(n) => n,
+        Err(e) => {
+            let _ = fs::remove_file(tmp);
+            // Damaged data is reported for this file; the restore goes on with the others.
+            return Err(Refusal::Warn(e.to_string()));
+        }
+    };
+    let _ = file.set_permissions(fs::Permissions::from_mode(v.attrs.mode & 0o7777));
+    let _ = file.set_times(FileTimes::new().set_modified(system_time(v.attrs.mtime_ns)));
+    Ok(bytes)
+}
