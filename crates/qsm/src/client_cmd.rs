@@ -143,15 +143,28 @@ pub fn backup(args: BackupArgs) -> Result<Complete> {
                 "  examined {}, backed up {}, unchanged {}, failed {}, marked inactive {}",
                 s.examined, s.backed_up, s.unchanged, s.failed, s.deactivated
             );
+            // Ratio only when something was stored; CPU only over runs long enough for its
+            // 10 ms clock ticks to mean something.
+            let ratio = if s.bytes_stored > 0 {
+                format!("{:.2}:1", s.bytes_read as f64 / s.bytes_stored as f64)
+            } else {
+                "-".into()
+            };
+            let cpu = if s.seconds >= 0.5 {
+                format!(
+                    "{:.0}% ({:.2} s user+sys)",
+                    100.0 * s.cpu_seconds / s.seconds,
+                    s.cpu_seconds
+                )
+            } else {
+                format!("{:.2} s user+sys", s.cpu_seconds)
+            };
             println!(
-                "  read {:.1} MB, stored {:.1} MB (ratio {:.2}:1), {:.2} s, {:.1} MB/s, client CPU {:.0}% ({:.2} s user+sys)",
+                "  read {:.1} MB, stored {:.1} MB (ratio {ratio}), {:.2} s, {:.1} MB/s, client CPU {cpu}",
                 mb(s.bytes_read),
                 mb(s.bytes_stored),
-                s.bytes_read as f64 / s.bytes_stored.max(1) as f64,
                 s.seconds,
                 mb(s.bytes_read) / s.seconds.max(1e-9),
-                100.0 * s.cpu_seconds / s.seconds.max(1e-9),
-                s.cpu_seconds
             );
         }
         reports.push(BackupReport {
