@@ -239,6 +239,22 @@ pub fn versions_and_active_inventory(cat: &dyn Catalog) -> CaseResult {
         "old version inactive at 200: {:?}",
         versions[2]
     );
+    let mut all = Vec::new();
+    cat.for_each_version(fx.fs, &mut |v| {
+        all.push((v.path.clone(), v.kind, v.active, v.inserted));
+        Ok(())
+    })
+    .map_err(e)?;
+    let expected_all = vec![
+        (b"/a".to_vec(), ObjectKind::Archive, false, 250),
+        (b"/a".to_vec(), ObjectKind::Backup, true, 200),
+        (b"/a".to_vec(), ObjectKind::Backup, false, 100),
+        (b"/a/b".to_vec(), ObjectKind::Backup, true, 100),
+        (b"/a/z".to_vec(), ObjectKind::Backup, true, 100),
+        (b"/b".to_vec(), ObjectKind::Backup, false, 100),
+        (b"/\xff\xfename".to_vec(), ObjectKind::Backup, true, 100),
+    ];
+    ensure!(all == expected_all, "all versions {all:?}");
     let b = cat.versions(fx.fs, b"/b").map_err(e)?;
     ensure!(
         b.len() == 1 && !b[0].active && b[0].deactivated == Some(300),

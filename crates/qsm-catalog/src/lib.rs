@@ -80,6 +80,14 @@ pub trait Catalog: Send + Sync + std::fmt::Debug {
         filespace: FilespaceId,
         visit: &mut dyn FnMut(&ObjectVersion) -> Result<()>,
     ) -> Result<()>;
+    /// Calls `visit` with every version of `filespace` (active, inactive and archives), in
+    /// path order and newest first within a path, streaming: point-in-time restore, inactive
+    /// listings and retrieve select from it.
+    fn for_each_version(
+        &self,
+        filespace: FilespaceId,
+        visit: &mut dyn FnMut(&ObjectVersion) -> Result<()>,
+    ) -> Result<()>;
     /// Every version of `path` (backups and archives), newest first.
     fn versions(&self, filespace: FilespaceId, path: &[u8]) -> Result<Vec<ObjectVersion>>;
     /// One object version.

@@ -564,6 +564,25 @@ impl Catalog for SqliteCatalog {
         })
     }
 
+    fn for_each_version(
+        &self,
+        filespace: FilespaceId,
+        visit: &mut dyn FnMut(&ObjectVersion) -> Result<()>,
+    ) -> Result<()> {
+        self.with_reader(|c| {
+            // Sorted by SQLite (a temporary B-tree): neither partial index covers all states.
+            let sql = format!(
+                "SELECT {OBJECT_COLUMNS} FROM objects WHERE filespace_id = ?1 ORDER BY path, inserted DESC, id DESC"
+            );
+            let mut stmt = c.prepare_cached(&sql).map_err(CatalogError::db("listing versions"))?;
+            let mut rows = stmt.query([filespace.0]).map_err(CatalogError::db("listing versions"))?;
+            while let Some(row) = rows.next().map_err(CatalogError::db("listing versions"))? {
+                visit(&object_from_row(row)?)?;
+            }
+            Ok(())
+        })
+    }
+
     fn versions(&self, filespace: FilespaceId, path: &[u8]) -> Result<Vec<ObjectVersion>> {
         self.with_reader(|c| {
             let mut out = Vec::new();

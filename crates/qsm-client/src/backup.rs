@@ -159,6 +159,54 @@ pub fn backup(
     Ok(summary)
 }
 
+/// Archives `root` for `node`: every entry is sent, whatever the backups hold, as an archive
+/// with `description`, kept for `retain_days` (the archive copy group's retain-version).
+pub fn archive(
+    store: &Store,
+    node: NodeId,
+    root: &Path,
+    description: &str,
+    retain_days: u32,
+    options: &BackupOptions,
+) -> Result<BackupSummary> {
+    let started = Instant::now();
+    let cpu_start = cpu_seconds();
+    let name = filespace_name(root)?;
+    let fs = store.catalog().filespace(node, &name)?;
+    let mut summary = BackupSummary { filespace: name, ..BackupSummary::default() };
+    let mut batch = store.batch(options.limits)?;
+    let mut sender = Sender::new(options)?;
+    sender.archive =
+        Some((description.to_owned(), now().saturating_add(i64::from(retain_days) * 86_400)));
+    let mut warnings = Vec::new();
+    scan::walk(
+        root,
+        options.one_file_system,
+        &mut |entry| {
+            summary.examined += 1;
+            match sender.send(&mut batch, fs, entry)? {
+                Sent::Stored { read, stored } => {
+                    summary.backed_up += 1;
+                    summary.bytes_read += read;
+                    summary.bytes_stored += stored;
+                }
+                Sent::Skipped(why) => {
+                    summary.failed += 1;
+                    summary.warnings.push(why);
+                }
+            }
+            Ok(())
+        },
+        &mut |path, err| warnings.push(format!("{}: {err}", path.display())),
+    )?;
+    summary.failed += warnings.len() as u64;
+    summary.warnings.extend(warnings);
+    batch.finish(now())?;
+    summary.seconds = started.elapsed().as_secs_f64();
+    summary.cpu_seconds = cpu_seconds() - cpu_start;
+    Ok(summary)
+}
+
 enum Sent {
     Stored { read: u64, stored: u64 },
     Skipped(String),
@@ -166,6 +214,8 @@ enum Sent {
 
 /// Turns entries into objects in a batch.
 struct Sender {
+    /// For archives: the description and the time until which they are kept.
+    archive: Option<(String, i64)>,
     options: CompressOptions,
     /// For files of one quantum or less: no pipeline to start for them.
     encoder: FrameEncoder,
@@ -182,7 +232,7 @@ impl Sender {
         };
         let encoder = FrameEncoder::new(options.compression)
             .map_err(|e| ClientError::Invalid(e.to_string()))?;
-        Ok(Sender { options, encoder, buf: Vec::new(), frame: Vec::new() })
+        Ok(Sender { archive: None, options, encoder, buf: Vec::new(), frame: Vec::new() })
     }
 
     fn send(
@@ -194,12 +244,12 @@ impl Sender {
         let object = NewObject {
             filespace: fs,
             path: entry.rel.clone(),
-            kind: ObjectKind::Backup,
+            kind: if self.archive.is_some() { ObjectKind::Archive } else { ObjectKind::Backup },
             object_type: entry.object_type,
             attrs: entry.attrs.clone(),
             mgmt_class: None,
-            description: None,
-            retain_until: None,
+            description: self.archive.as_ref().map(|(d, _)| d.clone()),
+            retain_until: self.archive.as_ref().map(|(_, until)| *until),
             chunks: Vec::new(),
         };
         if entry.object_type != ObjectType::File {

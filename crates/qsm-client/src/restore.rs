@@ -13,7 +13,7 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use qsm_catalog::{NodeId, ObjectType, ObjectVersion};
+use qsm_catalog::{NodeId, ObjectId, ObjectKind, ObjectType, ObjectVersion, Timestamp};
 use qsm_store::Store;
 
 use crate::error::{ClientError, Result};
@@ -28,6 +28,20 @@ pub enum Existing {
     Replace,
 }
 
+/// Which versions to bring back.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Selection {
+    /// The active backup versions (the default).
+    #[default]
+    Active,
+    /// The backup versions that were active at this time (point-in-time restore).
+    AsOf(Timestamp),
+    /// One version, active or not, by id (from `qsm query backup --inactive`).
+    Version(ObjectId),
+    /// Archives, newest per path, optionally only those with this description (retrieve).
+    Archives(Option<String>),
+}
+
 /// How to restore.
 #[derive(Debug, Clone, Default)]
 pub struct RestoreOptions {
@@ -35,6 +49,8 @@ pub struct RestoreOptions {
     pub subpath: Option<Vec<u8>>,
     /// Existing files.
     pub existing: Existing,
+    /// Which versions.
+    pub select: Selection,
 }
 
 /// What a restore did.
@@ -126,19 +142,53 @@ pub fn restore(
         ClientError::Invalid(format!("no backup of {filespace} (see `qsm query filespace`)"))
     })?;
     fs::create_dir_all(target).map_err(ClientError::io("cannot create restore target", target))?;
-    let mut versions: Vec<ObjectVersion> = Vec::new();
-    catalog.for_each_active(fs_id, &mut |v| {
-        let wanted = match &options.subpath {
-            None => true,
-            Some(p) => {
-                v.path == *p || (v.path.starts_with(p) && v.path.get(p.len()) == Some(&b'/'))
-            }
-        };
-        if wanted {
-            versions.push(v.clone());
+    let below = |path: &[u8]| match &options.subpath {
+        None => true,
+        Some(p) => {
+            path == p.as_slice() || (path.starts_with(p) && path.get(p.len()) == Some(&b'/'))
         }
-        Ok(())
-    })?;
+    };
+    let mut versions: Vec<ObjectVersion> = Vec::new();
+    match &options.select {
+        Selection::Active => catalog.for_each_active(fs_id, &mut |v| {
+            if below(&v.path) {
+                versions.push(v.clone());
+            }
+            Ok(())
+        })?,
+        Selection::Version(id) => {
+            let v = catalog.object(*id)?.filter(|v| v.filespace == fs_id).ok_or_else(|| {
+                ClientError::Invalid(format!(
+                    "version {} is not in the backup of {filespace}",
+                    id.0
+                ))
+            })?;
+            versions.push(v);
+        }
+        // Versions arrive in path order, newest first: the first that qualifies wins.
+        Selection::AsOf(t) => catalog.for_each_version(fs_id, &mut |v| {
+            let was_active = v.kind == ObjectKind::Backup
+                && v.inserted <= *t
+                && v.deactivated.is_none_or(|d| d > *t);
+            if was_active
+                && below(&v.path)
+                && versions.last().is_none_or(|last| last.path != v.path)
+            {
+                versions.push(v.clone());
+            }
+            Ok(())
+        })?,
+        Selection::Archives(description) => catalog.for_each_version(fs_id, &mut |v| {
+            let matches = v.kind == ObjectKind::Archive
+                && description
+                    .as_ref()
+                    .is_none_or(|d| v.description.as_deref() == Some(d.as_str()));
+            if matches && below(&v.path) && versions.last().is_none_or(|last| last.path != v.path) {
+                versions.push(v.clone());
+            }
+            Ok(())
+        })?,
+    }
     let mut summary = RestoreSummary::default();
     let root = running_as_root();
     let mut dirs = Vec::new();

@@ -4,8 +4,9 @@ use std::path::{Component, Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
+use qsm_catalog::{ObjectId, ObjectKind, ObjectVersion};
 use qsm_client::restore::Existing;
-use qsm_client::{BackupOptions, Embedded, RestoreOptions, embedded};
+use qsm_client::{BackupOptions, Embedded, RestoreOptions, Selection, embedded};
 use qsm_codec::Compression;
 use serde::Serialize;
 
@@ -65,6 +66,13 @@ pub struct RestoreArgs {
     /// Replace files that exist (default: skip them).
     #[arg(long)]
     replace: bool,
+    /// Restore the versions that were active at this time (UTC): "2026-11-22 14:30",
+    /// "2026-11-22T14:30:00", "2026-11-22", or "@SECONDS" since the epoch.
+    #[arg(long, value_parser = parse_time, conflicts_with = "id")]
+    pit: Option<i64>,
+    /// Restore one version by id, active or not (ids from `qsm query backup --inactive`).
+    #[arg(long)]
+    id: Option<i64>,
     /// Machine-readable summary.
     #[arg(long)]
     json: bool,
@@ -72,8 +80,106 @@ pub struct RestoreArgs {
     home: Home,
 }
 
+#[derive(Debug, Args)]
+pub struct ArchiveArgs {
+    /// Directories or files to archive (all of them, whatever the backups hold).
+    #[arg(required = true)]
+    paths: Vec<PathBuf>,
+    /// What this archive is, to retrieve it by.
+    #[arg(long, short = 'd')]
+    description: String,
+    /// Days to keep it (default: the archive copy group's 365).
+    #[arg(long)]
+    retain_days: Option<u32>,
+    /// Compression: auto, off, or CODEC[:LEVEL].
+    #[arg(long, default_value = "auto")]
+    compression: String,
+    /// Machine-readable summary.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    home: Home,
+}
+
+#[derive(Debug, Args)]
+pub struct RetrieveArgs {
+    /// An archived directory or file.
+    path: PathBuf,
+    /// Only archives with this description (default: the newest archive of each path).
+    #[arg(long, short = 'd')]
+    description: Option<String>,
+    /// Retrieve into this directory instead of the original location.
+    #[arg(long)]
+    to: Option<PathBuf>,
+    /// Replace files that exist (default: skip them).
+    #[arg(long)]
+    replace: bool,
+    /// Machine-readable summary.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    home: Home,
+}
+
+/// Parses a UTC time: `YYYY-MM-DD`, optionally with ` HH:MM[:SS]` or `THH:MM[:SS]`, or
+/// `@SECONDS` since the epoch.
+pub fn parse_time(text: &str) -> std::result::Result<i64, String> {
+    let bad = || {
+        format!(
+            "invalid time {text:?} (e.g. \"2026-11-22 14:30\", \"2026-11-22\", \"@1795350000\")"
+        )
+    };
+    if let Some(secs) = text.strip_prefix('@') {
+        return secs.parse().map_err(|_| bad());
+    }
+    let (date, time) = match text.split_once([' ', 'T']) {
+        Some((d, t)) => (d, t.trim_end_matches('Z')),
+        None => (text, "00:00"),
+    };
+    let d: Vec<i64> = date
+        .split('-')
+        .map(|p| p.parse().map_err(|_| bad()))
+        .collect::<std::result::Result<_, _>>()?;
+    let t: Vec<i64> = time
+        .split(':')
+        .map(|p| p.parse().map_err(|_| bad()))
+        .collect::<std::result::Result<_, _>>()?;
+    let [y, m, day] = d[..] else { return Err(bad()) };
+    let (hh, mm, ss) = match t[..] {
+        [h, m] => (h, m, 0),
+        [h, m, s] => (h, m, s),
+        _ => return Err(bad()),
+    };
+    if !(1..=12).contains(&m)
+        || !(1..=31).contains(&day)
+        || !(0..24).contains(&hh)
+        || !(0..60).contains(&mm)
+        || !(0..=60).contains(&ss)
+    {
+        return Err(bad());
+    }
+    // Days from the civil date (H. Hinnant's algorithm), proleptic Gregorian, UTC.
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (m + if m > 2 { -3 } else { 9 }) + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Ok(days * 86_400 + hh * 3600 + mm * 60 + ss)
+}
+
 #[derive(Debug, Subcommand)]
 pub enum QueryWhat {
+    /// The archives of a filespace (all filespaces when none is named).
+    Archive {
+        /// A filespace (an archived directory).
+        filespace: Option<String>,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        home: Home,
+    },
     /// The filespaces backed up.
     Filespace {
         /// Machine-readable output.
@@ -82,10 +188,14 @@ pub enum QueryWhat {
         #[command(flatten)]
         home: Home,
     },
-    /// The active backup versions of a filespace (all filespaces when none is named).
+    /// The backup versions of a filespace (all filespaces when none is named): active ones,
+    /// or with --inactive every version with its id, for `qsm restore --id`.
     Backup {
         /// A filespace (a backed-up directory).
         filespace: Option<String>,
+        /// List inactive versions too.
+        #[arg(long)]
+        inactive: bool,
         /// Machine-readable output.
         #[arg(long)]
         json: bool,
@@ -202,10 +312,10 @@ struct BackupReport {
     warnings: Vec<String>,
 }
 
-pub fn restore(args: RestoreArgs) -> Result<Complete> {
-    let embedded = args.home.open()?;
-    let wanted = absolute(&args.path)?;
-    let wanted_str = wanted.to_str().context("the path is not valid UTF-8")?.to_owned();
+/// The filespace containing `path`, and the path below it.
+fn locate(embedded: &Embedded, path: &Path) -> Result<(String, Option<Vec<u8>>)> {
+    let wanted = absolute(path)?;
+    let wanted = wanted.to_str().context("the path is not valid UTF-8")?.to_owned();
     // The filespace is the longest backed-up root that contains the path.
     let filespace = embedded
         .store
@@ -213,36 +323,48 @@ pub fn restore(args: RestoreArgs) -> Result<Complete> {
         .filespaces(embedded.node)?
         .into_iter()
         .filter(|f| {
-            wanted_str == f.name
-                || wanted_str.starts_with(&format!("{}/", f.name.trim_end_matches('/')))
+            wanted == f.name || wanted.starts_with(&format!("{}/", f.name.trim_end_matches('/')))
         })
         .max_by_key(|f| f.name.len())
         .with_context(|| {
-            format!("nothing backed up contains {wanted_str} (see `qsm query filespace`)")
+            format!("nothing backed up or archived contains {wanted} (see `qsm query filespace`)")
         })?;
-    let sub = wanted_str[filespace.name.len()..].trim_start_matches('/');
-    let subpath = (!sub.is_empty()).then(|| sub.as_bytes().to_vec());
-    let target = match &args.to {
+    let sub = wanted[filespace.name.len()..].trim_start_matches('/');
+    Ok((filespace.name.clone(), (!sub.is_empty()).then(|| sub.as_bytes().to_vec())))
+}
+
+struct RestoreRequest<'a> {
+    path: &'a Path,
+    to: Option<&'a Path>,
+    replace: bool,
+    json: bool,
+    select: Selection,
+    verb: &'static str,
+}
+
+fn restore_with(embedded: &Embedded, r: RestoreRequest<'_>) -> Result<Complete> {
+    let (filespace, subpath) = locate(embedded, r.path)?;
+    let target = match r.to {
         Some(t) => absolute(t)?,
-        None => PathBuf::from(&filespace.name),
+        None => PathBuf::from(&filespace),
     };
-    let options = RestoreOptions {
-        subpath,
-        existing: if args.replace { Existing::Replace } else { Existing::Skip },
-    };
-    let s = qsm_client::restore(&embedded.store, embedded.node, &filespace.name, &target, &options)
-        .with_context(|| format!("restoring {wanted_str}"))?;
+    let existing = if r.replace { Existing::Replace } else { Existing::Skip };
+    let options = RestoreOptions { subpath, existing, select: r.select };
+    let s = qsm_client::restore(&embedded.store, embedded.node, &filespace, &target, &options)
+        .with_context(|| format!("{} {}", r.verb, r.path.display()))?;
     for w in &s.warnings {
         eprintln!("qsm: warning: {w}");
     }
-    if args.json {
+    if r.json {
         println!(
             "{}",
-            serde_json::json!({"filespace": filespace.name, "target": target, "restored": s.restored, "skipped": s.skipped, "failed": s.failed, "bytes": s.bytes, "warnings": s.warnings})
+            serde_json::json!({"filespace": filespace, "target": target, "restored": s.restored, "skipped": s.skipped, "failed": s.failed, "bytes": s.bytes, "warnings": s.warnings})
         );
     } else {
         println!(
-            "Restore of {wanted_str} into {}: restored {}, skipped {} (existing), failed {}, {:.1} MB",
+            "{} of {} into {}: restored {}, skipped {} (existing), failed {}, {:.1} MB",
+            if r.verb == "retrieving" { "Retrieve" } else { "Restore" },
+            r.path.display(),
             target.display(),
             s.restored,
             s.skipped,
@@ -250,13 +372,96 @@ pub fn restore(args: RestoreArgs) -> Result<Complete> {
             mb(s.bytes)
         );
     }
+    if s.restored + s.skipped + s.failed == 0 {
+        eprintln!("qsm: warning: no version matched");
+    }
     Ok(s.failed == 0)
+}
+
+pub fn restore(args: RestoreArgs) -> Result<Complete> {
+    let embedded = args.home.open()?;
+    let select = match (args.pit, args.id) {
+        (Some(t), _) => Selection::AsOf(t),
+        (None, Some(id)) => Selection::Version(ObjectId(id)),
+        (None, None) => Selection::Active,
+    };
+    restore_with(
+        &embedded,
+        RestoreRequest {
+            path: &args.path,
+            to: args.to.as_deref(),
+            replace: args.replace,
+            json: args.json,
+            select,
+            verb: "restoring",
+        },
+    )
+}
+
+pub fn retrieve(args: RetrieveArgs) -> Result<Complete> {
+    let embedded = args.home.open()?;
+    restore_with(
+        &embedded,
+        RestoreRequest {
+            path: &args.path,
+            to: args.to.as_deref(),
+            replace: args.replace,
+            json: args.json,
+            select: Selection::Archives(args.description.clone()),
+            verb: "retrieving",
+        },
+    )
+}
+
+pub fn archive(args: ArchiveArgs) -> Result<Complete> {
+    let compression = Compression::parse(&args.compression)?;
+    let embedded = args.home.open()?;
+    let options = BackupOptions { compression, ..BackupOptions::default() };
+    let days =
+        args.retain_days.unwrap_or(qsm_catalog::ArchiveCopyGroup::default().retain_version_days);
+    let mut complete = true;
+    let mut reports = Vec::new();
+    for path in &args.paths {
+        let s = qsm_client::archive(
+            &embedded.store,
+            embedded.node,
+            path,
+            &args.description,
+            days,
+            &options,
+        )
+        .with_context(|| format!("archiving {}", path.display()))?;
+        for w in &s.warnings {
+            eprintln!("qsm: warning: {w}");
+        }
+        complete &= s.failed == 0;
+        if !args.json {
+            println!(
+                "Archive of {} ({:?}, kept {days} days): {} objects, {:.1} MB read, {:.1} MB stored, failed {}",
+                s.filespace,
+                args.description,
+                s.backed_up,
+                mb(s.bytes_read),
+                mb(s.bytes_stored),
+                s.failed
+            );
+        }
+        reports.push(serde_json::json!({"filespace": s.filespace, "description": args.description, "retain_days": days, "objects": s.backed_up, "bytes_read": s.bytes_read, "bytes_stored": s.bytes_stored, "failed": s.failed, "warnings": s.warnings}));
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&reports)?);
+    }
+    Ok(complete)
 }
 
 #[derive(Debug, Serialize)]
 struct VersionRow {
     filespace: String,
     path: String,
+    /// "active", "inactive" or "archive".
+    state: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    description: Option<String>,
     kind: &'static str,
     size: u64,
     mtime_ns: i64,
@@ -284,43 +489,86 @@ pub fn query(what: QueryWhat) -> Result<Complete> {
                 }
             }
         }
-        QueryWhat::Backup { filespace, json, home } => {
-            let e = home.open()?;
-            let catalog = e.store.catalog();
-            let mut rows = Vec::new();
-            for f in catalog.filespaces(e.node)? {
-                if filespace
-                    .as_deref()
-                    .is_some_and(|n| n.trim_end_matches('/') != f.name.trim_end_matches('/'))
-                {
-                    continue;
-                }
-                catalog.for_each_active(f.id, &mut |v| {
-                    rows.push(VersionRow {
-                        filespace: f.name.clone(),
-                        path: String::from_utf8_lossy(&v.path).into_owned(),
-                        kind: match v.object_type {
-                            qsm_catalog::ObjectType::File => "file",
-                            qsm_catalog::ObjectType::Directory => "dir",
-                            qsm_catalog::ObjectType::Symlink => "symlink",
-                        },
-                        size: v.attrs.size,
-                        mtime_ns: v.attrs.mtime_ns,
-                        mode: v.attrs.mode,
-                        inserted: v.inserted,
-                        id: v.id.0,
-                    });
-                    Ok(())
-                })?;
-            }
-            if json {
-                println!("{}", serde_json::to_string_pretty(&rows)?);
-            } else {
-                for r in rows {
-                    println!("{:<7} {:>12}  {}/{}", r.kind, r.size, r.filespace, r.path);
-                }
-            }
+        QueryWhat::Backup { filespace, inactive, json, home } => {
+            list_versions(home, filespace, json, &|v| {
+                v.kind == ObjectKind::Backup && (inactive || v.active)
+            })?;
+        }
+        QueryWhat::Archive { filespace, json, home } => {
+            list_versions(home, filespace, json, &|v| v.kind == ObjectKind::Archive)?;
         }
     }
     Ok(true)
+}
+
+fn list_versions(
+    home: Home,
+    filespace: Option<String>,
+    json: bool,
+    keep: &dyn Fn(&ObjectVersion) -> bool,
+) -> Result<()> {
+    let e = home.open()?;
+    let catalog = e.store.catalog();
+    let mut rows = Vec::new();
+    for f in catalog.filespaces(e.node)? {
+        if filespace
+            .as_deref()
+            .is_some_and(|n| n.trim_end_matches('/') != f.name.trim_end_matches('/'))
+        {
+            continue;
+        }
+        catalog.for_each_version(f.id, &mut |v| {
+            if keep(v) {
+                rows.push(VersionRow {
+                    filespace: f.name.clone(),
+                    path: String::from_utf8_lossy(&v.path).into_owned(),
+                    state: match (v.kind, v.active) {
+                        (ObjectKind::Archive, _) => "archive",
+                        (_, true) => "active",
+                        _ => "inactive",
+                    },
+                    description: v.description.clone(),
+                    kind: match v.object_type {
+                        qsm_catalog::ObjectType::File => "file",
+                        qsm_catalog::ObjectType::Directory => "dir",
+                        qsm_catalog::ObjectType::Symlink => "symlink",
+                    },
+                    size: v.attrs.size,
+                    mtime_ns: v.attrs.mtime_ns,
+                    mode: v.attrs.mode,
+                    inserted: v.inserted,
+                    id: v.id.0,
+                });
+            }
+            Ok(())
+        })?;
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        for r in rows {
+            let note = r.description.as_deref().map(|d| format!("  [{d}]")).unwrap_or_default();
+            println!(
+                "{:>8}  {:<8} {:<7} {:>12}  {}/{}{note}",
+                r.id, r.state, r.kind, r.size, r.filespace, r.path
+            );
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_time;
+
+    #[test]
+    fn parses_times_in_utc() {
+        assert_eq!(parse_time("1970-01-01"), Ok(0));
+        assert_eq!(parse_time("2000-03-01 00:00"), Ok(951_868_800));
+        assert_eq!(parse_time("2026-11-22T05:30:15Z"), Ok(1_795_325_415));
+        assert_eq!(parse_time("2026-11-22 05:30:15"), parse_time("@1795325415"));
+        for bad in ["", "2026-13-01", "2026-11-22 25:00", "yesterday", "2026-11", "@x"] {
+            assert!(parse_time(bad).is_err(), "{bad} accepted");
+        }
+    }
 }

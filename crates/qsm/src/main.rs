@@ -22,6 +22,10 @@ enum Command {
     Backup(client_cmd::BackupArgs),
     /// Restore a backed-up directory or file.
     Restore(client_cmd::RestoreArgs),
+    /// Archive directories or files, kept by their own retention.
+    Archive(client_cmd::ArchiveArgs),
+    /// Retrieve an archive.
+    Retrieve(client_cmd::RetrieveArgs),
     /// List what the store holds.
     #[command(subcommand)]
     Query(client_cmd::QueryWhat),
@@ -43,6 +47,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Backup(args) => client_cmd::backup(args),
         Command::Restore(args) => client_cmd::restore(args),
+        Command::Archive(args) => client_cmd::archive(args),
+        Command::Retrieve(args) => client_cmd::retrieve(args),
         Command::Query(what) => client_cmd::query(what),
         Command::Compress(args) => codec_cmd::compress(args).map(|()| true),
         Command::Decompress(args) => codec_cmd::decompress(args).map(|()| true),
