@@ -11,7 +11,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use qsm_catalog::{Attributes, FilespaceId, NewObject, NodeId, ObjectKind, ObjectType};
-use qsm_codec::{CompressOptions, Compression, FrameEncoder};
+use qsm_codec::{Compression, FrameEncoder};
 use qsm_store::{Store, TxnLimits};
 
 use crate::error::{ClientError, Result};
@@ -105,58 +105,7 @@ pub fn backup(
     root: &Path,
     options: &BackupOptions,
 ) -> Result<BackupSummary> {
-    let started = Instant::now();
-    let cpu_start = cpu_seconds();
-    let name = filespace_name(root)?;
-    let catalog = store.catalog();
-    let fs = catalog.filespace(node, &name)?;
-    let mut active: HashMap<Vec<u8>, (ObjectType, Attributes)> = HashMap::new();
-    catalog.for_each_active(fs, &mut |v| {
-        active.insert(v.path.clone(), (v.object_type, v.attrs.clone()));
-        Ok(())
-    })?;
-    let mut summary = BackupSummary { filespace: name, ..BackupSummary::default() };
-    let mut batch = store.batch(options.limits)?;
-    let mut sender = Sender::new(options)?;
-    let mut warnings = Vec::new();
-    scan::walk(
-        root,
-        options.one_file_system,
-        &mut |entry| {
-            summary.examined += 1;
-            let previous = active.remove(&entry.rel);
-            if !options.full && previous.as_ref().is_some_and(|p| !changed(entry, p)) {
-                summary.unchanged += 1;
-                return Ok(());
-            }
-            match sender.send(&mut batch, fs, entry)? {
-                Sent::Stored { read, stored } => {
-                    summary.backed_up += 1;
-                    summary.bytes_read += read;
-                    summary.bytes_stored += stored;
-                }
-                Sent::Skipped(why) => {
-                    summary.failed += 1;
-                    summary.warnings.push(why);
-                    // Keep the old active version: the file still exists.
-                }
-            }
-            Ok(())
-        },
-        &mut |path, err| warnings.push(format!("{}: {err}", path.display())),
-    )?;
-    summary.failed += warnings.len() as u64;
-    summary.warnings.extend(warnings);
-    let mut gone: Vec<Vec<u8>> = active.into_keys().collect();
-    gone.sort();
-    for path in &gone {
-        batch.deactivate(fs, path);
-    }
-    summary.deactivated = gone.len() as u64;
-    batch.finish(now())?;
-    summary.seconds = started.elapsed().as_secs_f64();
-    summary.cpu_seconds = cpu_seconds() - cpu_start;
-    Ok(summary)
+    run(store, node, root, options, None)
 }
 
 /// Archives `root` for `node`: every entry is sent, whatever the backups hold, as an archive
@@ -169,199 +118,276 @@ pub fn archive(
     retain_days: u32,
     options: &BackupOptions,
 ) -> Result<BackupSummary> {
+    let until = now().saturating_add(i64::from(retain_days) * 86_400);
+    run(store, node, root, options, Some((description.to_owned(), until)))
+}
+
+/// Entries the walker hands to the reader: a bounded queue, so the walk never runs far ahead.
+const WALK_QUEUE: usize = 1024;
+
+/// The whole backup (or archive) as one pipeline across files, the way ADSM's stages
+/// overlapped: a walker thread decides what to send, the pipeline's reader cuts every file
+/// into quanta, all cores encode them, and this thread appends frames to the batch in order,
+/// beginning and ending objects as their first and last quanta arrive. Small files no longer
+/// compress one at a time.
+fn run(
+    store: &Store,
+    node: NodeId,
+    root: &Path,
+    options: &BackupOptions,
+    archive: Option<(String, i64)>,
+) -> Result<BackupSummary> {
     let started = Instant::now();
     let cpu_start = cpu_seconds();
     let name = filespace_name(root)?;
-    let fs = store.catalog().filespace(node, &name)?;
+    let catalog = store.catalog();
+    let fs = catalog.filespace(node, &name)?;
+    let mut active: HashMap<Vec<u8>, (ObjectType, Attributes)> = HashMap::new();
+    if archive.is_none() {
+        catalog.for_each_active(fs, &mut |v| {
+            active.insert(v.path.clone(), (v.object_type, v.attrs.clone()));
+            Ok(())
+        })?;
+    }
+    let setting = options.compression;
+    FrameEncoder::new(setting).map_err(|e| ClientError::Invalid(e.to_string()))?;
+    let quantum = qsm_codec::DEFAULT_QUANTUM;
     let mut summary = BackupSummary { filespace: name, ..BackupSummary::default() };
     let mut batch = store.batch(options.limits)?;
-    let mut sender = Sender::new(options)?;
-    sender.archive =
-        Some((description.to_owned(), now().saturating_add(i64::from(retain_days) * 86_400)));
-    let mut warnings = Vec::new();
-    scan::walk(
-        root,
-        options.one_file_system,
-        &mut |entry| {
-            summary.examined += 1;
-            match sender.send(&mut batch, fs, entry)? {
-                Sent::Stored { read, stored } => {
-                    summary.backed_up += 1;
-                    summary.bytes_read += read;
-                    summary.bytes_stored += stored;
-                }
-                Sent::Skipped(why) => {
-                    summary.failed += 1;
-                    summary.warnings.push(why);
-                }
-            }
-            Ok(())
-        },
-        &mut |path, err| warnings.push(format!("{}: {err}", path.display())),
-    )?;
+    let (tx, rx) = crossbeam_channel::bounded::<Entry>(WALK_QUEUE);
+    let selective = options.full || archive.is_some();
+
+    let (walked, pipeline_result, store_error) = std::thread::scope(|scope| {
+        let walker = scope.spawn(move || {
+            let (mut examined, mut unchanged, mut warnings) = (0u64, 0u64, Vec::new());
+            let result = scan::walk(
+                root,
+                options.one_file_system,
+                &mut |entry| {
+                    examined += 1;
+                    let previous = active.remove(&entry.rel);
+                    if !selective && previous.as_ref().is_some_and(|p| !changed(entry, p)) {
+                        unchanged += 1;
+                        return Ok(());
+                    }
+                    // The reader stopped (a fatal error): stop walking too.
+                    tx.send(entry.clone())
+                        .map_err(|_| ClientError::Invalid("backup stopped".into()))
+                },
+                &mut |path, err| warnings.push(format!("{}: {err}", path.display())),
+            );
+            drop(tx);
+            (result, examined, unchanged, warnings, active)
+        });
+
+        let mut reader = Reader { rx, file: None, quantum };
+        let mut store_error = None;
+        let result = qsm_codec::pipeline::run(
+            options.threads.unwrap_or_else(qsm_codec::engine::default_threads),
+            |_, piece: &mut Piece| reader.next(piece),
+            || Ok(FrameEncoder::new(setting)?),
+            |encoder, _, piece| piece.encode(encoder),
+            |_, piece| {
+                piece.commit_to(&mut batch, fs, &archive, &mut summary).map_err(|e| {
+                    store_error = Some(e);
+                    qsm_codec::Error::Invalid("the store failed".into())
+                })
+            },
+        );
+        // Unblock the walker if the pipeline stopped early: dropping the reader closes the queue.
+        drop(reader);
+        let walked = walker.join();
+        (walked, result, store_error)
+    });
+    if let Some(e) = store_error {
+        return Err(e);
+    }
+    let (walk_result, examined, unchanged, warnings, gone) =
+        walked.map_err(|_| ClientError::Invalid("the directory walk panicked".into()))?;
+    walk_result?;
+    pipeline_result
+        .map_err(|e| ClientError::Invalid(format!("backup of {}: {e}", root.display())))?;
+    summary.examined = examined;
+    summary.unchanged = unchanged;
     summary.failed += warnings.len() as u64;
     summary.warnings.extend(warnings);
+    if archive.is_none() {
+        let mut gone: Vec<Vec<u8>> = gone.into_keys().collect();
+        gone.sort();
+        for path in &gone {
+            batch.deactivate(fs, path);
+        }
+        summary.deactivated = gone.len() as u64;
+    }
     batch.finish(now())?;
     summary.seconds = started.elapsed().as_secs_f64();
     summary.cpu_seconds = cpu_seconds() - cpu_start;
     Ok(summary)
 }
 
-enum Sent {
-    Stored { read: u64, stored: u64 },
-    Skipped(String),
-}
-
-/// Turns entries into objects in a batch.
-struct Sender {
-    /// For archives: the description and the time until which they are kept.
-    archive: Option<(String, i64)>,
-    options: CompressOptions,
-    /// For files of one quantum or less: no pipeline to start for them.
-    encoder: FrameEncoder,
-    buf: Vec<u8>,
+/// One quantum of one object on its way through the pipeline, with the object's metadata on
+/// its first quantum. Buffers are reused from piece to piece.
+#[derive(Default)]
+struct Piece {
+    /// Set on an object's first piece: the entry to begin.
+    begin: Option<Entry>,
+    /// Raw data of this quantum (`raw[..raw_len]`); empty for directories, symlinks, empty files.
+    raw: Vec<u8>,
+    raw_len: usize,
+    /// The encoded frame (`frame[..header.frame_len()]`).
     frame: Vec<u8>,
+    header: Option<qsm_codec::FrameHeader>,
+    /// The object's last piece.
+    last: bool,
+    /// The file failed while being read: the object is dropped with this warning.
+    failed: Option<String>,
+    /// The file's entry, kept on its last piece to check it did not change while read.
+    check: Option<Entry>,
+    /// Bytes read of the object so far, on the last piece.
+    read_total: u64,
 }
 
-impl Sender {
-    fn new(options: &BackupOptions) -> Result<Sender> {
-        let options = CompressOptions {
-            compression: options.compression,
-            quantum_size: qsm_codec::DEFAULT_QUANTUM,
-            threads: options.threads,
-        };
-        let encoder = FrameEncoder::new(options.compression)
-            .map_err(|e| ClientError::Invalid(e.to_string()))?;
-        Ok(Sender { archive: None, options, encoder, buf: Vec::new(), frame: Vec::new() })
-    }
-
-    fn send(
-        &mut self,
-        batch: &mut qsm_store::Batch<'_>,
-        fs: FilespaceId,
-        entry: &Entry,
-    ) -> Result<Sent> {
-        let object = NewObject {
-            filespace: fs,
-            path: entry.rel.clone(),
-            kind: if self.archive.is_some() { ObjectKind::Archive } else { ObjectKind::Backup },
-            object_type: entry.object_type,
-            attrs: entry.attrs.clone(),
-            mgmt_class: None,
-            description: self.archive.as_ref().map(|(d, _)| d.clone()),
-            retain_until: self.archive.as_ref().map(|(_, until)| *until),
-            chunks: Vec::new(),
-        };
-        if entry.object_type != ObjectType::File {
-            batch.add(object, &[], now())?;
-            return Ok(Sent::Stored { read: 0, stored: 0 });
+impl Piece {
+    fn encode(&mut self, encoder: &mut FrameEncoder) -> std::result::Result<(), qsm_codec::Error> {
+        self.header = None;
+        if self.raw_len > 0 && self.failed.is_none() {
+            let header = encoder
+                .encode(&self.raw[..self.raw_len], &mut self.frame)
+                .map_err(|source| qsm_codec::Error::Quantum { index: 0, offset: 0, source })?;
+            self.header = Some(header);
         }
-        let file = match File::open(&entry.path) {
-            Ok(f) => f,
-            Err(e) => {
-                return Ok(Sent::Skipped(format!("{}: not backed up: {e}", entry.path.display())));
-            }
-        };
-        batch.begin_object(object, entry.attrs.size, now())?;
-        let (mut read, mut stored) = (0u64, 0u64);
-        let outcome = if entry.attrs.size <= self.options.quantum_size as u64 {
-            self.send_small(batch, file, &mut read, &mut stored)
-        } else {
-            self.send_large(batch, file, &mut read, &mut stored)
-        };
-        if let Err(problem) = outcome {
-            batch.abandon_object();
-            return match problem {
-                Problem::Fatal(e) => Err(e),
-                Problem::File(e) => {
-                    Ok(Sent::Skipped(format!("{}: not backed up: {e}", entry.path.display())))
-                }
-            };
-        }
-        // A file that changed while it was read would be stored torn: skip it and say so.
-        match scan::entry(&entry.path, entry.rel.clone()) {
-            Ok(Some(after))
-                if after.attrs.size == entry.attrs.size
-                    && after.attrs.mtime_ns == entry.attrs.mtime_ns
-                    && read == entry.attrs.size =>
-            {
-                batch.end_object()?;
-                Ok(Sent::Stored { read, stored })
-            }
-            _ => {
-                batch.abandon_object();
-                Ok(Sent::Skipped(format!(
-                    "{}: not backed up: it changed while being read",
-                    entry.path.display()
-                )))
-            }
-        }
-    }
-
-    fn send_small(
-        &mut self,
-        batch: &mut qsm_store::Batch<'_>,
-        mut file: File,
-        read: &mut u64,
-        stored: &mut u64,
-    ) -> std::result::Result<(), Problem> {
-        self.buf.clear();
-        // Read one byte more than a quantum to notice a file that grew.
-        (&mut file)
-            .take(self.options.quantum_size as u64 + 1)
-            .read_to_end(&mut self.buf)
-            .map_err(Problem::File)?;
-        *read = self.buf.len() as u64;
-        if self.buf.is_empty() || self.buf.len() > self.options.quantum_size {
-            return Ok(()); // empty: no chunks; grown: caught by the re-check
-        }
-        let header = self
-            .encoder
-            .encode(&self.buf, &mut self.frame)
-            .map_err(|e| Problem::Fatal(ClientError::Invalid(e.to_string())))?;
-        batch
-            .append_frame(&self.frame[..header.frame_len()])
-            .map_err(|e| Problem::Fatal(e.into()))?;
-        *stored = header.frame_len() as u64;
         Ok(())
     }
 
-    fn send_large(
-        &mut self,
+    fn commit_to(
+        &self,
         batch: &mut qsm_store::Batch<'_>,
-        file: File,
-        read: &mut u64,
-        stored: &mut u64,
-    ) -> std::result::Result<(), Problem> {
-        let mut store_error = None;
-        let result = qsm_codec::encode_frames(
-            std::io::BufReader::with_capacity(64 << 10, file),
-            &self.options,
-            &mut |frame, header| {
-                *read += u64::from(header.raw_len);
-                *stored += frame.len() as u64;
-                batch.append_frame(frame).map_err(|e| {
-                    store_error = Some(e);
-                    qsm_codec::Error::Invalid("the store failed".into())
-                })
-            },
-        );
-        if let Some(e) = store_error {
-            return Err(Problem::Fatal(e.into()));
+        fs: FilespaceId,
+        archive: &Option<(String, i64)>,
+        summary: &mut BackupSummary,
+    ) -> Result<()> {
+        if let Some(entry) = &self.begin {
+            let object = NewObject {
+                filespace: fs,
+                path: entry.rel.clone(),
+                kind: if archive.is_some() { ObjectKind::Archive } else { ObjectKind::Backup },
+                object_type: entry.object_type,
+                attrs: entry.attrs.clone(),
+                mgmt_class: None,
+                description: archive.as_ref().map(|(d, _)| d.clone()),
+                retain_until: archive.as_ref().map(|(_, until)| *until),
+                chunks: Vec::new(),
+            };
+            batch.begin_object(object, entry.attrs.size, now())?;
         }
-        match result {
-            Ok(_) => Ok(()),
-            Err(qsm_codec::Error::Io { source, .. }) => Err(Problem::File(source)),
-            Err(e) => Err(Problem::Fatal(ClientError::Invalid(e.to_string()))),
+        if let Some(why) = &self.failed {
+            batch.abandon_object();
+            summary.failed += 1;
+            summary.warnings.push(why.clone());
+            return Ok(());
         }
+        if let Some(header) = &self.header {
+            batch.append_frame(&self.frame[..header.frame_len()])?;
+            summary.bytes_stored += header.frame_len() as u64;
+        }
+        summary.bytes_read += self.raw_len as u64;
+        if !self.last {
+            return Ok(());
+        }
+        // A file that changed while it was read would be stored torn: drop it and say so.
+        if let Some(entry) = &self.check {
+            let same = match scan::entry(&entry.path, entry.rel.clone()) {
+                Ok(Some(after)) => {
+                    after.attrs.size == entry.attrs.size
+                        && after.attrs.mtime_ns == entry.attrs.mtime_ns
+                }
+                _ => false,
+            };
+            if !same || self.read_total != entry.attrs.size {
+                batch.abandon_object();
+                summary.failed += 1;
+                summary.warnings.push(format!(
+                    "{}: not backed up: it changed while being read",
+                    entry.path.display()
+                ));
+                return Ok(());
+            }
+        }
+        batch.end_object()?;
+        summary.backed_up += 1;
+        Ok(())
     }
 }
 
-enum Problem {
-    /// Stop the backup.
-    Fatal(ClientError),
-    /// Skip this file.
-    File(std::io::Error),
+/// The pipeline's source: takes entries from the walker and cuts files into quanta.
+struct Reader {
+    rx: crossbeam_channel::Receiver<Entry>,
+    /// The file being read, its entry, and the bytes read so far.
+    file: Option<(File, Entry, u64)>,
+    quantum: usize,
+}
+
+impl Reader {
+    fn next(&mut self, piece: &mut Piece) -> std::result::Result<bool, qsm_codec::Error> {
+        piece.begin = None;
+        piece.raw_len = 0;
+        piece.last = false;
+        piece.failed = None;
+        piece.check = None;
+        piece.read_total = 0;
+        if self.file.is_none() {
+            let Ok(entry) = self.rx.recv() else { return Ok(false) };
+            if entry.object_type != ObjectType::File {
+                piece.begin = Some(entry);
+                piece.last = true;
+                return Ok(true);
+            }
+            match File::open(&entry.path) {
+                Ok(f) => {
+                    piece.begin = Some(entry.clone());
+                    self.file = Some((f, entry, 0));
+                }
+                Err(e) => {
+                    // Never begun: the sink only counts and warns.
+                    piece.failed = Some(format!("{}: not backed up: {e}", entry.path.display()));
+                    piece.last = true;
+                    return Ok(true);
+                }
+            }
+        }
+        let Some((file, entry, total)) = &mut self.file else { return Ok(false) };
+        if piece.raw.len() < self.quantum {
+            piece.raw.resize(self.quantum, 0);
+        }
+        let mut n = 0;
+        let mut error = None;
+        while n < self.quantum {
+            match file.read(&mut piece.raw[n..self.quantum]) {
+                Ok(0) => break,
+                Ok(k) => n += k,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    error = Some(e);
+                    break;
+                }
+            }
+        }
+        *total += n as u64;
+        piece.raw_len = n;
+        let failed = error.is_some();
+        if let Some(e) = error {
+            piece.failed = Some(format!("{}: not backed up: {e}", entry.path.display()));
+        }
+        // The last quantum: short, or the whole expected size read (a file that grew is caught
+        // by the check at its end, which compares the bytes read with its size).
+        if failed || n < self.quantum || *total >= entry.attrs.size {
+            piece.last = true;
+            piece.read_total = *total;
+            piece.check = Some(entry.clone());
+            self.file = None;
+        }
+        Ok(true)
+    }
 }
 
 /// User plus system CPU time of this process so far, from `/proc/self/stat` (Linux reports

@@ -20,7 +20,7 @@ pub mod codecs;
 pub mod engine;
 pub mod error;
 pub mod frame;
-mod pipeline;
+pub mod pipeline;
 pub mod probe;
 pub mod registry;
 pub mod stream;

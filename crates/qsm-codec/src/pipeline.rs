@@ -18,9 +18,10 @@ use crossbeam_channel::bounded;
 use crate::error::Error;
 use crate::frame::FrameHeader;
 
-/// One quantum in flight and its buffers, reused from quantum to quantum.
+/// The engine's slot: one quantum in flight and its buffers, reused from quantum to quantum.
+/// Other users of [`run`] bring their own slot type.
 #[derive(Debug, Default)]
-pub(crate) struct Slot {
+pub struct Slot {
     /// Input bytes (raw data, or a whole frame); `input[..input_len]` is valid.
     pub input: Vec<u8>,
     pub input_len: usize,
@@ -40,12 +41,12 @@ pub(crate) struct Slot {
 /// decoding from 90% to 93% of two independent processes and DEFLATE decoding from 96% to
 /// 102% (5 interleaved runs each, docs/PERFORMANCE.md 1.3). A constant, not per worker, so
 /// 64 workers still need only 136 slots.
-pub(crate) fn slots_for(threads: usize) -> usize {
+pub fn slots_for(threads: usize) -> usize {
     2 * threads.max(1) + 8
 }
 
-enum Msg {
-    Done(u64, Slot),
+enum Msg<T> {
+    Done(u64, T),
     /// Slot `seq` failed (in the reader or a worker).
     Failed(u64, Error),
     /// A stage could not start: nothing can be processed.
@@ -53,10 +54,12 @@ enum Msg {
     End(u64),
 }
 
-/// Runs the pipeline: `source` fills a slot (returns `false` at the end of input), `work`
-/// transforms it on a worker with per-thread state from `make_worker`, and `sink` consumes
-/// slots in order. Returns the number of slots processed.
-pub(crate) fn run<Src, Mk, Ctx, Wk, Snk>(
+/// Runs the pipeline: `source` fills a slot (returns `false` at the end of input) on the
+/// reader thread, `work` transforms it on a worker with per-thread state from `make_worker`,
+/// and `sink` consumes slots in order on the caller's thread. Returns the number of slots
+/// processed. The engine runs it on [`Slot`]s; the backup client runs it across files with
+/// slots of its own.
+pub fn run<T, Src, Mk, Ctx, Wk, Snk>(
     threads: usize,
     mut source: Src,
     make_worker: Mk,
@@ -64,20 +67,21 @@ pub(crate) fn run<Src, Mk, Ctx, Wk, Snk>(
     mut sink: Snk,
 ) -> Result<u64, Error>
 where
-    Src: FnMut(u64, &mut Slot) -> Result<bool, Error> + Send,
+    T: Default + Send,
+    Src: FnMut(u64, &mut T) -> Result<bool, Error> + Send,
     Mk: Fn() -> Result<Ctx, Error> + Sync,
-    Wk: Fn(&mut Ctx, u64, &mut Slot) -> Result<(), Error> + Sync,
-    Snk: FnMut(u64, &Slot) -> Result<(), Error>,
+    Wk: Fn(&mut Ctx, u64, &mut T) -> Result<(), Error> + Sync,
+    Snk: FnMut(u64, &T) -> Result<(), Error>,
 {
     let threads = threads.max(1);
     let slots = slots_for(threads);
-    let (free_tx, free_rx) = bounded::<Slot>(slots);
+    let (free_tx, free_rx) = bounded::<T>(slots);
     for _ in 0..slots {
         // Cannot fail: the channel has room for every slot and its receiver is alive.
-        let _ = free_tx.send(Slot::default());
+        let _ = free_tx.send(T::default());
     }
-    let (work_tx, work_rx) = bounded::<(u64, Slot)>(slots);
-    let (done_tx, done_rx) = bounded::<Msg>(slots + threads + 1);
+    let (work_tx, work_rx) = bounded::<(u64, T)>(slots);
+    let (done_tx, done_rx) = bounded::<Msg<T>>(slots + threads + 1);
     // `stop_reading`: set by the writer on the first failure. `abort`: set when the writer
     // gives up; workers then drop what is queued.
     let (stop_reading, abort) = (AtomicBool::new(false), AtomicBool::new(false));
@@ -141,18 +145,18 @@ where
     })
 }
 
-fn drain<Snk>(
-    done: &crossbeam_channel::Receiver<Msg>,
-    free: &crossbeam_channel::Sender<Slot>,
+fn drain<T, Snk>(
+    done: &crossbeam_channel::Receiver<Msg<T>>,
+    free: &crossbeam_channel::Sender<T>,
     stop_reading: &AtomicBool,
     sink: &mut Snk,
 ) -> Result<u64, Error>
 where
-    Snk: FnMut(u64, &Slot) -> Result<(), Error>,
+    Snk: FnMut(u64, &T) -> Result<(), Error>,
 {
     // Every slot below a failed one was handed to a worker before the failure, and workers
     // finish their queue unless aborted, so waiting for them cannot hang.
-    let mut pending: BTreeMap<u64, Result<Slot, Error>> = BTreeMap::new();
+    let mut pending: BTreeMap<u64, Result<T, Error>> = BTreeMap::new();
     let (mut next, mut end) = (0u64, None);
     while end != Some(next) {
         match done.recv() {
