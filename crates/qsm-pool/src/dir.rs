@@ -474,6 +474,7 @@ impl Inner {
         loc: &FrameLocation,
         chunk: Option<u64>,
         out: &mut Vec<u8>,
+        decode: bool,
     ) -> Result<FrameHeader, PoolError> {
         let corrupt = |detail: String| self.corrupt(loc.container, loc.offset, chunk, detail);
         let len = u64::from(loc.len);
@@ -506,8 +507,8 @@ impl Inner {
         }
         out.resize(len as usize, 0);
         c.read_at(loc.offset, out)?;
-        let header = verify_frame(self, out).map_err(|e| corrupt(e.to_string()))?;
-        Ok(header)
+        let header = if decode { verify_frame(self, out) } else { check_frame(out) };
+        header.map_err(|e| corrupt(e.to_string()))
     }
 
     /// Forward scan from the end of the header, mapping offsets to locations.
@@ -527,7 +528,8 @@ impl Inner {
 
 /// Checks that `frame` is exactly one valid frame and decodes it to verify its data checksum,
 /// with a decoder and buffer borrowed from the pool.
-fn verify_frame(inner: &Inner, frame: &[u8]) -> Result<FrameHeader, FrameError> {
+/// The frame's header and length, without decoding it.
+fn check_frame(frame: &[u8]) -> Result<FrameHeader, FrameError> {
     let header = FrameHeader::parse(frame)?;
     if header.frame_len() != frame.len() {
         return Err(FrameError::BadLength(format!(
@@ -536,6 +538,11 @@ fn verify_frame(inner: &Inner, frame: &[u8]) -> Result<FrameHeader, FrameError> 
             frame.len()
         )));
     }
+    Ok(header)
+}
+
+fn verify_frame(inner: &Inner, frame: &[u8]) -> Result<FrameHeader, FrameError> {
+    check_frame(frame)?;
     let mut s = lock(&inner.scratch).pop().unwrap_or_default();
     let result = s.decoder.decode(frame, &mut s.raw);
     if s.raw.capacity() <= KEEP_SCRATCH {
@@ -574,7 +581,20 @@ impl Pool for DirPool {
         chunk: Option<u64>,
         out: &mut Vec<u8>,
     ) -> Result<FrameHeader, PoolError> {
-        let result = self.inner.read_frame_inner(loc, chunk, out);
+        let result = self.inner.read_frame_inner(loc, chunk, out, true);
+        if result.is_err() {
+            out.clear();
+        }
+        result
+    }
+
+    fn read_frame_for_decode(
+        &self,
+        loc: &FrameLocation,
+        chunk: Option<u64>,
+        out: &mut Vec<u8>,
+    ) -> Result<FrameHeader, PoolError> {
+        let result = self.inner.read_frame_inner(loc, chunk, out, false);
         if result.is_err() {
             out.clear();
         }

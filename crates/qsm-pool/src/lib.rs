@@ -224,6 +224,17 @@ pub trait Pool: Send + Sync + fmt::Debug {
         out: &mut Vec<u8>,
     ) -> Result<FrameHeader, PoolError>;
 
+    /// [`Pool::read_frame`] without the decode: the frame's header, its check and its length
+    /// are verified, the data checksum is left to the caller, which must decode the frame
+    /// anyway and so verifies it there (restore does, with `qsm_codec::FrameDecoder`). Saves
+    /// decoding every restored frame twice.
+    fn read_frame_for_decode(
+        &self,
+        loc: &FrameLocation,
+        chunk: Option<u64>,
+        out: &mut Vec<u8>,
+    ) -> Result<FrameHeader, PoolError>;
+
     /// Every container of the pool, sorted by id.
     fn containers(&self) -> Result<Vec<ContainerInfo>, PoolError>;
 

@@ -145,7 +145,9 @@ impl Store {
         let mut written = 0u64;
         for chunk in self.catalog.object_chunks(id)? {
             let loc = location(&chunk.location);
-            let header = self.pool.read_frame(&loc, Some(chunk.id.0 as u64), &mut frame)?;
+            // The decode below verifies the data checksum: the pool need not decode too.
+            let header =
+                self.pool.read_frame_for_decode(&loc, Some(chunk.id.0 as u64), &mut frame)?;
             decoder.decode(&frame[..header.frame_len()], &mut raw).map_err(|e| {
                 PoolError::Corrupt {
                     pool: self.pool.name().to_owned(),
