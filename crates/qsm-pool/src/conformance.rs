@@ -101,6 +101,7 @@ pub const CHECKS: &[(&str, Check)] = &[
     ("empty_writer_leaves_nothing", empty_writer_leaves_nothing),
     ("copy_frames_moves_live_frames", copy_frames_moves_live_frames),
     ("wrong_locations_are_corrupt", wrong_locations_are_corrupt),
+    ("read_for_decode_matches_read", read_for_decode_matches_read),
 ];
 
 /// Runs every check and reports all failures, not only the first.
@@ -610,6 +611,32 @@ pub fn wrong_locations_are_corrupt(f: &mut dyn PoolFactory) -> Result<(), Failur
             other => return Err(Failure(format!("reading {what} ({loc:?}) gave {other:?}"))),
         }
         ensure!(out.is_empty(), "reading {what} left bytes in the buffer");
+        out.extend_from_slice(b"stale");
+        match p.read_frame_for_decode(&loc, Some(42), &mut out) {
+            Err(PoolError::Corrupt { container, chunk: Some(42), .. }) if container == id => {}
+            other => {
+                return Err(Failure(format!(
+                    "read_frame_for_decode of {what} ({loc:?}) gave {other:?}"
+                )));
+            }
+        }
+        ensure!(out.is_empty(), "read_frame_for_decode of {what} left bytes in the buffer");
+    }
+    Ok(())
+}
+
+/// `read_frame_for_decode` returns the same bytes as `read_frame` for every valid frame.
+pub fn read_for_decode_matches_read(f: &mut dyn PoolFactory) -> Result<(), Failure> {
+    let p = f.new_pool(ONE_CONTAINER)?;
+    let frames = sample_frames(9)?;
+    let mut w = p.writer()?;
+    let locs = append_all(&mut *w, &frames)?;
+    w.finish()?;
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for (loc, frame) in locs.iter().zip(&frames) {
+        let ha = p.read_frame(loc, None, &mut a)?;
+        let hb = p.read_frame_for_decode(loc, None, &mut b)?;
+        ensure!(ha == hb && a == b && &a == frame, "the two reads of {loc:?} differ");
     }
     Ok(())
 }

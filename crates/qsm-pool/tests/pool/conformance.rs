@@ -54,6 +54,7 @@ conformance_tests!(
     empty_writer_leaves_nothing,
     copy_frames_moves_live_frames,
     wrong_locations_are_corrupt,
+    read_for_decode_matches_read,
 );
 
 #[test]
