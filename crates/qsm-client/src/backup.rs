@@ -98,14 +98,18 @@ fn changed(entry: &Entry, active: &(ObjectType, Attributes)) -> bool {
         || a.link_target != entry.attrs.link_target
 }
 
+/// Called after each object sent with the counts so far (for progress displays).
+pub type Progress<'a> = dyn FnMut(&BackupSummary) + 'a;
+
 /// Backs up `root` for `node` into `store`.
 pub fn backup(
     store: &Store,
     node: NodeId,
     root: &Path,
     options: &BackupOptions,
+    progress: &mut Progress<'_>,
 ) -> Result<BackupSummary> {
-    run(store, node, root, options, None)
+    run(store, node, root, options, None, progress)
 }
 
 /// Archives `root` for `node`: every entry is sent, whatever the backups hold, as an archive
@@ -117,9 +121,10 @@ pub fn archive(
     description: &str,
     retain_days: u32,
     options: &BackupOptions,
+    progress: &mut Progress<'_>,
 ) -> Result<BackupSummary> {
     let until = now().saturating_add(i64::from(retain_days) * 86_400);
-    run(store, node, root, options, Some((description.to_owned(), until)))
+    run(store, node, root, options, Some((description.to_owned(), until)), progress)
 }
 
 /// Entries the walker hands to the reader: a bounded queue, so the walk never runs far ahead.
@@ -136,6 +141,7 @@ fn run(
     root: &Path,
     options: &BackupOptions,
     archive: Option<(String, i64)>,
+    progress: &mut Progress<'_>,
 ) -> Result<BackupSummary> {
     let started = Instant::now();
     let cpu_start = cpu_seconds();
@@ -191,7 +197,11 @@ fn run(
                 piece.commit_to(&mut batch, fs, &archive, &mut summary).map_err(|e| {
                     store_error = Some(e);
                     qsm_codec::Error::Invalid("the store failed".into())
-                })
+                })?;
+                if piece.last {
+                    progress(&summary);
+                }
+                Ok(())
             },
         );
         // Unblock the walker if the pipeline stopped early: dropping the reader closes the queue.

@@ -15,7 +15,7 @@ pub mod error;
 pub mod restore;
 pub mod scan;
 
-pub use backup::{BackupOptions, BackupSummary, archive, backup};
+pub use backup::{BackupOptions, BackupSummary, Progress, archive, backup};
 pub use embedded::Embedded;
 pub use error::{ClientError, Result};
 pub use restore::{RestoreOptions, RestoreSummary, Selection, restore};

@@ -241,8 +241,12 @@ pub fn backup(args: BackupArgs) -> Result<Complete> {
     let mut complete = true;
     let mut reports = Vec::new();
     for path in &args.paths {
-        let s = qsm_client::backup(&embedded.store, embedded.node, path, &options)
-            .with_context(|| format!("backing up {}", path.display()))?;
+        let mut bar = ProgressLine::new(args.json);
+        let s = qsm_client::backup(&embedded.store, embedded.node, path, &options, &mut |s| {
+            bar.show(s)
+        })
+        .with_context(|| format!("backing up {}", path.display()))?;
+        bar.finish();
         for w in &s.warnings {
             eprintln!("qsm: warning: {w}");
         }
@@ -422,6 +426,7 @@ pub fn archive(args: ArchiveArgs) -> Result<Complete> {
     let mut complete = true;
     let mut reports = Vec::new();
     for path in &args.paths {
+        let mut bar = ProgressLine::new(args.json);
         let s = qsm_client::archive(
             &embedded.store,
             embedded.node,
@@ -429,8 +434,10 @@ pub fn archive(args: ArchiveArgs) -> Result<Complete> {
             &args.description,
             days,
             &options,
+            &mut |s| bar.show(s),
         )
         .with_context(|| format!("archiving {}", path.display()))?;
+        bar.finish();
         for w in &s.warnings {
             eprintln!("qsm: warning: {w}");
         }
@@ -555,6 +562,45 @@ fn list_versions(
         }
     }
     Ok(())
+}
+
+/// A live status line on a terminal while objects are sent: objects, bytes read and stored,
+/// ratio and throughput. (No ETA: the walk runs beside the transfer, so the total is unknown
+/// until the end.) Nothing when stderr is not a terminal or output is JSON.
+struct ProgressLine {
+    bar: Option<indicatif::ProgressBar>,
+    started: std::time::Instant,
+}
+
+impl ProgressLine {
+    fn new(json: bool) -> ProgressLine {
+        use std::io::IsTerminal;
+        let bar = (!json && std::io::stderr().is_terminal()).then(|| {
+            let bar = indicatif::ProgressBar::new_spinner();
+            bar.enable_steady_tick(std::time::Duration::from_millis(200));
+            bar
+        });
+        ProgressLine { bar, started: std::time::Instant::now() }
+    }
+
+    fn show(&mut self, s: &qsm_client::BackupSummary) {
+        let Some(bar) = &self.bar else { return };
+        let secs = self.started.elapsed().as_secs_f64().max(1e-3);
+        bar.set_message(format!(
+            "{} objects sent, {:.1} MB read, {:.1} MB stored ({:.2}:1), {:.1} MB/s",
+            s.backed_up,
+            mb(s.bytes_read),
+            mb(s.bytes_stored),
+            s.bytes_read as f64 / s.bytes_stored.max(1) as f64,
+            mb(s.bytes_read) / secs
+        ));
+    }
+
+    fn finish(&mut self) {
+        if let Some(bar) = self.bar.take() {
+            bar.finish_and_clear();
+        }
+    }
 }
 
 #[cfg(test)]
