@@ -7,10 +7,10 @@
 
 use std::ffi::OsStr;
 use std::fs::{self, File, FileTimes, OpenOptions};
-use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use qsm_catalog::{NodeId, ObjectId, ObjectKind, ObjectType, ObjectVersion, Timestamp};
@@ -51,6 +51,8 @@ pub struct RestoreOptions {
     pub existing: Existing,
     /// Which versions.
     pub select: Selection,
+    /// Worker threads decoding quanta (`None`: one per core).
+    pub threads: Option<usize>,
 }
 
 /// What a restore did.
@@ -192,9 +194,10 @@ pub fn restore(
     let mut summary = RestoreSummary::default();
     let root = running_as_root();
     let mut dirs = Vec::new();
+    let mut jobs = Vec::new();
     for v in &versions {
         let name = String::from_utf8_lossy(&v.path).into_owned();
-        match restore_one(store, v, target, options.existing, root) {
+        match restore_one(v, target, options.existing, root) {
             Ok(Outcome::Restored(bytes)) => {
                 summary.restored += 1;
                 summary.bytes += bytes;
@@ -203,12 +206,14 @@ pub fn restore(
                 }
             }
             Ok(Outcome::Skipped) => summary.skipped += 1,
+            Ok(Outcome::File(job)) => jobs.push(*job),
             Err(Refusal::Warn(why)) => {
                 summary.failed += 1;
                 summary.warnings.push(format!("{filespace}/{name}: not restored: {why}"));
             }
         }
     }
+    restore_files(store, &jobs, root, options.threads, &mut summary, filespace)?;
     // Directory times last, deepest first: restoring their contents changed them.
     for v in dirs.iter().rev() {
         if let Ok(components) = safe_components(&v.path) {
@@ -225,6 +230,15 @@ pub fn restore(
 enum Outcome {
     Restored(u64),
     Skipped,
+    /// A file to restore through the pipeline.
+    File(Box<FileJob>),
+}
+
+/// A file whose data the pipeline writes: into `tmp`, renamed to `path` when complete.
+struct FileJob {
+    version: ObjectVersion,
+    tmp: PathBuf,
+    path: PathBuf,
 }
 
 /// Why one object was not restored (the restore goes on with the others).
@@ -233,7 +247,6 @@ enum Refusal {
 }
 
 fn restore_one(
-    store: &Store,
     v: &ObjectVersion,
     target: &Path,
     existing: Existing,
@@ -266,14 +279,13 @@ fn restore_one(
                 std::process::id()
             ));
             let _ = fs::remove_file(&tmp);
-            let bytes = if v.object_type == ObjectType::Symlink {
-                let link = v.attrs.link_target.as_deref().unwrap_or_default();
-                std::os::unix::fs::symlink(OsStr::from_bytes(link), &tmp)
-                    .map_err(|e| Refusal::Warn(format!("cannot create symlink: {e}")))?;
-                0
-            } else {
-                write_file(store, v, &tmp)?
-            };
+            if v.object_type == ObjectType::File {
+                return Ok(Outcome::File(Box::new(FileJob { version: v.clone(), tmp, path })));
+            }
+            let link = v.attrs.link_target.as_deref().unwrap_or_default();
+            std::os::unix::fs::symlink(OsStr::from_bytes(link), &tmp)
+                .map_err(|e| Refusal::Warn(format!("cannot create symlink: {e}")))?;
+            let bytes = 0;
             if root {
                 let _ = std::os::unix::fs::lchown(&tmp, Some(v.attrs.uid), Some(v.attrs.gid));
             }
@@ -287,26 +299,178 @@ fn restore_one(
     }
 }
 
-fn write_file(store: &Store, v: &ObjectVersion, tmp: &Path) -> std::result::Result<u64, Refusal> {
-    // create_new: never opens an existing file or follows a symlink planted at the name.
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(tmp)
-        .map_err(|e| Refusal::Warn(format!("cannot create {}: {e}", tmp.display())))?;
-    let result = store
-        .restore(v.id, &mut file)
-        .and_then(|n| file.flush().map(|()| n).map_err(qsm_store::StoreError::Output));
-    let bytes = match result {
-        Ok(n) => n,
-        Err(e) => {
-            let _ = fs::remove_file(tmp);
-            // Damaged data is reported for this file; the restore goes on with the others.
-            return Err(Refusal::Warn(e.to_string()));
+/// One quantum of a restored file on its way through the pipeline.
+#[derive(Default)]
+struct Piece {
+    /// Index of the file in the job list.
+    job: usize,
+    /// The file's temporary file, shared by its pieces (written with `pwrite`).
+    file: Option<Arc<File>>,
+    /// The frame as read from the pool.
+    frame: Vec<u8>,
+    has_frame: bool,
+    /// Decoded data (a buffer reused from piece to piece).
+    raw: Vec<u8>,
+    /// Where this quantum's data goes in the file.
+    offset: u64,
+    /// The file's last piece.
+    last: bool,
+    /// The file cannot be restored, and why.
+    failed: Option<String>,
+}
+
+/// The reader side: walks the jobs, creates each temporary file, and reads frames in order.
+struct FrameSource<'a> {
+    store: &'a Store,
+    jobs: &'a [FileJob],
+    next_job: usize,
+    /// The current file: its chunks, the next one to read, and the raw offset reached.
+    current: Option<(Vec<qsm_catalog::ChunkRef>, usize, u64, Arc<File>)>,
+}
+
+impl FrameSource<'_> {
+    fn next(&mut self, piece: &mut Piece) -> std::result::Result<bool, qsm_codec::Error> {
+        piece.has_frame = false;
+        piece.last = false;
+        piece.failed = None;
+        if self.current.is_none() {
+            let Some(job) = self.jobs.get(self.next_job) else { return Ok(false) };
+            piece.job = self.next_job;
+            self.next_job += 1;
+            let chunks = match self.store.catalog().object_chunks(job.version.id) {
+                Ok(c) => c,
+                Err(e) => return Ok(self.fail(piece, e.to_string())),
+            };
+            let _ = fs::remove_file(&job.tmp);
+            // create_new: never opens an existing file or follows a symlink planted at the name.
+            let file =
+                match OpenOptions::new().write(true).create_new(true).mode(0o600).open(&job.tmp) {
+                    Ok(f) => Arc::new(f),
+                    Err(e) => {
+                        return Ok(
+                            self.fail(piece, format!("cannot create {}: {e}", job.tmp.display()))
+                        );
+                    }
+                };
+            self.current = Some((chunks, 0, 0, file));
+        } else {
+            piece.job = self.next_job - 1;
         }
-    };
-    let _ = file.set_permissions(fs::Permissions::from_mode(v.attrs.mode & 0o7777));
-    let _ = file.set_times(FileTimes::new().set_modified(system_time(v.attrs.mtime_ns)));
-    Ok(bytes)
+        let Some((chunks, next, offset, file)) = &mut self.current else { return Ok(false) };
+        piece.file = Some(Arc::clone(file));
+        piece.offset = *offset;
+        if let Some(chunk) = chunks.get(*next) {
+            let loc = qsm_pool::FrameLocation {
+                container: chunk.location.container.0,
+                offset: chunk.location.offset,
+                len: chunk.location.stored_len,
+            };
+            if let Err(e) = self.store.pool().read_frame_for_decode(
+                &loc,
+                Some(chunk.id.0 as u64),
+                &mut piece.frame,
+            ) {
+                piece.failed = Some(e.to_string());
+            } else {
+                piece.has_frame = true;
+            }
+            *offset += u64::from(chunk.location.raw_len);
+            *next += 1;
+        }
+        if *next >= chunks.len() || piece.failed.is_some() {
+            piece.last = true;
+            self.current = None;
+        }
+        Ok(true)
+    }
+
+    fn fail(&mut self, piece: &mut Piece, why: String) -> bool {
+        piece.failed = Some(why);
+        piece.last = true;
+        piece.file = None;
+        true
+    }
+}
+
+/// Restores the files' data on all cores: frames are read in order by one thread, decoded by
+/// every worker and written at their offsets (`pwrite`), and each file is finished (mode,
+/// times, owner, rename into place) once its last quantum is written.
+fn restore_files(
+    store: &Store,
+    jobs: &[FileJob],
+    root: bool,
+    threads: Option<usize>,
+    summary: &mut RestoreSummary,
+    filespace: &str,
+) -> Result<()> {
+    let mut source = FrameSource { store, jobs, next_job: 0, current: None };
+    let mut failed_job = None;
+    qsm_codec::pipeline::run(
+        threads.unwrap_or_else(qsm_codec::engine::default_threads),
+        |_, piece: &mut Piece| source.next(piece),
+        || Ok(qsm_codec::FrameDecoder::new()),
+        |decoder, _, piece| {
+            if !piece.has_frame || piece.failed.is_some() {
+                return Ok(());
+            }
+            match decoder.decode(&piece.frame, &mut piece.raw) {
+                Ok(header) => {
+                    let n = header.raw_len as usize;
+                    let written =
+                        piece.file.as_ref().map(|f| f.write_all_at(&piece.raw[..n], piece.offset));
+                    if let Some(Err(e)) = written {
+                        piece.failed = Some(format!("writing: {e}"));
+                    }
+                }
+                Err(e) => {
+                    piece.failed =
+                        Some(format!("damaged data at byte {} of the file: {e}", piece.offset))
+                }
+            }
+            Ok(())
+        },
+        |_, piece| {
+            let job = &jobs[piece.job];
+            if let Some(why) = piece.failed.as_ref().filter(|_| failed_job != Some(piece.job)) {
+                failed_job = Some(piece.job);
+                summary.failed += 1;
+                let name = String::from_utf8_lossy(&job.version.path);
+                summary.warnings.push(format!("{filespace}/{name}: not restored: {why}"));
+            }
+            if !piece.last {
+                return Ok(());
+            }
+            if failed_job == Some(piece.job) {
+                let _ = fs::remove_file(&job.tmp);
+                return Ok(());
+            }
+            let v = &job.version;
+            if let Some(file) = &piece.file {
+                let _ = file.set_permissions(fs::Permissions::from_mode(v.attrs.mode & 0o7777));
+                let _ =
+                    file.set_times(FileTimes::new().set_modified(system_time(v.attrs.mtime_ns)));
+            }
+            if root {
+                let _ = std::os::unix::fs::lchown(&job.tmp, Some(v.attrs.uid), Some(v.attrs.gid));
+            }
+            // rename replaces a symlink itself, never the file it points to.
+            match fs::rename(&job.tmp, &job.path) {
+                Ok(()) => {
+                    summary.restored += 1;
+                    summary.bytes += v.attrs.size;
+                }
+                Err(e) => {
+                    let _ = fs::remove_file(&job.tmp);
+                    summary.failed += 1;
+                    summary.warnings.push(format!(
+                        "{}: not restored: cannot rename into place: {e}",
+                        job.path.display()
+                    ));
+                }
+            }
+            Ok(())
+        },
+    )
+    .map_err(|e| ClientError::Invalid(format!("restore of {filespace}: {e}")))?;
+    Ok(())
 }

@@ -353,7 +353,7 @@ fn restore_with(embedded: &Embedded, r: RestoreRequest<'_>) -> Result<Complete> 
         None => PathBuf::from(&filespace),
     };
     let existing = if r.replace { Existing::Replace } else { Existing::Skip };
-    let options = RestoreOptions { subpath, existing, select: r.select };
+    let options = RestoreOptions { subpath, existing, select: r.select, threads: None };
     let s = qsm_client::restore(&embedded.store, embedded.node, &filespace, &target, &options)
         .with_context(|| format!("{} {}", r.verb, r.path.display()))?;
     for w in &s.warnings {
