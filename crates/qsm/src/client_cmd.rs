@@ -6,7 +6,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use qsm_catalog::{ObjectId, ObjectKind, ObjectVersion};
 use qsm_client::restore::Existing;
-use qsm_client::{BackupOptions, Embedded, RestoreOptions, Selection, embedded};
+use qsm_client::{BackupOptions, BackupSummary, Embedded, RestoreOptions, Selection, embedded};
 use qsm_codec::Compression;
 use serde::Serialize;
 
@@ -238,51 +238,26 @@ pub fn backup(args: BackupArgs) -> Result<Complete> {
         one_file_system: args.one_file_system,
         ..BackupOptions::default()
     };
-    let mut complete = true;
-    let mut reports = Vec::new();
-    for path in &args.paths {
-        let mut bar = ProgressLine::new(args.json);
-        let s = qsm_client::backup(&embedded.store, embedded.node, path, &options, &mut |s| {
-            bar.show(s)
-        })
-        .with_context(|| format!("backing up {}", path.display()))?;
-        bar.finish();
-        for w in &s.warnings {
-            eprintln!("qsm: warning: {w}");
-        }
-        complete &= s.failed == 0;
-        if !args.json {
-            println!("Backup of {}:", s.filespace);
-            println!(
-                "  examined {}, backed up {}, unchanged {}, failed {}, marked inactive {}",
-                s.examined, s.backed_up, s.unchanged, s.failed, s.deactivated
-            );
-            // Ratio only when something was stored; CPU only over runs long enough for its
-            // 10 ms clock ticks to mean something.
-            let ratio = if s.bytes_stored > 0 {
-                format!("{:.2}:1", s.bytes_read as f64 / s.bytes_stored as f64)
-            } else {
-                "-".into()
-            };
-            let cpu = if s.seconds >= 0.5 {
-                format!(
-                    "{:.0}% ({:.2} s user+sys)",
-                    100.0 * s.cpu_seconds / s.seconds,
-                    s.cpu_seconds
-                )
-            } else {
-                format!("{:.2} s user+sys", s.cpu_seconds)
-            };
-            println!(
-                "  read {:.1} MB, stored {:.1} MB (ratio {ratio}), {:.2} s, {:.1} MB/s, client CPU {cpu}",
-                mb(s.bytes_read),
-                mb(s.bytes_stored),
-                s.seconds,
-                mb(s.bytes_read) / s.seconds.max(1e-9),
-            );
-        }
-        reports.push(BackupReport {
-            filespace: s.filespace,
+    let summaries = each_path(
+        &args.paths,
+        args.json,
+        "backing up",
+        &mut |path, progress| {
+            qsm_client::backup(&embedded.store, embedded.node, path, &options, progress)
+        },
+        &print_backup,
+    )?;
+    if args.json {
+        let reports: Vec<BackupReport> = summaries.iter().map(BackupReport::from).collect();
+        println!("{}", serde_json::to_string_pretty(&reports)?);
+    }
+    Ok(summaries.iter().all(|s| s.failed == 0))
+}
+
+impl From<&BackupSummary> for BackupReport {
+    fn from(s: &BackupSummary) -> Self {
+        BackupReport {
+            filespace: s.filespace.clone(),
             examined: s.examined,
             backed_up: s.backed_up,
             unchanged: s.unchanged,
@@ -292,13 +267,63 @@ pub fn backup(args: BackupArgs) -> Result<Complete> {
             bytes_stored: s.bytes_stored,
             seconds: s.seconds,
             cpu_seconds: s.cpu_seconds,
-            warnings: s.warnings,
-        });
+            warnings: s.warnings.clone(),
+        }
     }
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&reports)?);
+}
+
+fn print_backup(s: &BackupSummary) {
+    println!("Backup of {}:", s.filespace);
+    println!(
+        "  examined {}, backed up {}, unchanged {}, failed {}, marked inactive {}",
+        s.examined, s.backed_up, s.unchanged, s.failed, s.deactivated
+    );
+    // Ratio only when something was stored; CPU only over runs long enough for its
+    // 10 ms clock ticks to mean something.
+    let ratio = if s.bytes_stored > 0 {
+        format!("{:.2}:1", s.bytes_read as f64 / s.bytes_stored as f64)
+    } else {
+        "-".into()
+    };
+    let cpu = if s.seconds >= 0.5 {
+        format!("{:.0}% ({:.2} s user+sys)", 100.0 * s.cpu_seconds / s.seconds, s.cpu_seconds)
+    } else {
+        format!("{:.2} s user+sys", s.cpu_seconds)
+    };
+    println!(
+        "  read {:.1} MB, stored {:.1} MB (ratio {ratio}), {:.2} s, {:.1} MB/s, client CPU {cpu}",
+        mb(s.bytes_read),
+        mb(s.bytes_stored),
+        s.seconds,
+        mb(s.bytes_read) / s.seconds.max(1e-9),
+    );
+}
+
+/// Runs `op` on each path with a live progress line, prints each run's warnings and (unless
+/// JSON) its summary through `on_done` as soon as it ends, and returns the summaries: the
+/// loop `qsm backup` and `qsm archive` share.
+fn each_path(
+    paths: &[PathBuf],
+    json: bool,
+    verb: &str,
+    op: &mut dyn FnMut(&Path, &mut qsm_client::Progress<'_>) -> qsm_client::Result<BackupSummary>,
+    on_done: &dyn Fn(&BackupSummary),
+) -> Result<Vec<BackupSummary>> {
+    let mut summaries = Vec::with_capacity(paths.len());
+    for path in paths {
+        let mut bar = ProgressLine::new(json);
+        let s =
+            op(path, &mut |s| bar.show(s)).with_context(|| format!("{verb} {}", path.display()))?;
+        bar.finish();
+        for w in &s.warnings {
+            eprintln!("qsm: warning: {w}");
+        }
+        if !json {
+            on_done(&s);
+        }
+        summaries.push(s);
     }
-    Ok(complete)
+    Ok(summaries)
 }
 
 #[derive(Debug, Serialize)]
@@ -423,42 +448,41 @@ pub fn archive(args: ArchiveArgs) -> Result<Complete> {
     let options = BackupOptions { compression, ..BackupOptions::default() };
     let days =
         args.retain_days.unwrap_or(qsm_catalog::ArchiveCopyGroup::default().retain_version_days);
-    let mut complete = true;
-    let mut reports = Vec::new();
-    for path in &args.paths {
-        let mut bar = ProgressLine::new(args.json);
-        let s = qsm_client::archive(
-            &embedded.store,
-            embedded.node,
-            path,
-            &args.description,
-            days,
-            &options,
-            &mut |s| bar.show(s),
-        )
-        .with_context(|| format!("archiving {}", path.display()))?;
-        bar.finish();
-        for w in &s.warnings {
-            eprintln!("qsm: warning: {w}");
-        }
-        complete &= s.failed == 0;
-        if !args.json {
+    let description = args.description.clone();
+    let summaries = each_path(
+        &args.paths,
+        args.json,
+        "archiving",
+        &mut |path, progress| {
+            qsm_client::archive(
+                &embedded.store,
+                embedded.node,
+                path,
+                &args.description,
+                days,
+                &options,
+                progress,
+            )
+        },
+        &|s| {
             println!(
-                "Archive of {} ({:?}, kept {days} days): {} objects, {:.1} MB read, {:.1} MB stored, failed {}",
+                "Archive of {} ({description:?}, kept {days} days): {} objects, {:.1} MB read, {:.1} MB stored, failed {}",
                 s.filespace,
-                args.description,
                 s.backed_up,
                 mb(s.bytes_read),
                 mb(s.bytes_stored),
                 s.failed
-            );
-        }
-        reports.push(serde_json::json!({"filespace": s.filespace, "description": args.description, "retain_days": days, "objects": s.backed_up, "bytes_read": s.bytes_read, "bytes_stored": s.bytes_stored, "failed": s.failed, "warnings": s.warnings}));
-    }
+            )
+        },
+    )?;
     if args.json {
+        let reports: Vec<_> = summaries
+            .iter()
+            .map(|s| serde_json::json!({"filespace": s.filespace, "description": args.description, "retain_days": days, "objects": s.backed_up, "bytes_read": s.bytes_read, "bytes_stored": s.bytes_stored, "failed": s.failed, "warnings": s.warnings}))
+            .collect();
         println!("{}", serde_json::to_string_pretty(&reports)?);
     }
-    Ok(complete)
+    Ok(summaries.iter().all(|s| s.failed == 0))
 }
 
 #[derive(Debug, Serialize)]
