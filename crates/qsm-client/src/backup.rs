@@ -146,6 +146,9 @@ fn run(
     let started = Instant::now();
     let cpu_start = cpu_seconds();
     let name = filespace_name(root)?;
+    // Walk what the filespace names: a root given through a symlink is walked where it
+    // points, not recorded as one symlink (which would deactivate everything below).
+    let canonical = std::path::PathBuf::from(&name);
     let catalog = store.catalog();
     let fs = catalog.filespace(node, &name)?;
     let mut active: HashMap<Vec<u8>, (ObjectType, Attributes)> = HashMap::new();
@@ -166,8 +169,9 @@ fn run(
     let (walked, pipeline_result, store_error) = std::thread::scope(|scope| {
         let walker = scope.spawn(move || {
             let (mut examined, mut unchanged, mut warnings) = (0u64, 0u64, Vec::new());
+            let mut kept: Vec<Vec<u8>> = Vec::new();
             let result = scan::walk(
-                root,
+                &canonical,
                 options.one_file_system,
                 &mut |entry| {
                     examined += 1;
@@ -180,9 +184,22 @@ fn run(
                     tx.send(entry.clone())
                         .map_err(|_| ClientError::Invalid("backup stopped".into()))
                 },
-                &mut |path, err| warnings.push(format!("{}: {err}", path.display())),
+                &mut |path, rel, err| {
+                    warnings.push(format!("{}: not examined: {err}", path.display()));
+                    kept.push(rel.to_vec());
+                },
             );
             drop(tx);
+            // What could not be examined keeps its active versions: unreadable is not deleted.
+            if !kept.is_empty() {
+                active.retain(|path, _| {
+                    !kept.iter().any(|k| {
+                        k.is_empty()
+                            || path == k
+                            || (path.starts_with(k) && path.get(k.len()) == Some(&b'/'))
+                    })
+                });
+            }
             (result, examined, unchanged, warnings, active)
         });
 
@@ -251,8 +268,7 @@ struct Piece {
     last: bool,
     /// The file failed while being read: the object is dropped with this warning.
     failed: Option<String>,
-    /// The file's entry, kept on its last piece to check it did not change while read.
-    check: Option<Entry>,
+
     /// Bytes read of the object so far, on the last piece.
     read_total: u64,
 }
@@ -304,25 +320,6 @@ impl Piece {
         if !self.last {
             return Ok(());
         }
-        // A file that changed while it was read would be stored torn: drop it and say so.
-        if let Some(entry) = &self.check {
-            let same = match scan::entry(&entry.path, entry.rel.clone()) {
-                Ok(Some(after)) => {
-                    after.attrs.size == entry.attrs.size
-                        && after.attrs.mtime_ns == entry.attrs.mtime_ns
-                }
-                _ => false,
-            };
-            if !same || self.read_total != entry.attrs.size {
-                batch.abandon_object();
-                summary.failed += 1;
-                summary.warnings.push(format!(
-                    "{}: not backed up: it changed while being read",
-                    entry.path.display()
-                ));
-                return Ok(());
-            }
-        }
         batch.end_object()?;
         summary.backed_up += 1;
         Ok(())
@@ -343,7 +340,7 @@ impl Reader {
         piece.raw_len = 0;
         piece.last = false;
         piece.failed = None;
-        piece.check = None;
+
         piece.read_total = 0;
         if self.file.is_none() {
             let Ok(entry) = self.rx.recv() else { return Ok(false) };
@@ -352,14 +349,14 @@ impl Reader {
                 piece.last = true;
                 return Ok(true);
             }
-            match File::open(&entry.path) {
-                Ok(f) => {
+            match open_same_file(&entry) {
+                Ok((f, entry)) => {
                     piece.begin = Some(entry.clone());
                     self.file = Some((f, entry, 0));
                 }
                 Err(e) => {
                     // Never begun: the sink only counts and warns.
-                    piece.failed = Some(format!("{}: not backed up: {e}", entry.path.display()));
+                    piece.failed = Some(e);
                     piece.last = true;
                     return Ok(true);
                 }
@@ -393,11 +390,57 @@ impl Reader {
         if failed || n < self.quantum || *total >= entry.attrs.size {
             piece.last = true;
             piece.read_total = *total;
-            piece.check = Some(entry.clone());
+            // Changed while being read (size, times, or bytes read differ from the stat at
+            // open, on the same descriptor): stored torn otherwise, so drop it and say so.
+            let still = file.metadata().ok().is_some_and(|m| same_content(&m, &entry.attrs));
+            if !failed && (!still || *total != entry.attrs.size) {
+                piece.failed = Some(format!(
+                    "{}: not backed up: it changed while being read",
+                    entry.path.display()
+                ));
+            }
             self.file = None;
         }
         Ok(true)
     }
+}
+
+/// Opens the file the walk saw, not whatever the path names now: no symlink is followed, a
+/// FIFO swapped in cannot block (`O_NONBLOCK`), and the descriptor must be a regular file with
+/// the walk's device and inode. Returns the entry with the attributes of that descriptor,
+/// which are what gets recorded and what the end-of-read check compares with.
+fn open_same_file(entry: &Entry) -> std::result::Result<(File, Entry), String> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(&entry.path)
+        .map_err(|e| format!("{}: not backed up: {e}", entry.path.display()))?;
+    let meta =
+        file.metadata().map_err(|e| format!("{}: not backed up: {e}", entry.path.display()))?;
+    if !meta.is_file() || meta.dev() != entry.dev || meta.ino() != entry.ino {
+        return Err(format!(
+            "{}: not backed up: it was replaced after the walk",
+            entry.path.display()
+        ));
+    }
+    let mut entry = entry.clone();
+    let nanos = |s: i64, ns: i64| s.saturating_mul(1_000_000_000).saturating_add(ns);
+    entry.attrs.size = meta.len();
+    entry.attrs.mtime_ns = nanos(meta.mtime(), meta.mtime_nsec());
+    entry.attrs.ctime_ns = nanos(meta.ctime(), meta.ctime_nsec());
+    entry.attrs.mode = meta.mode();
+    entry.attrs.uid = meta.uid();
+    entry.attrs.gid = meta.gid();
+    Ok((file, entry))
+}
+
+fn same_content(meta: &std::fs::Metadata, attrs: &Attributes) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let nanos = |s: i64, ns: i64| s.saturating_mul(1_000_000_000).saturating_add(ns);
+    meta.len() == attrs.size
+        && nanos(meta.mtime(), meta.mtime_nsec()) == attrs.mtime_ns
+        && nanos(meta.ctime(), meta.ctime_nsec()) == attrs.ctime_ns
 }
 
 /// User plus system CPU time of this process so far, from `/proc/self/stat` (Linux reports

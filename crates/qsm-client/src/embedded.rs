@@ -1,6 +1,7 @@
 //! The embedded server: catalog and pool under one directory (`$QSM_HOME`, default
 //! `~/.local/share/qsm`), opened in process, created on first use, with one node, `local`.
 
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -42,11 +43,27 @@ pub fn default_home() -> Result<PathBuf> {
 impl Embedded {
     /// Opens the embedded server in `home`, creating catalog, pool and node on first use.
     pub fn open(home: &Path) -> Result<Embedded> {
-        std::fs::create_dir_all(home).map_err(ClientError::io("creating", home))?;
+        // Owner-only: the pool holds every backed-up file unencrypted, including ones that were
+        // private at the source.
+        if !home.exists() {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(home)
+                .map_err(ClientError::io("creating", home))?;
+        }
         let catalog = SqliteCatalog::open(&home.join("catalog.db"))?;
         let pool_dir = home.join("pool");
         let pool = if pool_dir.join("POOL").exists() {
             DirPool::open(&pool_dir)?
+        } else if !catalog.pools()?.is_empty() {
+            // The catalog knows a pool that is gone (an unmounted disk, a deleted directory):
+            // a new empty pool would make later incremental backups skip data stored nowhere.
+            return Err(ClientError::Invalid(format!(
+                "the catalog in {} refers to a storage pool, but {} holds none: mount or restore it",
+                home.display(),
+                pool_dir.display()
+            )));
         } else {
             DirPool::create(&pool_dir, "local", &DirPoolOptions::default())?
         };

@@ -70,6 +70,20 @@ pub struct RestoreSummary {
     pub warnings: Vec<String>,
 }
 
+/// The temporary name a version is restored under, in its final directory: short (far below
+/// NAME_MAX whatever the file's name), and unique per version id and process, so two files
+/// in one directory never share one. A leftover from a crashed restore is never removed: it
+/// makes only that file fail.
+fn temp_name(id: ObjectId) -> String {
+    format!(".qsm-restore-{}-{}", std::process::id(), id.0)
+}
+
+/// Opens a directory without following a symlink at its last component: a directory
+/// replaced by a symlink during the restore is refused, not followed.
+fn open_dir_nofollow(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_DIRECTORY).open(path)
+}
+
 /// Checks a catalog path and returns its components.
 pub fn safe_components(rel: &[u8]) -> std::result::Result<Vec<&OsStr>, String> {
     if rel.is_empty() {
@@ -214,12 +228,17 @@ pub fn restore(
         }
     }
     restore_files(store, &jobs, root, options.threads, &mut summary, filespace)?;
-    // Directory times last, deepest first: restoring their contents changed them.
+    // Directory owner, mode and times last, deepest first: restoring their contents changed
+    // them. Through a handle opened without following symlinks, so a directory swapped for a
+    // symlink meanwhile is skipped, not followed.
     for v in dirs.iter().rev() {
         if let Ok(components) = safe_components(&v.path) {
             let path = components.iter().fold(target.to_path_buf(), |p, c| p.join(c));
-            let _ = fs::set_permissions(&path, fs::Permissions::from_mode(v.attrs.mode & 0o7777));
-            if let Ok(dir) = File::open(&path) {
+            if let Ok(dir) = open_dir_nofollow(&path) {
+                if root {
+                    let _ = std::os::unix::fs::fchown(&dir, Some(v.attrs.uid), Some(v.attrs.gid));
+                }
+                let _ = dir.set_permissions(fs::Permissions::from_mode(v.attrs.mode & 0o7777));
                 let _ = dir.set_times(FileTimes::new().set_modified(system_time(v.attrs.mtime_ns)));
             }
         }
@@ -273,12 +292,7 @@ fn restore_one(
             if present.as_ref().is_some_and(|m| m.file_type().is_dir()) {
                 return Err(Refusal::Warn(format!("{} is a directory", path.display())));
             }
-            let tmp = parent.join(format!(
-                ".{}.qsm-restore-{}",
-                last.to_string_lossy(),
-                std::process::id()
-            ));
-            let _ = fs::remove_file(&tmp);
+            let tmp = parent.join(temp_name(v.id));
             if v.object_type == ObjectType::File {
                 return Ok(Outcome::File(Box::new(FileJob { version: v.clone(), tmp, path })));
             }
@@ -313,6 +327,8 @@ struct Piece {
     raw: Vec<u8>,
     /// Where this quantum's data goes in the file.
     offset: u64,
+    /// Its length according to the catalog, which the frame must agree with.
+    expected_len: u32,
     /// The file's last piece.
     last: bool,
     /// The file cannot be restored, and why.
@@ -341,8 +357,8 @@ impl FrameSource<'_> {
                 Ok(c) => c,
                 Err(e) => return Ok(self.fail(piece, e.to_string())),
             };
-            let _ = fs::remove_file(&job.tmp);
-            // create_new: never opens an existing file or follows a symlink planted at the name.
+            // create_new: never opens an existing file or follows a symlink planted at the name,
+            // and never removes what is there: a name taken is this file's failure, nobody's loss.
             let file =
                 match OpenOptions::new().write(true).create_new(true).mode(0o600).open(&job.tmp) {
                     Ok(f) => Arc::new(f),
@@ -374,6 +390,7 @@ impl FrameSource<'_> {
             } else {
                 piece.has_frame = true;
             }
+            piece.expected_len = chunk.location.raw_len;
             *offset += u64::from(chunk.location.raw_len);
             *next += 1;
         }
@@ -414,6 +431,12 @@ fn restore_files(
                 return Ok(());
             }
             match decoder.decode(&piece.frame, &mut piece.raw) {
+                Ok(header) if header.raw_len != piece.expected_len => {
+                    piece.failed = Some(format!(
+                        "the catalog says {} bytes at byte {} of the file, the stored frame holds {}",
+                        piece.expected_len, piece.offset, header.raw_len
+                    ));
+                }
                 Ok(header) => {
                     let n = header.raw_len as usize;
                     let written =
@@ -446,12 +469,13 @@ fn restore_files(
             }
             let v = &job.version;
             if let Some(file) = &piece.file {
+                // Owner first: Linux clears setuid and setgid bits on any chown, so the mode
+                // must be set after it. All three through the file handle, never the path.
+                if root {
+                    let _ = std::os::unix::fs::fchown(file.as_ref(), Some(v.attrs.uid), Some(v.attrs.gid));
+                }
                 let _ = file.set_permissions(fs::Permissions::from_mode(v.attrs.mode & 0o7777));
-                let _ =
-                    file.set_times(FileTimes::new().set_modified(system_time(v.attrs.mtime_ns)));
-            }
-            if root {
-                let _ = std::os::unix::fs::lchown(&job.tmp, Some(v.attrs.uid), Some(v.attrs.gid));
+                let _ = file.set_times(FileTimes::new().set_modified(system_time(v.attrs.mtime_ns)));
             }
             // rename replaces a symlink itself, never the file it points to.
             match fs::rename(&job.tmp, &job.path) {

@@ -23,8 +23,10 @@ pub struct Entry {
     pub object_type: ObjectType,
     /// Metadata as the catalog records it.
     pub attrs: Attributes,
-    /// Device, for one-file-system.
+    /// Device, for one-file-system and to recognise the file when it is opened.
     pub dev: u64,
+    /// Inode number, to recognise the file when it is opened.
+    pub ino: u64,
 }
 
 /// Metadata of `path` (not following a symlink), or `None` for a type QSM does not back up
@@ -56,17 +58,19 @@ pub fn entry(path: &Path, rel: Vec<u8>) -> std::io::Result<Option<Entry>> {
             link_target,
         },
         dev: meta.dev(),
+        ino: meta.ino(),
     }))
 }
 
 /// Walks `root`: calls `visit` for every entry (the root first) and `warn` for every entry
-/// that cannot be read. With `one_file_system`, directories on other devices are listed but
+/// or directory that cannot be read, with its relative path: nothing at or below that path
+/// was examined, so the caller must not take it for deleted. With `one_file_system`, directories on other devices are listed but
 /// not entered.
 pub fn walk(
     root: &Path,
     one_file_system: bool,
     visit: &mut dyn FnMut(&Entry) -> crate::Result<()>,
-    warn: &mut dyn FnMut(&Path, &std::io::Error),
+    warn: &mut dyn FnMut(&Path, &[u8], &std::io::Error),
 ) -> crate::Result<()> {
     let top = match entry(root, Vec::new()) {
         Ok(Some(e)) => e,
@@ -97,20 +101,20 @@ fn walk_dir(
     dev: u64,
     one_file_system: bool,
     visit: &mut dyn FnMut(&Entry) -> crate::Result<()>,
-    warn: &mut dyn FnMut(&Path, &std::io::Error),
+    warn: &mut dyn FnMut(&Path, &[u8], &std::io::Error),
 ) -> crate::Result<()> {
     let mut names: Vec<std::ffi::OsString> = match fs::read_dir(&dir.path) {
         Ok(rd) => rd
             .filter_map(|e| match e {
                 Ok(e) => Some(e.file_name()),
                 Err(err) => {
-                    warn(&dir.path, &err);
+                    warn(&dir.path, &dir.rel, &err);
                     None
                 }
             })
             .collect(),
         Err(err) => {
-            warn(&dir.path, &err);
+            warn(&dir.path, &dir.rel, &err);
             return Ok(());
         }
     };
@@ -126,7 +130,9 @@ fn walk_dir(
                 }
             }
             Ok(None) => {}
-            Err(err) => warn(&path, &err),
+            // Vanished between listing and lstat: truly gone, nothing to keep.
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+            Err(err) => warn(&path, &join_rel(&dir.rel, OsStr::new(&name)), &err),
         }
     }
     Ok(())

@@ -98,6 +98,16 @@ impl Store {
     pub fn new(catalog: Arc<dyn Catalog>, pool: Arc<dyn Pool>) -> Result<Store> {
         let existing = catalog.pools()?.into_iter().find(|p| p.name == pool.name());
         let pool_record = match existing {
+            // The same name must be the same pool: another pool under a known name would let
+            // the catalog point at containers that are not there.
+            Some(p) if p.location != pool.id().to_string() => {
+                return Err(StoreError::Catalog(CatalogError::Refused(format!(
+                    "storage pool {:?} has id {}, but the catalog recorded {} for that name",
+                    pool.name(),
+                    pool.id(),
+                    p.location
+                ))));
+            }
             Some(p) => p.id,
             // The pool's own id (its Display form, 32 hex digits) ties the record to the pool.
             None => catalog.define_pool(pool.name(), "dir", &pool.id().to_string())?,

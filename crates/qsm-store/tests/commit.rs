@@ -158,6 +158,24 @@ fn a_container_with_nothing_live_is_simply_deleted() {
 }
 
 #[test]
+fn another_pool_under_a_known_name_is_refused() {
+    let dir = TempDir::new().unwrap();
+    drop(open_store(dir.path(), None));
+    // A different pool directory, created under the same name.
+    std::fs::rename(dir.path().join("pool"), dir.path().join("old-pool")).unwrap();
+    let other = qsm_pool::DirPool::create(
+        dir.path().join("pool"),
+        "main",
+        &qsm_pool::DirPoolOptions::default(),
+    )
+    .unwrap();
+    let catalog = qsm_catalog::SqliteCatalog::open(&dir.path().join("catalog.db")).unwrap();
+    let err = qsm_store::Store::new(std::sync::Arc::new(catalog), std::sync::Arc::new(other))
+        .unwrap_err();
+    assert!(err.to_string().contains("has id"), "{err}");
+}
+
+#[test]
 fn a_damaged_container_is_reported_with_its_location() {
     let dir = TempDir::new().unwrap();
     let (store, fs) = open_store(dir.path(), None);

@@ -150,8 +150,14 @@ pub fn parse_time(text: &str) -> std::result::Result<i64, String> {
         [h, m, s] => (h, m, s),
         _ => return Err(bad()),
     };
-    if !(1..=12).contains(&m)
-        || !(1..=31).contains(&day)
+    let leap = y % 4 == 0 && (y % 100 != 0 || y % 400 == 0);
+    let month_days = [31, if leap { 29 } else { 28 }, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
+    let in_month = usize::try_from(m - 1)
+        .ok()
+        .and_then(|i| month_days.get(i))
+        .is_some_and(|&n| (1..=n).contains(&day));
+    if !(1..=9999).contains(&y)
+        || !in_month
         || !(0..24).contains(&hh)
         || !(0..60).contains(&mm)
         || !(0..=60).contains(&ss)
@@ -634,10 +640,21 @@ mod tests {
     #[test]
     fn parses_times_in_utc() {
         assert_eq!(parse_time("1970-01-01"), Ok(0));
+        assert!(parse_time("2024-02-29").is_ok());
         assert_eq!(parse_time("2000-03-01 00:00"), Ok(951_868_800));
         assert_eq!(parse_time("2026-11-22T05:30:15Z"), Ok(1_795_325_415));
         assert_eq!(parse_time("2026-11-22 05:30:15"), parse_time("@1795325415"));
-        for bad in ["", "2026-13-01", "2026-11-22 25:00", "yesterday", "2026-11", "@x"] {
+        for bad in [
+            "",
+            "2026-13-01",
+            "2026-11-22 25:00",
+            "yesterday",
+            "2026-11",
+            "@x",
+            "2026-02-31",
+            "2025-02-29",
+            "99999999999-01-01",
+        ] {
             assert!(parse_time(bad).is_err(), "{bad} accepted");
         }
     }

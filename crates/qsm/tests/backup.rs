@@ -387,3 +387,61 @@ fn a_damaged_chunk_fails_only_its_file() {
         fs::read(src.join("docs/a.txt")).unwrap()
     );
 }
+
+#[test]
+fn a_root_given_through_a_symlink_is_walked_where_it_points() {
+    let (home, dir) = (TempDir::new().unwrap(), TempDir::new().unwrap());
+    let src = dir.path().join("real");
+    tree(&src);
+    let link = dir.path().join("via-link");
+    symlink(&src, &link).unwrap();
+    qsm(home.path())
+        .arg("backup")
+        .arg(&link)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("backed up 7"));
+    let out = dir.path().join("out");
+    qsm(home.path()).arg("restore").arg(&src).arg("--to").arg(&out).assert().success();
+    same_tree(&src, &out);
+}
+
+#[test]
+fn a_missing_pool_is_refused_not_replaced() {
+    let (home, dir) = (TempDir::new().unwrap(), TempDir::new().unwrap());
+    let src = dir.path().join("src");
+    tree(&src);
+    qsm(home.path()).arg("backup").arg(&src).assert().success();
+    fs::remove_dir_all(home.path().join("pool")).unwrap();
+    qsm(home.path())
+        .arg("backup")
+        .arg(&src)
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("refers to a storage pool"));
+    assert!(!home.path().join("pool").exists(), "a new empty pool was created");
+}
+
+/// As root, owners are restored, and setuid bits survive (the chown comes before the chmod).
+#[test]
+fn owners_and_setuid_bits_are_restored_as_root() {
+    if fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(1) != 0 {
+        eprintln!("SKIPPED: not root; ownership is restored only by root");
+        return;
+    }
+    let (home, dir) = (TempDir::new().unwrap(), TempDir::new().unwrap());
+    let src = dir.path().join("src");
+    fs::create_dir_all(src.join("owned")).unwrap();
+    fs::write(src.join("owned/tool"), b"#!/bin/sh\n").unwrap();
+    std::os::unix::fs::chown(src.join("owned"), Some(1234), Some(2345)).unwrap();
+    std::os::unix::fs::chown(src.join("owned/tool"), Some(1234), Some(2345)).unwrap();
+    fs::set_permissions(src.join("owned/tool"), fs::Permissions::from_mode(0o4755)).unwrap();
+    qsm(home.path()).arg("backup").arg(&src).assert().success();
+    let out = dir.path().join("out");
+    qsm(home.path()).arg("restore").arg(&src).arg("--to").arg(&out).assert().success();
+    let tool = fs::metadata(out.join("owned/tool")).unwrap();
+    assert_eq!(tool.mode() & 0o7777, 0o4755, "setuid bit lost");
+    assert_eq!((tool.uid(), tool.gid()), (1234, 2345));
+    let owned = fs::metadata(out.join("owned")).unwrap();
+    assert_eq!((owned.uid(), owned.gid()), (1234, 2345), "directory owner not restored");
+}
