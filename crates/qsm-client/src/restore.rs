@@ -6,11 +6,16 @@
 //! into place, so an existing symlink is replaced rather than written through.
 
 use std::ffi::OsStr;
-use std::fs::{self, File, FileTimes, OpenOptions};
+use std::ffi::OsString;
+use std::fs::{self, File, FileTimes};
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+use rustix::fs::{AtFlags, FileType, Gid, Mode, OFlags, Uid};
+use rustix::io::Errno;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use qsm_catalog::{NodeId, ObjectId, ObjectKind, ObjectType, ObjectVersion, Timestamp};
@@ -78,12 +83,6 @@ fn temp_name(id: ObjectId) -> String {
     format!(".qsm-restore-{}-{}", std::process::id(), id.0)
 }
 
-/// Opens a directory without following a symlink at its last component: a directory
-/// replaced by a symlink during the restore is refused, not followed.
-fn open_dir_nofollow(path: &Path) -> std::io::Result<File> {
-    OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_DIRECTORY).open(path)
-}
-
 /// Checks a catalog path and returns its components.
 pub fn safe_components(rel: &[u8]) -> std::result::Result<Vec<&OsStr>, String> {
     if rel.is_empty() {
@@ -102,29 +101,42 @@ pub fn safe_components(rel: &[u8]) -> std::result::Result<Vec<&OsStr>, String> {
         .collect()
 }
 
-/// Makes sure `dir` (below `target`, reached through `components`) is a real directory,
-/// creating what is missing and refusing symlinks and other files on the way.
-fn ensure_dir(target: &Path, components: &[&OsStr]) -> std::result::Result<PathBuf, String> {
-    let mut path = target.to_path_buf();
+/// Reaches the directory `components` below `base` one component at a time, each opened
+/// relative to the previous one's descriptor with `O_NOFOLLOW | O_DIRECTORY`: a symlink or a
+/// file anywhere on the way is refused, whenever it was planted, and nothing is resolved by
+/// path. With `create`, missing directories are made, owner-only until the final pass sets
+/// their real mode.
+fn open_dirs(
+    base: &OwnedFd,
+    components: &[&OsStr],
+    create: bool,
+    shown: &Path,
+) -> std::result::Result<OwnedFd, String> {
+    let flags = OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::RDONLY | OFlags::CLOEXEC;
+    let mut fd = rustix::fs::openat(base, ".", flags, Mode::empty())
+        .map_err(|e| format!("{}: {e}", shown.display()))?;
+    let mut path = shown.to_path_buf();
     for c in components {
         path.push(c);
-        match fs::symlink_metadata(&path) {
-            Ok(m) if m.file_type().is_dir() => {}
-            Ok(m) if m.file_type().is_symlink() => {
+        let next = match rustix::fs::openat(&fd, *c, flags, Mode::empty()) {
+            Ok(next) => next,
+            Err(e) if e == Errno::NOENT && create => {
+                rustix::fs::mkdirat(&fd, *c, Mode::from_raw_mode(0o700))
+                    .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+                rustix::fs::openat(&fd, *c, flags, Mode::empty())
+                    .map_err(|e| format!("{}: {e}", path.display()))?
+            }
+            Err(e) if e == Errno::LOOP || e == Errno::NOTDIR => {
                 return Err(format!(
-                    "{} is a symlink: refusing to restore through it",
+                    "{} is a symlink or not a directory: refusing to restore through it",
                     path.display()
                 ));
             }
-            Ok(_) => return Err(format!("{} exists and is not a directory", path.display())),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                fs::create_dir(&path)
-                    .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
-            }
             Err(e) => return Err(format!("{}: {e}", path.display())),
-        }
+        };
+        fd = next;
     }
-    Ok(path)
+    Ok(fd)
 }
 
 fn system_time(ns: i64) -> SystemTime {
@@ -207,11 +219,23 @@ pub fn restore(
     }
     let mut summary = RestoreSummary::default();
     let root = running_as_root();
+    // Everything below is reached from this descriptor, never by path again.
+    let target_fd = rustix::fs::openat(
+        rustix::fs::CWD,
+        target,
+        OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| ClientError::Io {
+        op: "cannot open restore target",
+        path: target.to_path_buf(),
+        source: e.into(),
+    })?;
     let mut dirs = Vec::new();
     let mut jobs = Vec::new();
     for v in &versions {
         let name = String::from_utf8_lossy(&v.path).into_owned();
-        match restore_one(v, target, options.existing, root) {
+        match restore_one(v, target, &target_fd, options.existing, root) {
             Ok(Outcome::Restored(bytes)) => {
                 summary.restored += 1;
                 summary.bytes += bytes;
@@ -227,20 +251,28 @@ pub fn restore(
             }
         }
     }
-    restore_files(store, &jobs, root, options.threads, &mut summary, filespace)?;
+    restore_files(
+        store,
+        &jobs,
+        &target_fd,
+        target,
+        root,
+        options.threads,
+        &mut summary,
+        filespace,
+    )?;
     // Directory owner, mode and times last, deepest first: restoring their contents changed
     // them. Through a handle opened without following symlinks, so a directory swapped for a
     // symlink meanwhile is skipped, not followed.
     for v in dirs.iter().rev() {
-        if let Ok(components) = safe_components(&v.path) {
-            let path = components.iter().fold(target.to_path_buf(), |p, c| p.join(c));
-            if let Ok(dir) = open_dir_nofollow(&path) {
-                if root {
-                    let _ = std::os::unix::fs::fchown(&dir, Some(v.attrs.uid), Some(v.attrs.gid));
-                }
-                let _ = dir.set_permissions(fs::Permissions::from_mode(v.attrs.mode & 0o7777));
-                let _ = dir.set_times(FileTimes::new().set_modified(system_time(v.attrs.mtime_ns)));
+        let Ok(components) = safe_components(&v.path) else { continue };
+        if let Ok(fd) = open_dirs(&target_fd, &components, false, target) {
+            let dir = File::from(fd);
+            if root {
+                let _ = std::os::unix::fs::fchown(&dir, Some(v.attrs.uid), Some(v.attrs.gid));
             }
+            let _ = dir.set_permissions(fs::Permissions::from_mode(v.attrs.mode & 0o7777));
+            let _ = dir.set_times(FileTimes::new().set_modified(system_time(v.attrs.mtime_ns)));
         }
     }
     Ok(summary)
@@ -253,10 +285,14 @@ enum Outcome {
     File(Box<FileJob>),
 }
 
-/// A file whose data the pipeline writes: into `tmp`, renamed to `path` when complete.
+/// A file whose data the pipeline writes: into `tmp` in its parent directory (reached again
+/// from the target's descriptor, never by path), renamed to `name` when complete.
 struct FileJob {
     version: ObjectVersion,
-    tmp: PathBuf,
+    parents: Vec<OsString>,
+    name: OsString,
+    tmp: String,
+    /// For messages only.
     path: PathBuf,
 }
 
@@ -268,6 +304,7 @@ enum Refusal {
 fn restore_one(
     v: &ObjectVersion,
     target: &Path,
+    target_fd: &OwnedFd,
     existing: Existing,
     root: bool,
 ) -> std::result::Result<Outcome, Refusal> {
@@ -277,38 +314,52 @@ fn restore_one(
         // The filespace root itself: the target.
         return Ok(Outcome::Restored(0));
     };
-    let parent = ensure_dir(target, parents).map_err(Refusal::Warn)?;
-    let path = parent.join(last);
-    let present = fs::symlink_metadata(&path).ok();
+    let parent_path = parents.iter().fold(target.to_path_buf(), |p, c| p.join(c));
+    let parent = open_dirs(target_fd, parents, true, target).map_err(Refusal::Warn)?;
+    let path = parent_path.join(last);
+    let present = rustix::fs::statat(&parent, *last, AtFlags::SYMLINK_NOFOLLOW).ok();
     match v.object_type {
         ObjectType::Directory => {
-            ensure_dir(&parent, &[*last]).map_err(Refusal::Warn)?;
+            open_dirs(&parent, &[*last], true, &parent_path).map_err(Refusal::Warn)?;
             Ok(Outcome::Restored(0))
         }
         ObjectType::Symlink | ObjectType::File => {
             if present.is_some() && existing == Existing::Skip {
                 return Ok(Outcome::Skipped);
             }
-            if present.as_ref().is_some_and(|m| m.file_type().is_dir()) {
+            if present.is_some_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Directory)
+            {
                 return Err(Refusal::Warn(format!("{} is a directory", path.display())));
             }
-            let tmp = parent.join(temp_name(v.id));
+            let tmp = temp_name(v.id);
             if v.object_type == ObjectType::File {
-                return Ok(Outcome::File(Box::new(FileJob { version: v.clone(), tmp, path })));
+                return Ok(Outcome::File(Box::new(FileJob {
+                    version: v.clone(),
+                    parents: parents.iter().map(|c| c.to_os_string()).collect(),
+                    name: last.to_os_string(),
+                    tmp,
+                    path,
+                })));
             }
             let link = v.attrs.link_target.as_deref().unwrap_or_default();
-            std::os::unix::fs::symlink(OsStr::from_bytes(link), &tmp)
+            rustix::fs::symlinkat(OsStr::from_bytes(link), &parent, tmp.as_str())
                 .map_err(|e| Refusal::Warn(format!("cannot create symlink: {e}")))?;
-            let bytes = 0;
             if root {
-                let _ = std::os::unix::fs::lchown(&tmp, Some(v.attrs.uid), Some(v.attrs.gid));
+                let owner = (Some(Uid::from_raw(v.attrs.uid)), Some(Gid::from_raw(v.attrs.gid)));
+                let _ = rustix::fs::chownat(
+                    &parent,
+                    tmp.as_str(),
+                    owner.0,
+                    owner.1,
+                    AtFlags::SYMLINK_NOFOLLOW,
+                );
             }
-            // rename replaces a symlink itself, never the file it points to.
-            fs::rename(&tmp, &path).map_err(|e| {
-                let _ = fs::remove_file(&tmp);
+            // renameat replaces a symlink itself, never the file it points to.
+            rustix::fs::renameat(&parent, tmp.as_str(), &parent, *last).map_err(|e| {
+                let _ = rustix::fs::unlinkat(&parent, tmp.as_str(), AtFlags::empty());
                 Refusal::Warn(format!("cannot rename into place: {e}"))
             })?;
-            Ok(Outcome::Restored(bytes))
+            Ok(Outcome::Restored(0))
         }
     }
 }
@@ -320,6 +371,8 @@ struct Piece {
     job: usize,
     /// The file's temporary file, shared by its pieces (written with `pwrite`).
     file: Option<Arc<File>>,
+    /// Its directory, where it is renamed into place.
+    parent: Option<Arc<OwnedFd>>,
     /// The frame as read from the pool.
     frame: Vec<u8>,
     has_frame: bool,
@@ -335,13 +388,25 @@ struct Piece {
     failed: Option<String>,
 }
 
+/// The file the reader is on: its chunks, the next to read, the raw offset reached, the
+/// temporary file and its directory.
+struct OpenFile {
+    chunks: Vec<qsm_catalog::ChunkRef>,
+    next: usize,
+    offset: u64,
+    file: Arc<File>,
+    parent: Arc<OwnedFd>,
+}
+
 /// The reader side: walks the jobs, creates each temporary file, and reads frames in order.
 struct FrameSource<'a> {
     store: &'a Store,
     jobs: &'a [FileJob],
+    target_fd: &'a OwnedFd,
+    target: &'a Path,
     next_job: usize,
     /// The current file: its chunks, the next one to read, and the raw offset reached.
-    current: Option<(Vec<qsm_catalog::ChunkRef>, usize, u64, Arc<File>)>,
+    current: Option<OpenFile>,
 }
 
 impl FrameSource<'_> {
@@ -357,23 +422,34 @@ impl FrameSource<'_> {
                 Ok(c) => c,
                 Err(e) => return Ok(self.fail(piece, e.to_string())),
             };
-            // create_new: never opens an existing file or follows a symlink planted at the name,
-            // and never removes what is there: a name taken is this file's failure, nobody's loss.
-            let file =
-                match OpenOptions::new().write(true).create_new(true).mode(0o600).open(&job.tmp) {
-                    Ok(f) => Arc::new(f),
-                    Err(e) => {
-                        return Ok(
-                            self.fail(piece, format!("cannot create {}: {e}", job.tmp.display()))
-                        );
-                    }
-                };
-            self.current = Some((chunks, 0, 0, file));
+            // The directory again from the target's descriptor (it was checked in the pre-pass,
+            // but could have been swapped since), then the file with O_EXCL | O_NOFOLLOW: never an
+            // existing file, never through a symlink, and nothing already there is removed.
+            let parents: Vec<&OsStr> = job.parents.iter().map(|c| c.as_os_str()).collect();
+            let parent = match open_dirs(self.target_fd, &parents, false, self.target) {
+                Ok(fd) => Arc::new(fd),
+                Err(why) => return Ok(self.fail(piece, why)),
+            };
+            let flags =
+                OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+            let file = match rustix::fs::openat(
+                &*parent,
+                job.tmp.as_str(),
+                flags,
+                Mode::from_raw_mode(0o600),
+            ) {
+                Ok(fd) => Arc::new(File::from(fd)),
+                Err(e) => return Ok(self.fail(piece, format!("cannot create {}: {e}", job.tmp))),
+            };
+            self.current = Some(OpenFile { chunks, next: 0, offset: 0, file, parent });
         } else {
             piece.job = self.next_job - 1;
         }
-        let Some((chunks, next, offset, file)) = &mut self.current else { return Ok(false) };
+        let Some(OpenFile { chunks, next, offset, file, parent }) = &mut self.current else {
+            return Ok(false);
+        };
         piece.file = Some(Arc::clone(file));
+        piece.parent = Some(Arc::clone(parent));
         piece.offset = *offset;
         if let Some(chunk) = chunks.get(*next) {
             let loc = qsm_pool::FrameLocation {
@@ -405,6 +481,7 @@ impl FrameSource<'_> {
         piece.failed = Some(why);
         piece.last = true;
         piece.file = None;
+        piece.parent = None;
         true
     }
 }
@@ -412,15 +489,18 @@ impl FrameSource<'_> {
 /// Restores the files' data on all cores: frames are read in order by one thread, decoded by
 /// every worker and written at their offsets (`pwrite`), and each file is finished (mode,
 /// times, owner, rename into place) once its last quantum is written.
+#[allow(clippy::too_many_arguments)] // one call site; a struct would only rename them
 fn restore_files(
     store: &Store,
     jobs: &[FileJob],
+    target_fd: &OwnedFd,
+    target: &Path,
     root: bool,
     threads: Option<usize>,
     summary: &mut RestoreSummary,
     filespace: &str,
 ) -> Result<()> {
-    let mut source = FrameSource { store, jobs, next_job: 0, current: None };
+    let mut source = FrameSource { store, jobs, target_fd, target, next_job: 0, current: None };
     let mut failed_job = None;
     qsm_codec::pipeline::run(
         threads.unwrap_or_else(qsm_codec::engine::default_threads),
@@ -463,8 +543,11 @@ fn restore_files(
             if !piece.last {
                 return Ok(());
             }
+            let Some(parent) = &piece.parent else {
+                return Ok(()); // failed before its file existed
+            };
             if failed_job == Some(piece.job) {
-                let _ = fs::remove_file(&job.tmp);
+                let _ = rustix::fs::unlinkat(&**parent, job.tmp.as_str(), AtFlags::empty());
                 return Ok(());
             }
             let v = &job.version;
@@ -477,19 +560,18 @@ fn restore_files(
                 let _ = file.set_permissions(fs::Permissions::from_mode(v.attrs.mode & 0o7777));
                 let _ = file.set_times(FileTimes::new().set_modified(system_time(v.attrs.mtime_ns)));
             }
-            // rename replaces a symlink itself, never the file it points to.
-            match fs::rename(&job.tmp, &job.path) {
+            // renameat replaces a symlink itself, never the file it points to.
+            match rustix::fs::renameat(&**parent, job.tmp.as_str(), &**parent, job.name.as_os_str()) {
                 Ok(()) => {
                     summary.restored += 1;
                     summary.bytes += v.attrs.size;
                 }
                 Err(e) => {
-                    let _ = fs::remove_file(&job.tmp);
+                    let _ = rustix::fs::unlinkat(&**parent, job.tmp.as_str(), AtFlags::empty());
                     summary.failed += 1;
-                    summary.warnings.push(format!(
-                        "{}: not restored: cannot rename into place: {e}",
-                        job.path.display()
-                    ));
+                    summary
+                        .warnings
+                        .push(format!("{}: not restored: cannot rename into place: {e}", job.path.display()));
                 }
             }
             Ok(())
