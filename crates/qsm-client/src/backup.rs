@@ -165,6 +165,10 @@ fn run(
     let mut batch = store.batch(options.limits)?;
     let (tx, rx) = crossbeam_channel::bounded::<Entry>(WALK_QUEUE);
     let selective = options.full || archive.is_some();
+    // Set when the pipeline stops on an error, so the walk stops too instead of finishing the
+    // tree for nothing.
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let stop = &stop;
 
     let (walked, pipeline_result, store_error) = std::thread::scope(|scope| {
         let walker = scope.spawn(move || {
@@ -174,6 +178,9 @@ fn run(
                 &canonical,
                 options.one_file_system,
                 &mut |entry| {
+                    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        return Err(ClientError::Invalid("backup stopped".into()));
+                    }
                     examined += 1;
                     let previous = active.remove(&entry.rel);
                     if !selective && previous.as_ref().is_some_and(|p| !changed(entry, p)) {
@@ -222,6 +229,9 @@ fn run(
             },
         );
         // Unblock the walker if the pipeline stopped early: dropping the reader closes the queue.
+        if result.is_err() {
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         drop(reader);
         let walked = walker.join();
         (walked, result, store_error)

@@ -321,6 +321,11 @@ fn restore_one(
     match v.object_type {
         ObjectType::Directory => {
             open_dirs(&parent, &[*last], true, &parent_path).map_err(Refusal::Warn)?;
+            // An existing directory is used as it is, its owner, mode and times untouched,
+            // unless replacing.
+            if present.is_some() && existing == Existing::Skip {
+                return Ok(Outcome::Skipped);
+            }
             Ok(Outcome::Restored(0))
         }
         ObjectType::Symlink | ObjectType::File => {

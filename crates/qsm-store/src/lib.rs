@@ -220,6 +220,8 @@ impl Store {
                 Vec::new() // nothing to copy: no new container either
             } else {
                 let mut writer = self.pool.writer()?;
+                // Registered as open, so orphan removal leaves it alone until committed.
+                self.open_set().insert(ContainerId(writer.container()));
                 let locations: Vec<FrameLocation> =
                     live.iter().map(|c| location(&c.location)).collect();
                 let moved = qsm_pool::copy_frames(self.pool.as_ref(), &locations, writer.as_mut())?;
@@ -241,6 +243,12 @@ impl Store {
             }
             t.delete_container(container.id)?;
             t.commit()?;
+            {
+                let mut open = self.open_set();
+                for new in &moved {
+                    open.remove(&ContainerId(new.container));
+                }
+            }
             self.pool.delete(container.id.0)?;
             reclaimed.push(container.id);
         }
@@ -252,11 +260,15 @@ impl Store {
     /// reclamation's commit and its delete. Only call it when no other process writes to the
     /// pool. Returns the containers deleted.
     pub fn remove_orphans(&self) -> Result<Vec<u64>> {
-        let open = self.open_set().clone();
+        // Pool first, then the catalog, then the open set: a container created after the pool
+        // listing is not considered, and one committed or opened before the later two
+        // snapshots is seen as known or open.
+        let listed = self.pool.containers()?;
         let known: HashSet<u64> =
             self.catalog.containers(self.pool_record)?.iter().map(|c| c.id.0).collect();
+        let open = self.open_set().clone();
         let mut removed = Vec::new();
-        for c in self.pool.containers()? {
+        for c in listed {
             if !known.contains(&c.id) && !open.contains(&ContainerId(c.id)) {
                 self.pool.delete(c.id)?;
                 removed.push(c.id);
