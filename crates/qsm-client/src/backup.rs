@@ -241,9 +241,10 @@ fn run(
     }
     let (walk_result, examined, unchanged, warnings, gone) =
         walked.map_err(|_| ClientError::Invalid("the directory walk panicked".into()))?;
-    walk_result?;
+    // The pipeline's error first: when it fails, the walk only reports that it was stopped.
     pipeline_result
         .map_err(|e| ClientError::Invalid(format!("backup of {}: {e}", root.display())))?;
+    walk_result?;
     summary.examined = examined;
     summary.unchanged = unchanged;
     summary.failed += warnings.len() as u64;
@@ -278,9 +279,6 @@ struct Piece {
     last: bool,
     /// The file failed while being read: the object is dropped with this warning.
     failed: Option<String>,
-
-    /// Bytes read of the object so far, on the last piece.
-    read_total: u64,
 }
 
 impl Piece {
@@ -351,7 +349,6 @@ impl Reader {
         piece.last = false;
         piece.failed = None;
 
-        piece.read_total = 0;
         if self.file.is_none() {
             let Ok(entry) = self.rx.recv() else { return Ok(false) };
             if entry.object_type != ObjectType::File {
@@ -399,7 +396,7 @@ impl Reader {
         // by the check at its end, which compares the bytes read with its size).
         if failed || n < self.quantum || *total >= entry.attrs.size {
             piece.last = true;
-            piece.read_total = *total;
+
             // Changed while being read (size, times, or bytes read differ from the stat at
             // open, on the same descriptor): stored torn otherwise, so drop it and say so.
             let still = file.metadata().ok().is_some_and(|m| same_content(&m, &entry.attrs));
@@ -435,22 +432,13 @@ fn open_same_file(entry: &Entry) -> std::result::Result<(File, Entry), String> {
         ));
     }
     let mut entry = entry.clone();
-    let nanos = |s: i64, ns: i64| s.saturating_mul(1_000_000_000).saturating_add(ns);
-    entry.attrs.size = meta.len();
-    entry.attrs.mtime_ns = nanos(meta.mtime(), meta.mtime_nsec());
-    entry.attrs.ctime_ns = nanos(meta.ctime(), meta.ctime_nsec());
-    entry.attrs.mode = meta.mode();
-    entry.attrs.uid = meta.uid();
-    entry.attrs.gid = meta.gid();
+    entry.attrs = scan::attributes(&meta, None);
     Ok((file, entry))
 }
 
 fn same_content(meta: &std::fs::Metadata, attrs: &Attributes) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    let nanos = |s: i64, ns: i64| s.saturating_mul(1_000_000_000).saturating_add(ns);
-    meta.len() == attrs.size
-        && nanos(meta.mtime(), meta.mtime_nsec()) == attrs.mtime_ns
-        && nanos(meta.ctime(), meta.ctime_nsec()) == attrs.ctime_ns
+    let now = scan::attributes(meta, None);
+    (now.size, now.mtime_ns, now.ctime_ns) == (attrs.size, attrs.mtime_ns, attrs.ctime_ns)
 }
 
 /// User plus system CPU time of this process so far, from `/proc/self/stat` (Linux reports

@@ -43,23 +43,29 @@ pub fn entry(path: &Path, rel: Vec<u8>) -> std::io::Result<Option<Entry>> {
     } else {
         return Ok(None);
     };
-    let nanos = |s: i64, ns: i64| s.saturating_mul(1_000_000_000).saturating_add(ns);
     Ok(Some(Entry {
         rel,
         path: path.to_path_buf(),
         object_type,
-        attrs: Attributes {
-            size: if ft.is_file() { meta.len() } else { 0 },
-            mtime_ns: nanos(meta.mtime(), meta.mtime_nsec()),
-            ctime_ns: nanos(meta.ctime(), meta.ctime_nsec()),
-            mode: meta.mode(),
-            uid: meta.uid(),
-            gid: meta.gid(),
-            link_target,
-        },
+        attrs: attributes(&meta, link_target),
         dev: meta.dev(),
         ino: meta.ino(),
     }))
+}
+
+/// The catalog's attributes of a file from its metadata (`lstat` or `fstat`): size for
+/// regular files only, times in nanoseconds, mode and owner.
+pub fn attributes(meta: &fs::Metadata, link_target: Option<Vec<u8>>) -> Attributes {
+    let nanos = |s: i64, ns: i64| s.saturating_mul(1_000_000_000).saturating_add(ns);
+    Attributes {
+        size: if meta.is_file() { meta.len() } else { 0 },
+        mtime_ns: nanos(meta.mtime(), meta.mtime_nsec()),
+        ctime_ns: nanos(meta.ctime(), meta.ctime_nsec()),
+        mode: meta.mode(),
+        uid: meta.uid(),
+        gid: meta.gid(),
+        link_target,
+    }
 }
 
 /// Walks `root`: calls `visit` for every entry (the root first) and `warn` for every entry
