@@ -180,6 +180,16 @@ pub fn nodes_and_filespaces(cat: &dyn Catalog) -> CaseResult {
     ensure!(names == ["/etc", "/home"], "filespaces {names:?}");
     ensure!(cat.filespace(NodeId(999), "/x").is_err(), "filespace of unknown node created");
     ensure!(cat.nodes().map_err(e)?.len() == 1, "node list");
+    // Administrators are separate accounts: the same name may be a node and an administrator.
+    cat.register_admin("alpha", "$argon2id$admin").map_err(e)?;
+    ensure!(
+        matches!(cat.register_admin("alpha", "h"), Err(CatalogError::Exists { .. })),
+        "duplicate administrator accepted"
+    );
+    let admin = cat.admin("alpha").map_err(e)?.ok_or("registered administrator not found")?;
+    ensure!(admin.password_hash == "$argon2id$admin" && !admin.locked, "admin record {admin:?}");
+    ensure!(cat.admin("nobody").map_err(e)?.is_none(), "unknown administrator found");
+    ensure!(cat.nodes().map_err(e)?.len() == 1, "an administrator listed as a node");
     Ok(())
 }
 

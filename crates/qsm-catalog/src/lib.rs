@@ -55,6 +55,10 @@ pub trait Catalog: Send + Sync + std::fmt::Debug {
     fn nodes(&self) -> Result<Vec<Node>>;
     /// Locks or unlocks a node.
     fn set_node_locked(&self, node: NodeId, locked: bool) -> Result<()>;
+    /// Registers an administrator; `Exists` if the name is taken.
+    fn register_admin(&self, name: &str, password_hash: &str) -> Result<()>;
+    /// An administrator by name.
+    fn admin(&self, name: &str) -> Result<Option<Admin>>;
     /// The filespace `name` of `node`, created if new.
     fn filespace(&self, node: NodeId, name: &str) -> Result<FilespaceId>;
     /// The filespaces of `node`, by name.

@@ -147,6 +147,17 @@ CREATE TABLE activity_log (
 );
 CREATE INDEX activity_by_time ON activity_log (time);
 "#,
+    // 2: administrator accounts, apart from nodes: an administrator owns no data and a node
+    // administers nothing.
+    r#"
+CREATE TABLE admins (
+    id {ID},
+    name TEXT NOT NULL UNIQUE,
+    password_hash TEXT NOT NULL,
+    locked BIGINT NOT NULL DEFAULT 0,
+    registered BIGINT NOT NULL
+);
+"#,
 ];
 
 /// The newest schema version this program knows.

@@ -116,6 +116,19 @@ pub struct Node {
     pub registered: Timestamp,
 }
 
+/// An administrator account (it owns no data).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admin {
+    /// Unique name.
+    pub name: String,
+    /// Password hash (argon2id PHC string).
+    pub password_hash: String,
+    /// A locked administrator cannot log in.
+    pub locked: bool,
+    /// Registration time.
+    pub registered: Timestamp,
+}
+
 /// A filespace of a node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Filespace {

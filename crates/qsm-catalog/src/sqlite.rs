@@ -426,6 +426,39 @@ impl Catalog for SqliteCatalog {
         Ok(())
     }
 
+    fn register_admin(&self, name: &str, password_hash: &str) -> Result<()> {
+        let conn = lock(&self.writer);
+        match conn.execute(
+            "INSERT INTO admins (name, password_hash, locked, registered) VALUES (?1, ?2, 0, ?3)",
+            params![name, password_hash, crate::now()],
+        ) {
+            Ok(_) => Ok(()),
+            Err(e) if unique_violation(&e) => {
+                Err(CatalogError::Exists { what: "administrator", name: name.into() })
+            }
+            Err(e) => Err(CatalogError::Db { op: "registering an administrator", source: e }),
+        }
+    }
+
+    fn admin(&self, name: &str) -> Result<Option<Admin>> {
+        self.with_reader(|c| {
+            c.query_row(
+                "SELECT name, password_hash, locked, registered FROM admins WHERE name = ?1",
+                [name],
+                |r| {
+                    Ok(Admin {
+                        name: r.get(0)?,
+                        password_hash: r.get(1)?,
+                        locked: r.get::<_, i64>(2)? != 0,
+                        registered: r.get(3)?,
+                    })
+                },
+            )
+            .optional()
+            .map_err(CatalogError::db("reading an administrator"))
+        })
+    }
+
     fn filespace(&self, node: NodeId, name: &str) -> Result<FilespaceId> {
         let conn = lock(&self.writer);
         let found: Option<i64> = conn

@@ -10,12 +10,14 @@ use std::io::Read;
 use std::path::Path;
 use std::time::Instant;
 
-use qsm_catalog::{Attributes, FilespaceId, NewObject, NodeId, ObjectKind, ObjectType};
+use qsm_catalog::{Attributes, FilespaceId, NewObject, ObjectKind, ObjectType};
 use qsm_codec::{Compression, FrameEncoder};
-use qsm_store::{Store, TxnLimits};
+use qsm_store::TxnLimits;
 
 use crate::error::{ClientError, Result};
 use crate::scan::{self, Entry};
+use crate::server::{Scope, Server, Upload};
+use crate::throttle::Throttle;
 
 /// How to back up.
 #[derive(Debug, Clone, Copy)]
@@ -30,6 +32,8 @@ pub struct BackupOptions {
     pub full: bool,
     /// Do not descend into other file systems.
     pub one_file_system: bool,
+    /// Send at most this many frame bytes per second (emulates a slow link).
+    pub limit_upload: Option<u64>,
 }
 
 impl Default for BackupOptions {
@@ -40,6 +44,7 @@ impl Default for BackupOptions {
             limits: TxnLimits::default(),
             full: false,
             one_file_system: false,
+            limit_upload: None,
         }
     }
 }
@@ -101,22 +106,20 @@ fn changed(entry: &Entry, active: &(ObjectType, Attributes)) -> bool {
 /// Called after each object sent with the counts so far (for progress displays).
 pub type Progress<'a> = dyn FnMut(&BackupSummary) + 'a;
 
-/// Backs up `root` for `node` into `store`.
+/// Backs up `root` to `server`.
 pub fn backup(
-    store: &Store,
-    node: NodeId,
+    server: &dyn Server,
     root: &Path,
     options: &BackupOptions,
     progress: &mut Progress<'_>,
 ) -> Result<BackupSummary> {
-    run(store, node, root, options, None, progress)
+    run(server, root, options, None, progress)
 }
 
 /// Archives `root` for `node`: every entry is sent, whatever the backups hold, as an archive
 /// with `description`, kept for `retain_days` (the archive copy group's retain-version).
 pub fn archive(
-    store: &Store,
-    node: NodeId,
+    server: &dyn Server,
     root: &Path,
     description: &str,
     retain_days: u32,
@@ -124,7 +127,7 @@ pub fn archive(
     progress: &mut Progress<'_>,
 ) -> Result<BackupSummary> {
     let until = now().saturating_add(i64::from(retain_days) * 86_400);
-    run(store, node, root, options, Some((description.to_owned(), until)), progress)
+    run(server, root, options, Some((description.to_owned(), until)), progress)
 }
 
 /// Entries the walker hands to the reader: a bounded queue, so the walk never runs far ahead.
@@ -136,8 +139,7 @@ const WALK_QUEUE: usize = 1024;
 /// beginning and ending objects as their first and last quanta arrive. Small files no longer
 /// compress one at a time.
 fn run(
-    store: &Store,
-    node: NodeId,
+    server: &dyn Server,
     root: &Path,
     options: &BackupOptions,
     archive: Option<(String, i64)>,
@@ -149,12 +151,13 @@ fn run(
     // Walk what the filespace names: a root given through a symlink is walked where it
     // points, not recorded as one symlink (which would deactivate everything below).
     let canonical = std::path::PathBuf::from(&name);
-    let catalog = store.catalog();
-    let fs = catalog.filespace(node, &name)?;
+    let fs = server.open_filespace(&name, true)?.ok_or_else(|| {
+        ClientError::Invalid(format!("{}: no filespace {name}", server.describe()))
+    })?;
     let mut active: HashMap<Vec<u8>, (ObjectType, Attributes)> = HashMap::new();
     if archive.is_none() {
-        catalog.for_each_active(fs, &mut |v| {
-            active.insert(v.path.clone(), (v.object_type, v.attrs.clone()));
+        server.inventory(fs, Scope::Active, &mut |v| {
+            active.insert(v.path, (v.object_type, v.attrs));
             Ok(())
         })?;
     }
@@ -162,7 +165,8 @@ fn run(
     FrameEncoder::new(setting).map_err(|e| ClientError::Invalid(e.to_string()))?;
     let quantum = qsm_codec::DEFAULT_QUANTUM;
     let mut summary = BackupSummary { filespace: name, ..BackupSummary::default() };
-    let mut batch = store.batch(options.limits)?;
+    let mut batch = server.upload(fs, options.limits)?;
+    let mut throttle = options.limit_upload.map(Throttle::new);
     let (tx, rx) = crossbeam_channel::bounded::<Entry>(WALK_QUEUE);
     let selective = options.full || archive.is_some();
     // Set when the pipeline stops on an error, so the walk stops too instead of finishing the
@@ -218,10 +222,13 @@ fn run(
             || Ok(FrameEncoder::new(setting)?),
             |encoder, _, piece| piece.encode(encoder),
             |_, piece| {
-                piece.commit_to(&mut batch, fs, &archive, &mut summary).map_err(|e| {
+                piece.commit_to(batch.as_mut(), fs, &archive, &mut summary).map_err(|e| {
                     store_error = Some(e);
-                    qsm_codec::Error::Invalid("the store failed".into())
+                    qsm_codec::Error::Invalid("the server failed".into())
                 })?;
+                if let (Some(t), Some(h)) = (throttle.as_mut(), piece.header.as_ref()) {
+                    t.pass(h.frame_len() as u64);
+                }
                 if piece.last {
                     progress(&summary);
                 }
@@ -253,11 +260,11 @@ fn run(
         let mut gone: Vec<Vec<u8>> = gone.into_keys().collect();
         gone.sort();
         for path in &gone {
-            batch.deactivate(fs, path);
+            batch.deactivate(path)?;
         }
         summary.deactivated = gone.len() as u64;
     }
-    batch.finish(now())?;
+    batch.finish()?;
     summary.seconds = started.elapsed().as_secs_f64();
     summary.cpu_seconds = cpu_seconds() - cpu_start;
     Ok(summary)
@@ -295,7 +302,7 @@ impl Piece {
 
     fn commit_to(
         &self,
-        batch: &mut qsm_store::Batch<'_>,
+        batch: &mut dyn Upload,
         fs: FilespaceId,
         archive: &Option<(String, i64)>,
         summary: &mut BackupSummary,
@@ -312,10 +319,10 @@ impl Piece {
                 retain_until: archive.as_ref().map(|(_, until)| *until),
                 chunks: Vec::new(),
             };
-            batch.begin_object(object, entry.attrs.size, now())?;
+            batch.begin_object(object, entry.attrs.size)?;
         }
         if let Some(why) = &self.failed {
-            batch.abandon_object();
+            batch.abandon_object()?;
             summary.failed += 1;
             summary.warnings.push(why.clone());
             return Ok(());

@@ -1,15 +1,13 @@
 //! The embedded server: catalog and pool under one directory (`$QSM_HOME`, default
 //! `~/.local/share/qsm`), opened in process, created on first use, with one node, `local`.
 
+use qsm_catalog::NodeId;
+use qsm_store::Store;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-
-use qsm_catalog::{Catalog, NodeId, SqliteCatalog};
-use qsm_pool::{DirPool, DirPoolOptions, Pool};
-use qsm_store::Store;
 
 use crate::error::{ClientError, Result};
+use crate::server::LocalServer;
 
 /// The node an embedded server backs up as.
 pub const LOCAL_NODE: &str = "local";
@@ -52,21 +50,8 @@ impl Embedded {
                 .create(home)
                 .map_err(ClientError::io("creating", home))?;
         }
-        let catalog = SqliteCatalog::open(&home.join("catalog.db"))?;
-        let pool_dir = home.join("pool");
-        let pool = if pool_dir.join("POOL").exists() {
-            DirPool::open(&pool_dir)?
-        } else if !catalog.pools()?.is_empty() {
-            // The catalog knows a pool that is gone (an unmounted disk, a deleted directory):
-            // a new empty pool would make later incremental backups skip data stored nowhere.
-            return Err(ClientError::Invalid(format!(
-                "the catalog in {} refers to a storage pool, but {} holds none: mount or restore it",
-                home.display(),
-                pool_dir.display()
-            )));
-        } else {
-            DirPool::create(&pool_dir, "local", &DirPoolOptions::default())?
-        };
+        let store = qsm_store::open_local(&home.join("catalog.db"), &home.join("pool"), "local")?;
+        let catalog = store.catalog();
         let node = match catalog.node(LOCAL_NODE)? {
             Some(n) => n.id,
             None => {
@@ -78,8 +63,15 @@ impl Embedded {
                 catalog.register_node(LOCAL_NODE, "!embedded", domain)?
             }
         };
-        let catalog: Arc<dyn Catalog> = Arc::new(catalog);
-        let pool: Arc<dyn Pool> = Arc::new(pool);
-        Ok(Embedded { store: Store::new(catalog, pool)?, node, home: home.to_path_buf() })
+        Ok(Embedded { store, node, home: home.to_path_buf() })
+    }
+
+    /// The local node's view of the store.
+    pub fn server(&self) -> LocalServer<'_> {
+        LocalServer::new(
+            &self.store,
+            self.node,
+            format!("embedded store in {}", self.home.display()),
+        )
     }
 }

@@ -25,6 +25,9 @@ pub enum ClientError {
         /// The error.
         source: std::io::Error,
     },
+    /// The server failed, refused, or could not be reached.
+    #[error("{0}")]
+    Server(String),
     /// The request is invalid (no such filespace, a path outside the target...).
     #[error("{0}")]
     Invalid(String),

@@ -12,8 +12,11 @@
 pub mod backup;
 pub mod embedded;
 pub mod error;
+pub mod remote;
 pub mod restore;
 pub mod scan;
+pub mod server;
+pub mod throttle;
 
 pub use backup::{BackupOptions, BackupSummary, Progress, archive, backup};
 pub use embedded::Embedded;

@@ -18,10 +18,10 @@ use rustix::fs::{AtFlags, FileType, Gid, Mode, OFlags, Uid};
 use rustix::io::Errno;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use qsm_catalog::{NodeId, ObjectId, ObjectKind, ObjectType, ObjectVersion, Timestamp};
-use qsm_store::Store;
+use qsm_catalog::{ObjectId, ObjectKind, ObjectType, ObjectVersion, Timestamp};
 
 use crate::error::{ClientError, Result};
+use crate::server::{Fetch, Scope, Server};
 
 /// What to do with a file that already exists at the restore location.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -152,22 +152,18 @@ fn running_as_root() -> bool {
     fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
 }
 
-/// Restores the active versions of filespace `filespace` of `node` into `target`.
+/// Restores versions of `filespace` from `server` into `target`.
 pub fn restore(
-    store: &Store,
-    node: NodeId,
+    server: &dyn Server,
     filespace: &str,
     target: &Path,
     options: &RestoreOptions,
 ) -> Result<RestoreSummary> {
-    let catalog = store.catalog();
-    let fs_id = catalog
-        .filespaces(node)?
-        .into_iter()
-        .find(|f| f.name == filespace)
-        .map(|f| f.id)
-        .ok_or_else(|| {
-        ClientError::Invalid(format!("no backup of {filespace} (see `qsm query filespace`)"))
+    let fs_id = server.open_filespace(filespace, false)?.ok_or_else(|| {
+        ClientError::Invalid(format!(
+            "no backup of {filespace} in the {} (see `qsm query filespace`)",
+            server.describe()
+        ))
     })?;
     fs::create_dir_all(target).map_err(ClientError::io("cannot create restore target", target))?;
     let below = |path: &[u8]| match &options.subpath {
@@ -178,14 +174,14 @@ pub fn restore(
     };
     let mut versions: Vec<ObjectVersion> = Vec::new();
     match &options.select {
-        Selection::Active => catalog.for_each_active(fs_id, &mut |v| {
+        Selection::Active => server.inventory(fs_id, Scope::Active, &mut |v| {
             if below(&v.path) {
-                versions.push(v.clone());
+                versions.push(v);
             }
             Ok(())
         })?,
         Selection::Version(id) => {
-            let v = catalog.object(*id)?.filter(|v| v.filespace == fs_id).ok_or_else(|| {
+            let v = server.object(*id)?.filter(|v| v.filespace == fs_id).ok_or_else(|| {
                 ClientError::Invalid(format!(
                     "version {} is not in the backup of {filespace}",
                     id.0
@@ -194,7 +190,7 @@ pub fn restore(
             versions.push(v);
         }
         // Versions arrive in path order, newest first: the first that qualifies wins.
-        Selection::AsOf(t) => catalog.for_each_version(fs_id, &mut |v| {
+        Selection::AsOf(t) => server.inventory(fs_id, Scope::All, &mut |v| {
             let was_active = v.kind == ObjectKind::Backup
                 && v.inserted <= *t
                 && v.deactivated.is_none_or(|d| d > *t);
@@ -202,17 +198,17 @@ pub fn restore(
                 && below(&v.path)
                 && versions.last().is_none_or(|last| last.path != v.path)
             {
-                versions.push(v.clone());
+                versions.push(v);
             }
             Ok(())
         })?,
-        Selection::Archives(description) => catalog.for_each_version(fs_id, &mut |v| {
+        Selection::Archives(description) => server.inventory(fs_id, Scope::All, &mut |v| {
             let matches = v.kind == ObjectKind::Archive
                 && description
                     .as_ref()
                     .is_none_or(|d| v.description.as_deref() == Some(d.as_str()));
             if matches && below(&v.path) && versions.last().is_none_or(|last| last.path != v.path) {
-                versions.push(v.clone());
+                versions.push(v);
             }
             Ok(())
         })?,
@@ -252,7 +248,7 @@ pub fn restore(
         }
     }
     restore_files(
-        store,
+        server,
         &jobs,
         &target_fd,
         target,
@@ -393,25 +389,24 @@ struct Piece {
     failed: Option<String>,
 }
 
-/// The file the reader is on: its chunks, the next to read, the raw offset reached, the
-/// temporary file and its directory.
+/// The file the reader is on: its temporary file and its directory, unless they could not be
+/// made (its frames are then read and dropped).
 struct OpenFile {
-    chunks: Vec<qsm_catalog::ChunkRef>,
-    next: usize,
-    offset: u64,
-    file: Arc<File>,
-    parent: Arc<OwnedFd>,
+    file: Option<Arc<File>>,
+    parent: Option<Arc<OwnedFd>>,
 }
 
-/// The reader side: walks the jobs, creates each temporary file, and reads frames in order.
+/// The reader side: walks the jobs, creates each temporary file, and takes their frames from
+/// the server's stream, which brings them job by job in the order asked.
 struct FrameSource<'a> {
-    store: &'a Store,
+    fetch: Box<dyn Fetch + 'a>,
     jobs: &'a [FileJob],
     target_fd: &'a OwnedFd,
     target: &'a Path,
     next_job: usize,
-    /// The current file: its chunks, the next one to read, and the raw offset reached.
     current: Option<OpenFile>,
+    /// Set when the stream itself failed (the server is gone): the restore stops.
+    broken: Option<ClientError>,
 }
 
 impl FrameSource<'_> {
@@ -423,71 +418,72 @@ impl FrameSource<'_> {
             let Some(job) = self.jobs.get(self.next_job) else { return Ok(false) };
             piece.job = self.next_job;
             self.next_job += 1;
-            let chunks = match self.store.catalog().object_chunks(job.version.id) {
-                Ok(c) => c,
-                Err(e) => return Ok(self.fail(piece, e.to_string())),
-            };
             // The directory again from the target's descriptor (it was checked in the pre-pass,
             // but could have been swapped since), then the file with O_EXCL | O_NOFOLLOW: never an
             // existing file, never through a symlink, and nothing already there is removed.
             let parents: Vec<&OsStr> = job.parents.iter().map(|c| c.as_os_str()).collect();
-            let parent = match open_dirs(self.target_fd, &parents, false, self.target) {
-                Ok(fd) => Arc::new(fd),
-                Err(why) => return Ok(self.fail(piece, why)),
-            };
-            let flags =
-                OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-            let file = match rustix::fs::openat(
-                &*parent,
-                job.tmp.as_str(),
-                flags,
-                Mode::from_raw_mode(0o600),
-            ) {
-                Ok(fd) => Arc::new(File::from(fd)),
-                Err(e) => return Ok(self.fail(piece, format!("cannot create {}: {e}", job.tmp))),
-            };
-            self.current = Some(OpenFile { chunks, next: 0, offset: 0, file, parent });
+            let opened = open_dirs(self.target_fd, &parents, false, self.target).and_then(|p| {
+                let flags = OFlags::CREATE
+                    | OFlags::EXCL
+                    | OFlags::WRONLY
+                    | OFlags::NOFOLLOW
+                    | OFlags::CLOEXEC;
+                rustix::fs::openat(&p, job.tmp.as_str(), flags, Mode::from_raw_mode(0o600))
+                    .map(|fd| (Arc::new(p), Arc::new(File::from(fd))))
+                    .map_err(|e| format!("cannot create {}: {e}", job.tmp))
+            });
+            self.current = Some(match opened {
+                Ok((parent, file)) => OpenFile { file: Some(file), parent: Some(parent) },
+                Err(why) => {
+                    piece.failed = Some(why);
+                    OpenFile { file: None, parent: None }
+                }
+            });
         } else {
             piece.job = self.next_job - 1;
         }
-        let Some(OpenFile { chunks, next, offset, file, parent }) = &mut self.current else {
-            return Ok(false);
-        };
-        piece.file = Some(Arc::clone(file));
-        piece.parent = Some(Arc::clone(parent));
-        piece.offset = *offset;
-        if let Some(chunk) = chunks.get(*next) {
-            let loc = qsm_pool::FrameLocation {
-                container: chunk.location.container.0,
-                offset: chunk.location.offset,
-                len: chunk.location.stored_len,
-            };
-            if let Err(e) = self.store.pool().read_frame_for_decode(
-                &loc,
-                Some(chunk.id.0 as u64),
-                &mut piece.frame,
-            ) {
-                piece.failed = Some(e.to_string());
-            } else {
-                piece.has_frame = true;
-            }
-            piece.expected_len = chunk.location.raw_len;
-            *offset += u64::from(chunk.location.raw_len);
-            *next += 1;
+        let job = &self.jobs[piece.job];
+        if let Some(OpenFile { file, parent }) = &self.current {
+            piece.file = file.clone();
+            piece.parent = parent.clone();
         }
-        if *next >= chunks.len() || piece.failed.is_some() {
+        let fetched = match self.fetch.next(&mut piece.frame) {
+            Ok(Some(f)) if f.object == job.version.id => f,
+            Ok(other) => {
+                let what = match other {
+                    Some(f) => format!("data of object {}", f.object.0),
+                    None => "the end of the data".into(),
+                };
+                self.broken = Some(ClientError::Server(format!(
+                    "the server sent {what} where object {} was expected",
+                    job.version.id.0
+                )));
+                return Err(qsm_codec::Error::Invalid("restore stopped".into()));
+            }
+            Err(e) => {
+                self.broken = Some(e);
+                return Err(qsm_codec::Error::Invalid("restore stopped".into()));
+            }
+        };
+        piece.offset = fetched.offset;
+        piece.expected_len = fetched.raw_len;
+        piece.has_frame = fetched.has_frame;
+        if piece.failed.is_none() {
+            piece.failed = fetched.error;
+        }
+        // A frame past the version's size would grow the file beyond what was backed up.
+        let end = fetched.offset.saturating_add(u64::from(fetched.raw_len));
+        if piece.failed.is_none() && end > job.version.attrs.size {
+            piece.failed = Some(format!(
+                "the server sent data up to byte {end} of a file of {} bytes",
+                job.version.attrs.size
+            ));
+        }
+        if fetched.last {
             piece.last = true;
             self.current = None;
         }
         Ok(true)
-    }
-
-    fn fail(&mut self, piece: &mut Piece, why: String) -> bool {
-        piece.failed = Some(why);
-        piece.last = true;
-        piece.file = None;
-        piece.parent = None;
-        true
     }
 }
 
@@ -496,7 +492,7 @@ impl FrameSource<'_> {
 /// times, owner, rename into place) once its last quantum is written.
 #[allow(clippy::too_many_arguments)] // one call site; a struct would only rename them
 fn restore_files(
-    store: &Store,
+    server: &dyn Server,
     jobs: &[FileJob],
     target_fd: &OwnedFd,
     target: &Path,
@@ -505,9 +501,11 @@ fn restore_files(
     summary: &mut RestoreSummary,
     filespace: &str,
 ) -> Result<()> {
-    let mut source = FrameSource { store, jobs, target_fd, target, next_job: 0, current: None };
+    let fetch = server.fetch(jobs.iter().map(|j| j.version.id).collect())?;
+    let mut source =
+        FrameSource { fetch, jobs, target_fd, target, next_job: 0, current: None, broken: None };
     let mut failed_job = None;
-    qsm_codec::pipeline::run(
+    let result = qsm_codec::pipeline::run(
         threads.unwrap_or_else(qsm_codec::engine::default_threads),
         |_, piece: &mut Piece| source.next(piece),
         || Ok(qsm_codec::FrameDecoder::new()),
@@ -560,13 +558,19 @@ fn restore_files(
                 // Owner first: Linux clears setuid and setgid bits on any chown, so the mode
                 // must be set after it. All three through the file handle, never the path.
                 if root {
-                    let _ = std::os::unix::fs::fchown(file.as_ref(), Some(v.attrs.uid), Some(v.attrs.gid));
+                    let _ = std::os::unix::fs::fchown(
+                        file.as_ref(),
+                        Some(v.attrs.uid),
+                        Some(v.attrs.gid),
+                    );
                 }
                 let _ = file.set_permissions(fs::Permissions::from_mode(v.attrs.mode & 0o7777));
-                let _ = file.set_times(FileTimes::new().set_modified(system_time(v.attrs.mtime_ns)));
+                let _ =
+                    file.set_times(FileTimes::new().set_modified(system_time(v.attrs.mtime_ns)));
             }
             // renameat replaces a symlink itself, never the file it points to.
-            match rustix::fs::renameat(&**parent, job.tmp.as_str(), &**parent, job.name.as_os_str()) {
+            match rustix::fs::renameat(&**parent, job.tmp.as_str(), &**parent, job.name.as_os_str())
+            {
                 Ok(()) => {
                     summary.restored += 1;
                     summary.bytes += v.attrs.size;
@@ -574,14 +578,18 @@ fn restore_files(
                 Err(e) => {
                     let _ = rustix::fs::unlinkat(&**parent, job.tmp.as_str(), AtFlags::empty());
                     summary.failed += 1;
-                    summary
-                        .warnings
-                        .push(format!("{}: not restored: cannot rename into place: {e}", job.path.display()));
+                    summary.warnings.push(format!(
+                        "{}: not restored: cannot rename into place: {e}",
+                        job.path.display()
+                    ));
                 }
             }
             Ok(())
         },
-    )
-    .map_err(|e| ClientError::Invalid(format!("restore of {filespace}: {e}")))?;
+    );
+    if let Some(e) = source.broken {
+        return Err(e);
+    }
+    result.map_err(|e| ClientError::Invalid(format!("restore of {filespace}: {e}")))?;
     Ok(())
 }

@@ -50,7 +50,13 @@ pub enum StoreError {
     /// Writing restored data failed.
     #[error("writing restored data: {0}")]
     Output(std::io::Error),
+    /// The catalog names a pool that is not where it should be.
+    #[error("{0}")]
+    MissingPool(String),
 }
+
+mod local;
+pub use local::open_local;
 
 /// Result of store operations.
 pub type Result<T> = std::result::Result<T, StoreError>;
@@ -385,10 +391,21 @@ impl Batch<'_> {
         let path = String::from_utf8_lossy(&object.path).into_owned();
         let index = object.chunks.len();
         let header = FrameHeader::parse(frame).map_err(|e| StoreError::BadFrame {
-            path,
+            path: path.clone(),
             index,
             detail: e.to_string(),
         })?;
+        if frame.len() != header.frame_len() {
+            return Err(StoreError::BadFrame {
+                path,
+                index,
+                detail: format!(
+                    "{} bytes, but its header describes {}",
+                    frame.len(),
+                    header.frame_len()
+                ),
+            });
+        }
         let loc = self.writer()?.append(frame)?;
         if self.mine.insert(loc.container) {
             self.store.open_set().insert(ContainerId(loc.container));

@@ -1,4 +1,5 @@
-//! `qsm backup`, `qsm restore` and `qsm query`, against the embedded server in `$QSM_HOME`.
+//! `qsm backup`, `qsm restore`, `qsm archive`, `qsm retrieve` and `qsm query`, against a QSM
+//! server or the embedded store (see `conn`).
 
 use std::path::{Component, Path, PathBuf};
 
@@ -6,46 +7,39 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use qsm_catalog::{ObjectId, ObjectKind, ObjectVersion};
 use qsm_client::restore::Existing;
-use qsm_client::{BackupOptions, BackupSummary, Embedded, RestoreOptions, Selection, embedded};
+use qsm_client::server::{Scope, Server};
+use qsm_client::{BackupOptions, BackupSummary, RestoreOptions, Selection};
 use qsm_codec::Compression;
 use serde::Serialize;
 
+use crate::conn::{ClientConfig, Conn, parse_rate};
+
 /// Whether a command did all it was asked (`false`: some files were skipped).
 pub type Complete = bool;
-
-#[derive(Debug, Args)]
-pub struct Home {
-    /// Where the embedded server keeps its catalog and pool (default: $QSM_HOME, or
-    /// ~/.local/share/qsm).
-    #[arg(long, global = true)]
-    home: Option<PathBuf>,
-}
-
-impl Home {
-    fn open(&self) -> Result<Embedded> {
-        let home = match &self.home {
-            Some(h) => h.clone(),
-            None => embedded::default_home()?,
-        };
-        Embedded::open(&home)
-            .with_context(|| format!("opening the QSM store in {}", home.display()))
-    }
-}
 
 #[derive(Debug, Args)]
 pub struct BackupArgs {
     /// Directories or files to back up (incrementally: only what changed is sent).
     #[arg(required = true)]
     paths: Vec<PathBuf>,
-    /// Compression: auto, off, or CODEC[:LEVEL] (e.g. lz4, zstd:3).
-    #[arg(long, default_value = "auto")]
-    compression: String,
+    /// Compression: auto (the default), off, or CODEC[:LEVEL] (e.g. lz4, zstd:3).
+    #[arg(long)]
+    compression: Option<String>,
     /// Worker threads compressing quanta (default: one per core).
     #[arg(short = 'T', long)]
     threads: Option<usize>,
-    /// Send every file, changed or not (selective backup).
+    /// Send every file named, changed or not (selective backup).
+    #[arg(long, alias = "full")]
+    selective: bool,
+    /// Send at most this rate: 10Mbit, 1Gbit, 5MB (per second); emulates a slow link.
+    #[arg(long, value_parser = parse_rate)]
+    limit_upload: Option<u64>,
+    /// Objects per server transaction at most (the server may cap it lower).
     #[arg(long)]
-    full: bool,
+    txn_group_max: Option<usize>,
+    /// Frame bytes per server transaction at most.
+    #[arg(long)]
+    txn_byte_limit: Option<u64>,
     /// Stay on the file system of each path.
     #[arg(long)]
     one_file_system: bool,
@@ -53,7 +47,7 @@ pub struct BackupArgs {
     #[arg(long)]
     json: bool,
     #[command(flatten)]
-    home: Home,
+    home: Conn,
 }
 
 #[derive(Debug, Args)]
@@ -77,7 +71,7 @@ pub struct RestoreArgs {
     #[arg(long)]
     json: bool,
     #[command(flatten)]
-    home: Home,
+    home: Conn,
 }
 
 #[derive(Debug, Args)]
@@ -91,14 +85,14 @@ pub struct ArchiveArgs {
     /// Days to keep it (default: the archive copy group's 365).
     #[arg(long)]
     retain_days: Option<u32>,
-    /// Compression: auto, off, or CODEC[:LEVEL].
-    #[arg(long, default_value = "auto")]
-    compression: String,
+    /// Compression: auto (the default), off, or CODEC[:LEVEL].
+    #[arg(long)]
+    compression: Option<String>,
     /// Machine-readable summary.
     #[arg(long)]
     json: bool,
     #[command(flatten)]
-    home: Home,
+    home: Conn,
 }
 
 #[derive(Debug, Args)]
@@ -118,7 +112,7 @@ pub struct RetrieveArgs {
     #[arg(long)]
     json: bool,
     #[command(flatten)]
-    home: Home,
+    home: Conn,
 }
 
 /// Parses a UTC time: `YYYY-MM-DD`, optionally with ` HH:MM[:SS]` or `THH:MM[:SS]`, or
@@ -184,7 +178,7 @@ pub enum QueryWhat {
         #[arg(long)]
         json: bool,
         #[command(flatten)]
-        home: Home,
+        home: Conn,
     },
     /// The filespaces backed up.
     Filespace {
@@ -192,7 +186,7 @@ pub enum QueryWhat {
         #[arg(long)]
         json: bool,
         #[command(flatten)]
-        home: Home,
+        home: Conn,
     },
     /// The backup versions of a filespace (all filespaces when none is named): active ones,
     /// or with --inactive every version with its id, for `qsm restore --id`.
@@ -206,7 +200,7 @@ pub enum QueryWhat {
         #[arg(long)]
         json: bool,
         #[command(flatten)]
-        home: Home,
+        home: Conn,
     },
 }
 
@@ -231,26 +225,52 @@ fn mb(bytes: u64) -> f64 {
     bytes as f64 / 1e6
 }
 
-pub fn backup(args: BackupArgs) -> Result<Complete> {
-    let compression = Compression::parse(&args.compression)?;
-    if args.threads == Some(0) {
+/// The backup options from flags, then the client configuration, then the defaults.
+fn backup_options(
+    config: &ClientConfig,
+    compression: Option<&str>,
+    threads: Option<usize>,
+) -> Result<BackupOptions> {
+    let mut options = BackupOptions::default();
+    let compression = compression.or(config.compression.as_deref()).unwrap_or("auto");
+    options.compression = Compression::parse(compression)?;
+    options.threads = threads.or(config.threads);
+    if options.threads == Some(0) {
         bail!("--threads must be at least 1");
     }
-    let embedded = args.home.open()?;
-    let options = BackupOptions {
-        compression,
-        threads: args.threads,
-        full: args.full,
-        one_file_system: args.one_file_system,
-        ..BackupOptions::default()
-    };
+    if let Some(rate) = &config.limit_upload {
+        options.limit_upload = Some(parse_rate(rate).map_err(anyhow::Error::msg)?);
+    }
+    if let Some(n) = config.txn_group_max {
+        options.limits.group_max = n.max(1);
+    }
+    if let Some(n) = config.txn_byte_limit {
+        options.limits.byte_limit = n.max(1);
+    }
+    Ok(options)
+}
+
+pub fn backup(args: BackupArgs) -> Result<Complete> {
+    let mut options =
+        backup_options(&args.home.config()?, args.compression.as_deref(), args.threads)?;
+    options.full = args.selective;
+    options.one_file_system = args.one_file_system;
+    if args.limit_upload.is_some() {
+        options.limit_upload = args.limit_upload;
+    }
+    if let Some(n) = args.txn_group_max {
+        options.limits.group_max = n.max(1);
+    }
+    if let Some(n) = args.txn_byte_limit {
+        options.limits.byte_limit = n.max(1);
+    }
+    let connected = args.home.open()?;
+    let server = connected.server();
     let summaries = each_path(
         &args.paths,
         args.json,
         "backing up",
-        &mut |path, progress| {
-            qsm_client::backup(&embedded.store, embedded.node, path, &options, progress)
-        },
+        &mut |path, progress| qsm_client::backup(server.as_ref(), path, &options, progress),
         &print_backup,
     )?;
     if args.json {
@@ -348,14 +368,12 @@ struct BackupReport {
 }
 
 /// The filespace containing `path`, and the path below it.
-fn locate(embedded: &Embedded, path: &Path) -> Result<(String, Option<Vec<u8>>)> {
+fn locate(server: &dyn Server, path: &Path) -> Result<(String, Option<Vec<u8>>)> {
     let wanted = absolute(path)?;
     let wanted = wanted.to_str().context("the path is not valid UTF-8")?.to_owned();
     // The filespace is the longest backed-up root that contains the path.
-    let filespace = embedded
-        .store
-        .catalog()
-        .filespaces(embedded.node)?
+    let filespace = server
+        .filespaces()?
         .into_iter()
         .filter(|f| {
             wanted == f.name || wanted.starts_with(&format!("{}/", f.name.trim_end_matches('/')))
@@ -377,15 +395,15 @@ struct RestoreRequest<'a> {
     verb: &'static str,
 }
 
-fn restore_with(embedded: &Embedded, r: RestoreRequest<'_>) -> Result<Complete> {
-    let (filespace, subpath) = locate(embedded, r.path)?;
+fn restore_with(server: &dyn Server, r: RestoreRequest<'_>) -> Result<Complete> {
+    let (filespace, subpath) = locate(server, r.path)?;
     let target = match r.to {
         Some(t) => absolute(t)?,
         None => PathBuf::from(&filespace),
     };
     let existing = if r.replace { Existing::Replace } else { Existing::Skip };
     let options = RestoreOptions { subpath, existing, select: r.select, threads: None };
-    let s = qsm_client::restore(&embedded.store, embedded.node, &filespace, &target, &options)
+    let s = qsm_client::restore(server, &filespace, &target, &options)
         .with_context(|| format!("{} {}", r.verb, r.path.display()))?;
     for w in &s.warnings {
         eprintln!("qsm: warning: {w}");
@@ -414,14 +432,14 @@ fn restore_with(embedded: &Embedded, r: RestoreRequest<'_>) -> Result<Complete> 
 }
 
 pub fn restore(args: RestoreArgs) -> Result<Complete> {
-    let embedded = args.home.open()?;
+    let connected = args.home.open()?;
     let select = match (args.pit, args.id) {
         (Some(t), _) => Selection::AsOf(t),
         (None, Some(id)) => Selection::Version(ObjectId(id)),
         (None, None) => Selection::Active,
     };
     restore_with(
-        &embedded,
+        connected.server().as_ref(),
         RestoreRequest {
             path: &args.path,
             to: args.to.as_deref(),
@@ -434,9 +452,9 @@ pub fn restore(args: RestoreArgs) -> Result<Complete> {
 }
 
 pub fn retrieve(args: RetrieveArgs) -> Result<Complete> {
-    let embedded = args.home.open()?;
+    let connected = args.home.open()?;
     restore_with(
-        &embedded,
+        connected.server().as_ref(),
         RestoreRequest {
             path: &args.path,
             to: args.to.as_deref(),
@@ -449,9 +467,9 @@ pub fn retrieve(args: RetrieveArgs) -> Result<Complete> {
 }
 
 pub fn archive(args: ArchiveArgs) -> Result<Complete> {
-    let compression = Compression::parse(&args.compression)?;
-    let embedded = args.home.open()?;
-    let options = BackupOptions { compression, ..BackupOptions::default() };
+    let options = backup_options(&args.home.config()?, args.compression.as_deref(), None)?;
+    let connected = args.home.open()?;
+    let server = connected.server();
     let days =
         args.retain_days.unwrap_or(qsm_catalog::ArchiveCopyGroup::default().retain_version_days);
     let description = args.description.clone();
@@ -460,15 +478,7 @@ pub fn archive(args: ArchiveArgs) -> Result<Complete> {
         args.json,
         "archiving",
         &mut |path, progress| {
-            qsm_client::archive(
-                &embedded.store,
-                embedded.node,
-                path,
-                &args.description,
-                days,
-                &options,
-                progress,
-            )
+            qsm_client::archive(server.as_ref(), path, &args.description, days, &options, progress)
         },
         &|s| {
             println!(
@@ -510,8 +520,8 @@ struct VersionRow {
 pub fn query(what: QueryWhat) -> Result<Complete> {
     match what {
         QueryWhat::Filespace { json, home } => {
-            let e = home.open()?;
-            let list = e.store.catalog().filespaces(e.node)?;
+            let connected = home.open()?;
+            let list = connected.server().filespaces()?;
             if json {
                 let rows: Vec<_> = list
                     .iter()
@@ -539,23 +549,23 @@ pub fn query(what: QueryWhat) -> Result<Complete> {
 }
 
 fn list_versions(
-    home: Home,
+    home: Conn,
     filespace: Option<String>,
     json: bool,
     keep: &dyn Fn(&ObjectVersion) -> bool,
 ) -> Result<()> {
-    let e = home.open()?;
-    let catalog = e.store.catalog();
+    let connected = home.open()?;
+    let server = connected.server();
     let mut rows = Vec::new();
-    for f in catalog.filespaces(e.node)? {
+    for f in server.filespaces()? {
         if filespace
             .as_deref()
             .is_some_and(|n| n.trim_end_matches('/') != f.name.trim_end_matches('/'))
         {
             continue;
         }
-        catalog.for_each_version(f.id, &mut |v| {
-            if keep(v) {
+        server.inventory(f.id, Scope::All, &mut |v| {
+            if keep(&v) {
                 rows.push(VersionRow {
                     filespace: f.name.clone(),
                     path: String::from_utf8_lossy(&v.path).into_owned(),

@@ -2,7 +2,9 @@
 
 mod client_cmd;
 mod codec_cmd;
+mod conn;
 mod output;
+mod server_cmd;
 
 use std::process::ExitCode;
 
@@ -29,6 +31,10 @@ enum Command {
     /// List what the store holds.
     #[command(subcommand)]
     Query(client_cmd::QueryWhat),
+    /// Run a QSM server.
+    Server(server_cmd::ServerArgs),
+    /// Administer a QSM server: nodes, administrators, sessions.
+    Admin(server_cmd::AdminArgs),
     /// Compress a file or stdin into a QSM stream of independent quanta.
     Compress(codec_cmd::CompressArgs),
     /// Decompress a QSM stream (all of it, or a range of quanta).
@@ -50,6 +56,8 @@ fn main() -> ExitCode {
         Command::Archive(args) => client_cmd::archive(args),
         Command::Retrieve(args) => client_cmd::retrieve(args),
         Command::Query(what) => client_cmd::query(what),
+        Command::Server(args) => server_cmd::server(args),
+        Command::Admin(args) => server_cmd::admin(args),
         Command::Compress(args) => codec_cmd::compress(args).map(|()| true),
         Command::Decompress(args) => codec_cmd::decompress(args).map(|()| true),
         Command::Info(args) => codec_cmd::info(args).map(|()| true),

@@ -1,0 +1,534 @@
+//! A QSM server across the network (gRPC, `docs/PROTOCOL.md`), behind the same [`Server`]
+//! interface as the embedded one. The client's stages stay ordinary threads: a small tokio
+//! runtime owned by the connection carries the gRPC streams, and the threads hand it messages
+//! through bounded channels, so a slow network pushes back on the readers and compressors
+//! instead of filling memory.
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use qsm_catalog::{Filespace, FilespaceId, NewObject, ObjectId, ObjectVersion};
+use qsm_proto::convert;
+use qsm_proto::v1::{self, admin_client::AdminClient, backup_op::Op, node_client::NodeClient};
+use qsm_store::TxnLimits;
+use tokio::runtime::Runtime;
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
+
+use crate::error::{ClientError, Result};
+use crate::server::{Fetch, Fetched, Scope, Server, Upload, Uploaded};
+
+/// How to reach and log in to a server.
+#[derive(Debug, Clone, Default)]
+pub struct RemoteOptions {
+    /// `https://HOST:PORT`, `http://HOST:PORT` (no TLS: tests, or a trusted link), or
+    /// `unix:PATH` (the server's local socket).
+    pub url: String,
+    /// The node (or administrator) name.
+    pub account: String,
+    /// Its password.
+    pub password: String,
+    /// Log in as an administrator.
+    pub admin: bool,
+    /// PEM certificate(s) to trust for `https` (a self-signed server's `tls/cert.pem`);
+    /// without it, none is trusted.
+    pub ca: Option<PathBuf>,
+}
+
+/// Adds the session token to every call.
+#[derive(Debug, Clone)]
+pub struct Bearer(Option<MetadataValue<Ascii>>);
+
+impl tonic::service::Interceptor for Bearer {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> std::result::Result<tonic::Request<()>, tonic::Status> {
+        if let Some(token) = &self.0 {
+            request.metadata_mut().insert("authorization", token.clone());
+        }
+        Ok(request)
+    }
+}
+
+type Authed = InterceptedService<Channel, Bearer>;
+
+/// A logged-in connection to a QSM server.
+#[derive(Debug)]
+pub struct RemoteServer {
+    rt: Runtime,
+    channel: Channel,
+    bearer: Bearer,
+    url: String,
+    account: String,
+    /// The session number the server gave (for `qsm admin cancel session`).
+    pub session: u64,
+}
+
+fn status(url: &str, s: tonic::Status) -> ClientError {
+    let what = match s.code() {
+        tonic::Code::Unavailable => "cannot reach the server",
+        tonic::Code::Unauthenticated => "login refused by the server",
+        tonic::Code::PermissionDenied => "refused by the server",
+        tonic::Code::Cancelled => "cancelled",
+        _ => "server error",
+    };
+    let msg = s.message();
+    let msg = if msg.is_empty() { s.code().description() } else { msg };
+    ClientError::Server(format!("{what} at {url}: {msg}"))
+}
+
+/// Objects per Fetch request: a request of 100,000 ids is well under a megabyte.
+const FETCH_BATCH: usize = 100_000;
+/// Operations are batched into messages of about this many bytes: many small files then cost
+/// one message, not one each, while a message stays far below the limit.
+const MESSAGE_TARGET: usize = 1 << 20;
+/// Messages in flight towards the network: a bound on the upload's memory (about 4 MiB).
+const UPLOAD_QUEUE: usize = 4;
+
+impl RemoteServer {
+    /// Connects and logs in.
+    pub fn connect(options: &RemoteOptions) -> Result<RemoteServer> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("qsm-net")
+            .enable_all()
+            .build()
+            .map_err(|e| ClientError::Server(format!("cannot start the network runtime: {e}")))?;
+        let url = options.url.clone();
+        let channel = rt.block_on(connect_channel(options))?;
+        let mut node = NodeClient::new(channel.clone())
+            .max_decoding_message_size(qsm_proto::MAX_MESSAGE)
+            .max_encoding_message_size(qsm_proto::MAX_MESSAGE);
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        let reply = rt
+            .block_on(node.login(v1::LoginRequest {
+                protocol: qsm_proto::PROTOCOL,
+                account: options.account.clone(),
+                password: options.password.clone(),
+                admin: options.admin,
+                client: format!("qsm {} on {}", env!("CARGO_PKG_VERSION"), host.trim()),
+            }))
+            .map_err(|s| status(&url, s))?
+            .into_inner();
+        let token = MetadataValue::try_from(format!("Bearer {}", reply.token)).map_err(|_| {
+            ClientError::Server(format!("{url}: the server sent an unusable token"))
+        })?;
+        Ok(RemoteServer {
+            rt,
+            channel,
+            bearer: Bearer(Some(token)),
+            url,
+            account: options.account.clone(),
+            session: reply.session,
+        })
+    }
+
+    fn node(&self) -> NodeClient<Authed> {
+        NodeClient::with_interceptor(self.channel.clone(), self.bearer.clone())
+            .max_decoding_message_size(qsm_proto::MAX_MESSAGE)
+            .max_encoding_message_size(qsm_proto::MAX_MESSAGE)
+    }
+
+    /// The administrative interface on this connection (the login must be an administrator's,
+    /// or the connection the server's local socket).
+    pub fn admin(&self) -> AdminClient<Authed> {
+        AdminClient::with_interceptor(self.channel.clone(), self.bearer.clone())
+    }
+
+    /// Runs an administrative call.
+    pub fn call<T>(
+        &self,
+        f: impl std::future::Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
+    ) -> Result<T> {
+        self.rt.block_on(f).map(tonic::Response::into_inner).map_err(|s| self.error(s))
+    }
+
+    fn error(&self, s: tonic::Status) -> ClientError {
+        status(&self.url, s)
+    }
+}
+
+/// An administrator's connection through the server's local socket, which needs no password:
+/// the server checks that the peer process runs as the server's own user or as root.
+pub fn connect_local_admin(url: &str) -> Result<RemoteServer> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .map_err(|e| ClientError::Server(format!("cannot start the network runtime: {e}")))?;
+    let options = RemoteOptions { url: url.to_owned(), ..RemoteOptions::default() };
+    let channel = rt.block_on(connect_channel(&options))?;
+    Ok(RemoteServer {
+        rt,
+        channel,
+        bearer: Bearer(None),
+        url: url.to_owned(),
+        account: "local administrator".into(),
+        session: 0,
+    })
+}
+
+async fn connect_channel(options: &RemoteOptions) -> Result<Channel> {
+    let url = &options.url;
+    let unreachable = |e: tonic::transport::Error| {
+        ClientError::Server(format!("cannot reach the server at {url}: {}", source_chain(&e)))
+    };
+    if let Some(path) = url.strip_prefix("unix:") {
+        let path = PathBuf::from(path);
+        // The URI is not used: every connection goes to the socket.
+        let endpoint =
+            Endpoint::from_static("http://localhost").connect_timeout(Duration::from_secs(10));
+        return endpoint
+            .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+                let path = path.clone();
+                async move {
+                    let stream = tokio::net::UnixStream::connect(&path).await?;
+                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+                }
+            }))
+            .await
+            .map_err(unreachable);
+    }
+    let mut endpoint = Endpoint::from_shared(url.clone())
+        .map_err(|e| ClientError::Invalid(format!("server address {url:?}: {e}")))?
+        .connect_timeout(Duration::from_secs(10))
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(Duration::from_secs(30))
+        .keep_alive_timeout(Duration::from_secs(20))
+        // Large windows: one backup stream must fill a fast link with megabyte frames.
+        .initial_stream_window_size(8 << 20)
+        .initial_connection_window_size(16 << 20);
+    if url.starts_with("https:") {
+        let mut tls = ClientTlsConfig::new();
+        match &options.ca {
+            Some(ca) => {
+                let pem =
+                    std::fs::read(ca).map_err(ClientError::io("reading the CA certificate", ca))?;
+                tls = tls.ca_certificate(Certificate::from_pem(pem));
+            }
+            None => {
+                return Err(ClientError::Invalid(format!(
+                    "{url}: no certificate to trust: give the server's certificate with --ca \
+                     (or QSM_CA, or `ca` in the client configuration)"
+                )));
+            }
+        }
+        endpoint = endpoint
+            .tls_config(tls)
+            .map_err(|e| ClientError::Invalid(format!("TLS for {url}: {e}")))?;
+    } else if !url.starts_with("http:") {
+        return Err(ClientError::Invalid(format!(
+            "server address {url:?}: use https://HOST:PORT, http://HOST:PORT or unix:PATH"
+        )));
+    }
+    endpoint.connect().await.map_err(unreachable)
+}
+
+/// An error with its causes, which tonic's transport errors keep to themselves.
+fn source_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
+}
+
+impl Drop for RemoteServer {
+    fn drop(&mut self) {
+        if self.bearer.0.is_some() {
+            let mut node = self.node();
+            // Best effort: the server also ends sessions that go idle.
+            let _ = self.rt.block_on(async {
+                tokio::time::timeout(Duration::from_secs(2), node.logout(v1::Empty {})).await
+            });
+        }
+    }
+}
+
+impl Server for RemoteServer {
+    fn describe(&self) -> String {
+        format!("server {} (node {})", self.url, self.account)
+    }
+
+    fn filespaces(&self) -> Result<Vec<Filespace>> {
+        let mut node = self.node();
+        let list = self.rt.block_on(node.filespaces(v1::Empty {})).map_err(|s| self.error(s))?;
+        list.into_inner()
+            .filespaces
+            .into_iter()
+            .map(|f| {
+                Ok(Filespace {
+                    id: FilespaceId(
+                        convert::id_from_wire(f.id, "filespace id").map_err(malformed)?,
+                    ),
+                    node: qsm_catalog::NodeId(0),
+                    name: f.name,
+                    created: f.created,
+                })
+            })
+            .collect()
+    }
+
+    fn open_filespace(&self, name: &str, create: bool) -> Result<Option<FilespaceId>> {
+        let mut node = self.node();
+        let request = v1::OpenFilespaceRequest { name: name.to_owned(), create };
+        match self.rt.block_on(node.open_filespace(request)) {
+            Ok(f) => Ok(Some(FilespaceId(
+                convert::id_from_wire(f.into_inner().id, "filespace id").map_err(malformed)?,
+            ))),
+            Err(s) if s.code() == tonic::Code::NotFound => Ok(None),
+            Err(s) => Err(self.error(s)),
+        }
+    }
+
+    fn inventory(
+        &self,
+        filespace: FilespaceId,
+        scope: Scope,
+        f: &mut dyn FnMut(ObjectVersion) -> Result<()>,
+    ) -> Result<()> {
+        let mut node = self.node();
+        let scope = match scope {
+            Scope::Active => v1::Scope::Active,
+            Scope::All => v1::Scope::All,
+        };
+        let request = v1::InventoryRequest { filespace: filespace.0 as u64, scope: scope as i32 };
+        let mut stream =
+            self.rt.block_on(node.inventory(request)).map_err(|s| self.error(s))?.into_inner();
+        while let Some(batch) = self.rt.block_on(stream.message()).map_err(|s| self.error(s))? {
+            for v in &batch.versions {
+                f(convert::version_from_wire(v).map_err(malformed)?)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn object(&self, id: ObjectId) -> Result<Option<ObjectVersion>> {
+        let mut node = self.node();
+        match self.rt.block_on(node.object(v1::ObjectRequest { id: id.0 as u64 })) {
+            Ok(v) => Ok(Some(convert::version_from_wire(&v.into_inner()).map_err(malformed)?)),
+            Err(s) if s.code() == tonic::Code::NotFound => Ok(None),
+            Err(s) => Err(self.error(s)),
+        }
+    }
+
+    fn upload(&self, filespace: FilespaceId, limits: TxnLimits) -> Result<Box<dyn Upload + '_>> {
+        let (tx, rx) = tokio::sync::mpsc::channel::<v1::BackupRequest>(UPLOAD_QUEUE);
+        let state = Arc::new(Mutex::new(UploadState::default()));
+        let mut node = self.node();
+        let replies = Arc::clone(&state);
+        let url = self.url.clone();
+        let task = self.rt.spawn(async move {
+            let outcome = async {
+                let mut stream = node
+                    .backup(tokio_stream::wrappers::ReceiverStream::new(rx))
+                    .await?
+                    .into_inner();
+                while let Some(reply) = stream.message().await? {
+                    let mut s = replies.lock().unwrap_or_else(|p| p.into_inner());
+                    s.committed = Uploaded { objects: reply.objects, bytes: reply.bytes };
+                    s.finished |= reply.finished;
+                }
+                Ok::<(), tonic::Status>(())
+            }
+            .await;
+            if let Err(s) = outcome {
+                replies.lock().unwrap_or_else(|p| p.into_inner()).failed = Some(status(&url, s));
+            }
+        });
+        let mut upload = RemoteUpload {
+            server: self,
+            tx: Some(tx),
+            task: Some(task),
+            state,
+            ops: Vec::new(),
+            size: 0,
+        };
+        upload.push(
+            Op::Start(v1::Start {
+                filespace: filespace.0 as u64,
+                txn_group_max: limits.group_max as u64,
+                txn_byte_limit: limits.byte_limit,
+            }),
+            0,
+        )?;
+        Ok(Box::new(upload))
+    }
+
+    fn fetch(&self, objects: Vec<ObjectId>) -> Result<Box<dyn Fetch + '_>> {
+        Ok(Box::new(RemoteFetch {
+            server: self,
+            pending: objects,
+            sent: 0,
+            stream: None,
+            frames: VecDeque::new(),
+        }))
+    }
+}
+
+fn malformed(e: convert::Malformed) -> ClientError {
+    ClientError::Server(format!("the server sent a {e}"))
+}
+
+#[derive(Debug, Default)]
+struct UploadState {
+    committed: Uploaded,
+    finished: bool,
+    failed: Option<ClientError>,
+}
+
+struct RemoteUpload<'a> {
+    server: &'a RemoteServer,
+    tx: Option<tokio::sync::mpsc::Sender<v1::BackupRequest>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+    state: Arc<Mutex<UploadState>>,
+    ops: Vec<v1::BackupOp>,
+    size: usize,
+}
+
+impl RemoteUpload<'_> {
+    fn push(&mut self, op: Op, size: usize) -> Result<()> {
+        self.ops.push(v1::BackupOp { op: Some(op) });
+        self.size += size + 16;
+        if self.size >= MESSAGE_TARGET {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        if self.ops.is_empty() {
+            return Ok(());
+        }
+        let request = v1::BackupRequest { ops: std::mem::take(&mut self.ops) };
+        self.size = 0;
+        let sent = self.tx.as_ref().map(|tx| tx.blocking_send(request));
+        if !matches!(sent, Some(Ok(()))) {
+            return Err(self.failure());
+        }
+        Ok(())
+    }
+
+    /// Why the stream stopped: the server's reason once the reply task has it.
+    fn failure(&mut self) -> ClientError {
+        self.tx = None;
+        if let Some(task) = self.task.take() {
+            let _ = self.server.rt.block_on(task);
+        }
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.failed.take().unwrap_or_else(|| {
+            ClientError::Server(format!(
+                "the server at {} closed the backup stream",
+                self.server.url
+            ))
+        })
+    }
+}
+
+impl Upload for RemoteUpload<'_> {
+    fn begin_object(&mut self, object: NewObject, _size_hint: u64) -> Result<()> {
+        let path_len = object.path.len();
+        let begin = v1::Begin {
+            path: object.path.into(),
+            kind: convert::kind_to_wire(object.kind) as i32,
+            object_type: convert::type_to_wire(object.object_type) as i32,
+            attrs: Some(convert::attributes_to_wire(&object.attrs)),
+            description: object.description,
+            retain_until: object.retain_until,
+        };
+        self.push(Op::Begin(begin), 64 + path_len)
+    }
+
+    fn append_frame(&mut self, frame: &[u8]) -> Result<()> {
+        self.push(Op::Frame(Bytes::copy_from_slice(frame)), frame.len())
+    }
+
+    fn end_object(&mut self) -> Result<()> {
+        self.push(Op::End(v1::Empty {}), 0)
+    }
+
+    fn abandon_object(&mut self) -> Result<()> {
+        self.push(Op::Abandon(v1::Empty {}), 0)
+    }
+
+    fn deactivate(&mut self, path: &[u8]) -> Result<()> {
+        self.push(Op::Deactivate(Bytes::copy_from_slice(path)), path.len())
+    }
+
+    fn finish(mut self: Box<Self>) -> Result<Uploaded> {
+        self.ops.push(v1::BackupOp { op: Some(Op::Finish(v1::Empty {})) });
+        self.flush()?;
+        // Close the request stream and wait for the server's last reply.
+        self.tx = None;
+        if let Some(task) = self.task.take() {
+            let _ = self.server.rt.block_on(task);
+        }
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(e) = state.failed.take() {
+            return Err(e);
+        }
+        if !state.finished {
+            return Err(ClientError::Server(format!(
+                "the server at {} ended the backup stream before committing it",
+                self.server.url
+            )));
+        }
+        Ok(state.committed)
+    }
+}
+
+struct RemoteFetch<'a> {
+    server: &'a RemoteServer,
+    pending: Vec<ObjectId>,
+    /// Objects already asked for.
+    sent: usize,
+    stream: Option<tonic::Streaming<v1::FrameBatch>>,
+    frames: VecDeque<v1::Frame>,
+}
+
+impl Fetch for RemoteFetch<'_> {
+    fn next(&mut self, frame: &mut Vec<u8>) -> Result<Option<Fetched>> {
+        while self.frames.is_empty() {
+            if let Some(stream) = &mut self.stream {
+                match self.server.rt.block_on(stream.message()) {
+                    Ok(Some(batch)) => self.frames.extend(batch.frames),
+                    Ok(None) => self.stream = None,
+                    Err(s) => return Err(self.server.error(s)),
+                }
+                continue;
+            }
+            if self.sent >= self.pending.len() {
+                return Ok(None);
+            }
+            let end = (self.sent + FETCH_BATCH).min(self.pending.len());
+            let objects = self.pending[self.sent..end].iter().map(|id| id.0 as u64).collect();
+            self.sent = end;
+            let mut node = self.server.node();
+            let stream = self
+                .server
+                .rt
+                .block_on(node.fetch(v1::FetchRequest { objects }))
+                .map_err(|s| self.server.error(s))?;
+            self.stream = Some(stream.into_inner());
+        }
+        let Some(f) = self.frames.pop_front() else { return Ok(None) };
+        frame.clear();
+        frame.extend_from_slice(&f.data);
+        Ok(Some(Fetched {
+            object: ObjectId(convert::id_from_wire(f.object, "object id").map_err(malformed)?),
+            offset: f.offset,
+            raw_len: f.raw_len,
+            has_frame: !f.data.is_empty(),
+            last: f.last,
+            error: (!f.error.is_empty()).then_some(f.error),
+        }))
+    }
+}

@@ -1,0 +1,20 @@
+//! # qsm-proto: the QSM wire protocol
+//!
+//! gRPC services generated from `proto/qsm/v1/qsm.proto` (see `docs/PROTOCOL.md`). The
+//! protocol number a client sends at login is [`PROTOCOL`].
+
+#![allow(missing_docs, clippy::all, missing_debug_implementations)]
+
+/// Version 1 of the protocol.
+pub mod v1 {
+    tonic::include_proto!("qsm.v1");
+}
+
+/// The protocol version this build speaks.
+pub const PROTOCOL: u32 = 1;
+
+/// The largest gRPC message either side accepts: a 16 MiB quantum's frame plus room for the
+/// operations batched with it. Larger messages are refused before they are allocated.
+pub const MAX_MESSAGE: usize = 17 * 1024 * 1024 + 64 * 1024;
+
+pub mod convert;

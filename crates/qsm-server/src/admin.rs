@@ -1,0 +1,185 @@
+//! The `Admin` service. A caller is an administrator when its session is an administrator's,
+//! or when it comes through the local socket from the server's own user or root: whoever can
+//! read the server's files can administer it anyway, and the first administrator needs a way in.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use qsm_proto::v1::{self, admin_server::Admin};
+use tonic::transport::server::UdsConnectInfo;
+use tonic::{Request, Response, Status};
+
+use crate::auth;
+use crate::node::{blocking, catalog_status, token};
+use crate::state::State;
+
+/// The service.
+#[derive(Debug, Clone)]
+pub struct AdminService {
+    pub(crate) state: Arc<State>,
+}
+
+/// Account names: what a shell and a log line can carry without quoting.
+fn check_name(name: &str) -> Result<(), Status> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(Status::invalid_argument(format!(
+            "name {name:?}: use 1 to 64 letters, digits, '.', '_' or '-'"
+        )))
+    }
+}
+
+fn check_password(password: &str) -> Result<(), Status> {
+    if password.chars().count() < 8 || password.len() > 1024 {
+        return Err(Status::invalid_argument("a password has 8 to 1024 characters"));
+    }
+    Ok(())
+}
+
+impl AdminService {
+    fn authorize<T>(&self, request: &Request<T>) -> Result<(), Status> {
+        if let Some(info) = request.extensions().get::<UdsConnectInfo>() {
+            let me = rustix::process::geteuid().as_raw();
+            if info.peer_cred.is_some_and(|c| c.uid() == me || c.uid() == 0) {
+                return Ok(());
+            }
+        }
+        match token(request).and_then(|t| self.state.sessions.get(t)) {
+            Some(s) if s.is_cancelled() => Err(Status::cancelled("this session was cancelled")),
+            Some(s) if s.node.is_none() => Ok(()),
+            Some(_) => Err(Status::permission_denied("a node cannot administer the server")),
+            None => Err(Status::unauthenticated(
+                "log in as an administrator, or use the server's local socket as its user",
+            )),
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl Admin for AdminService {
+    async fn register_node(
+        &self,
+        request: Request<v1::RegisterRequest>,
+    ) -> Result<Response<v1::Empty>, Status> {
+        self.authorize(&request)?;
+        let r = request.into_inner();
+        check_name(&r.name)?;
+        check_password(&r.password)?;
+        let state = Arc::clone(&self.state);
+        blocking(move || {
+            let hash = auth::hash_password(&r.password).map_err(Status::internal)?;
+            let catalog = state.store.catalog();
+            let domain = match catalog.domain("standard").map_err(catalog_status)? {
+                Some(d) => d.id,
+                None => catalog
+                    .define_domain("standard", "the default policy domain")
+                    .map_err(catalog_status)?,
+            };
+            catalog.register_node(&r.name, &hash, domain).map_err(catalog_status)?;
+            Ok(Response::new(v1::Empty {}))
+        })
+        .await
+    }
+
+    async fn register_admin(
+        &self,
+        request: Request<v1::RegisterRequest>,
+    ) -> Result<Response<v1::Empty>, Status> {
+        self.authorize(&request)?;
+        let r = request.into_inner();
+        check_name(&r.name)?;
+        check_password(&r.password)?;
+        let state = Arc::clone(&self.state);
+        blocking(move || {
+            let hash = auth::hash_password(&r.password).map_err(Status::internal)?;
+            state.store.catalog().register_admin(&r.name, &hash).map_err(catalog_status)?;
+            Ok(Response::new(v1::Empty {}))
+        })
+        .await
+    }
+
+    async fn set_node_locked(
+        &self,
+        request: Request<v1::LockRequest>,
+    ) -> Result<Response<v1::Empty>, Status> {
+        self.authorize(&request)?;
+        let r = request.into_inner();
+        let state = Arc::clone(&self.state);
+        blocking(move || {
+            let catalog = state.store.catalog();
+            let node = catalog
+                .node(&r.name)
+                .map_err(catalog_status)?
+                .ok_or_else(|| Status::not_found(format!("no node {}", r.name)))?;
+            catalog.set_node_locked(node.id, r.locked).map_err(catalog_status)?;
+            if r.locked {
+                state.sessions.cancel_node(node.id);
+            }
+            Ok(Response::new(v1::Empty {}))
+        })
+        .await
+    }
+
+    async fn query_nodes(
+        &self,
+        request: Request<v1::Empty>,
+    ) -> Result<Response<v1::NodeList>, Status> {
+        self.authorize(&request)?;
+        let state = Arc::clone(&self.state);
+        blocking(move || {
+            let nodes = state.store.catalog().nodes().map_err(catalog_status)?;
+            Ok(Response::new(v1::NodeList {
+                nodes: nodes
+                    .into_iter()
+                    .map(|n| v1::NodeInfo {
+                        name: n.name,
+                        locked: n.locked,
+                        registered: n.registered,
+                    })
+                    .collect(),
+            }))
+        })
+        .await
+    }
+
+    async fn query_sessions(
+        &self,
+        request: Request<v1::Empty>,
+    ) -> Result<Response<v1::SessionList>, Status> {
+        self.authorize(&request)?;
+        let sessions = self
+            .state
+            .sessions
+            .list()
+            .into_iter()
+            .map(|s| v1::SessionInfo {
+                id: s.id,
+                account: s.account.clone(),
+                admin: s.node.is_none(),
+                client: s.client.clone(),
+                started: s.started,
+                bytes: s.bytes.load(Ordering::Relaxed),
+                objects: s.objects.load(Ordering::Relaxed),
+                state: s.state().into(),
+                peer: s.peer.clone(),
+            })
+            .collect();
+        Ok(Response::new(v1::SessionList { sessions }))
+    }
+
+    async fn cancel_session(
+        &self,
+        request: Request<v1::CancelRequest>,
+    ) -> Result<Response<v1::Empty>, Status> {
+        self.authorize(&request)?;
+        let id = request.get_ref().session;
+        if !self.state.sessions.cancel(id) {
+            return Err(Status::not_found(format!("no session {id}")));
+        }
+        Ok(Response::new(v1::Empty {}))
+    }
+}

@@ -1,0 +1,212 @@
+//! Passwords (argon2id, never stored in clear) and the sessions they open.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use argon2::Argon2;
+use argon2::password_hash::phc::PasswordHash;
+use argon2::password_hash::{PasswordHasher, PasswordVerifier};
+use qsm_catalog::{NodeId, SessionId, Timestamp};
+
+/// The PHC string of `password` under argon2id with a random salt.
+pub fn hash_password(password: &str) -> Result<String, String> {
+    let mut salt = [0u8; 16];
+    getrandom::fill(&mut salt).map_err(|e| format!("no randomness for a salt: {e}"))?;
+    Argon2::default()
+        .hash_password_with_salt(password.as_bytes(), &salt)
+        .map(|h| h.to_string())
+        .map_err(|e| format!("hashing the password: {e}"))
+}
+
+/// Whether `password` matches `hash`. A hash that is not a PHC string (the embedded node's
+/// `!embedded`) matches nothing.
+pub fn verify_password(password: &str, hash: &str) -> bool {
+    PasswordHash::new(hash)
+        .is_ok_and(|h| Argon2::default().verify_password(password.as_bytes(), &h).is_ok())
+}
+
+/// Spends the time of one verification on an account that does not exist, so a refused login
+/// takes as long whether the name is known or not.
+pub fn verify_nothing(password: &str) {
+    static DUMMY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let hash = DUMMY.get_or_init(|| hash_password("not a password").unwrap_or_default());
+    let _ = verify_password(password, hash);
+}
+
+/// A new session token: 256 random bits, hex.
+pub fn new_token() -> Result<String, String> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|e| format!("no randomness for a token: {e}"))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// One logged-in client.
+#[derive(Debug)]
+pub struct Session {
+    /// Its number in `qsm admin query session`.
+    pub id: u64,
+    /// The node or administrator name.
+    pub account: String,
+    /// The node, for a node's session; `None` for an administrator's.
+    pub node: Option<NodeId>,
+    /// The catalog's record of a node session.
+    pub record: Option<SessionId>,
+    /// What the client said it is.
+    pub client: String,
+    /// Where it connects from.
+    pub peer: String,
+    /// Login time.
+    pub started: Timestamp,
+    /// Frame bytes received.
+    pub bytes: AtomicU64,
+    /// Objects committed.
+    pub objects: AtomicU64,
+    cancelled: AtomicBool,
+    last_used: Mutex<Instant>,
+}
+
+impl Session {
+    /// Cancelled by an administrator: every further request fails, running streams stop.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::Relaxed)
+    }
+
+    /// "running" or "cancelled".
+    pub fn state(&self) -> &'static str {
+        if self.is_cancelled() { "cancelled" } else { "running" }
+    }
+
+    fn touch(&self) {
+        *self.last_used.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+    }
+
+    fn idle(&self) -> Duration {
+        self.last_used.lock().unwrap_or_else(|p| p.into_inner()).elapsed()
+    }
+}
+
+/// The sessions open on this server, by token.
+#[derive(Debug, Default)]
+pub struct Sessions {
+    by_token: Mutex<HashMap<String, Arc<Session>>>,
+    next_id: AtomicU64,
+}
+
+/// What a new session needs.
+#[derive(Debug)]
+pub struct NewSession {
+    pub account: String,
+    pub node: Option<NodeId>,
+    pub record: Option<SessionId>,
+    pub client: String,
+    pub peer: String,
+}
+
+impl Sessions {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Session>>> {
+        self.by_token.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Opens a session; `None` when `max` are already open.
+    pub fn open(&self, s: NewSession, token: String, max: usize) -> Option<Arc<Session>> {
+        let mut map = self.map();
+        if map.len() >= max {
+            return None;
+        }
+        let session = Arc::new(Session {
+            id: self.next_id.fetch_add(1, Ordering::Relaxed) + 1,
+            account: s.account,
+            node: s.node,
+            record: s.record,
+            client: s.client,
+            peer: s.peer,
+            started: qsm_catalog::now(),
+            bytes: AtomicU64::new(0),
+            objects: AtomicU64::new(0),
+            cancelled: AtomicBool::new(false),
+            last_used: Mutex::new(Instant::now()),
+        });
+        map.insert(token, Arc::clone(&session));
+        Some(session)
+    }
+
+    /// The session of a token, marked as used.
+    pub fn get(&self, token: &str) -> Option<Arc<Session>> {
+        let session = self.map().get(token).cloned()?;
+        session.touch();
+        Some(session)
+    }
+
+    /// Ends the session of a token.
+    pub fn close(&self, token: &str) -> Option<Arc<Session>> {
+        self.map().remove(token)
+    }
+
+    /// Every open session, by number.
+    pub fn list(&self) -> Vec<Arc<Session>> {
+        let mut list: Vec<_> = self.map().values().cloned().collect();
+        list.sort_by_key(|s| s.id);
+        list
+    }
+
+    /// Cancels session `id`; whether it existed.
+    pub fn cancel(&self, id: u64) -> bool {
+        self.map().values().filter(|s| s.id == id).fold(false, |_, s| {
+            s.cancelled.store(true, Ordering::Relaxed);
+            true
+        })
+    }
+
+    /// Cancels every session of `node` (it was locked).
+    pub fn cancel_node(&self, node: NodeId) {
+        for s in self.map().values().filter(|s| s.node == Some(node)) {
+            s.cancelled.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Removes sessions idle longer than `limit`, returning them.
+    pub fn expire(&self, limit: Duration) -> Vec<Arc<Session>> {
+        let mut map = self.map();
+        let stale: Vec<String> =
+            map.iter().filter(|(_, s)| s.idle() > limit).map(|(t, _)| t.clone()).collect();
+        stale.iter().filter_map(|t| map.remove(t)).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_verify_only_against_their_own_hash() {
+        let h = hash_password("correct horse").unwrap();
+        assert!(h.starts_with("$argon2id$"), "{h}");
+        assert!(verify_password("correct horse", &h));
+        assert!(!verify_password("correct hors", &h));
+        assert!(!verify_password("", "!embedded"));
+        assert_ne!(h, hash_password("correct horse").unwrap(), "salts must differ");
+    }
+
+    #[test]
+    fn sessions_are_bounded_cancellable_and_expire() {
+        let s = Sessions::default();
+        let new = |n: &str| NewSession {
+            account: n.into(),
+            node: Some(NodeId(1)),
+            record: None,
+            client: String::new(),
+            peer: String::new(),
+        };
+        let a = s.open(new("a"), "t1".into(), 2).unwrap();
+        s.open(new("b"), "t2".into(), 2).unwrap();
+        assert!(s.open(new("c"), "t3".into(), 2).is_none(), "over the limit");
+        assert!(s.cancel(a.id));
+        assert!(s.get("t1").unwrap().is_cancelled());
+        assert!(!s.cancel(999));
+        assert_eq!(s.expire(Duration::from_secs(3600)).len(), 0);
+        assert_eq!(s.expire(Duration::ZERO).len(), 2);
+        assert!(s.get("t2").is_none());
+    }
+}

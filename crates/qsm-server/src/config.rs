@@ -1,0 +1,120 @@
+//! The server's configuration: one TOML file, every setting also a flag (`qsm server --help`).
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// Everything `qsm server` can be told.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Where the server keeps what is not placed elsewhere: catalog, pool, certificate, socket.
+    pub data_dir: PathBuf,
+    /// TCP addresses to listen on (`HOST:PORT`; port 0 picks a free one).
+    pub listen: Vec<String>,
+    /// Serve TCP without TLS. Only for tests or a link that is already private.
+    pub plaintext: bool,
+    /// The local socket (default `DATA_DIR/qsm.sock`); `""` for none.
+    pub socket: Option<PathBuf>,
+    /// The catalog database (default `DATA_DIR/catalog.db`): an SSD keeps it fast.
+    pub catalog: Option<PathBuf>,
+    /// The storage pool directory (default `DATA_DIR/pool`): large, sequential, any disk.
+    pub pool: Option<PathBuf>,
+    /// The server's certificate and key (PEM). Default `DATA_DIR/tls/cert.pem` and `key.pem`,
+    /// generated self-signed on first start.
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    /// Names the generated certificate is valid for, besides localhost, 127.0.0.1, ::1 and
+    /// this host's name.
+    pub tls_names: Vec<String>,
+    /// Objects per transaction at most (TSM's `TXNGROUPMAX`); clients may ask for fewer.
+    pub txn_group_max: usize,
+    /// Frame bytes per transaction at most (TSM's `TXNBYTELIMIT`).
+    pub txn_byte_limit: u64,
+    /// Sessions idle this long are ended.
+    pub idle_timeout_minutes: u64,
+    /// Sessions open at once at most; logins beyond are refused.
+    pub max_sessions: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        let limits = qsm_store::TxnLimits::default();
+        ServerConfig {
+            data_dir: PathBuf::from("qsm-server"),
+            // TSM's port.
+            listen: vec!["0.0.0.0:1500".into()],
+            plaintext: false,
+            socket: None,
+            catalog: None,
+            pool: None,
+            tls_cert: None,
+            tls_key: None,
+            tls_names: Vec::new(),
+            txn_group_max: limits.group_max,
+            txn_byte_limit: limits.byte_limit,
+            idle_timeout_minutes: 60,
+            max_sessions: 256,
+        }
+    }
+}
+
+impl ServerConfig {
+    /// Reads a configuration file; unknown settings are errors, not silently ignored.
+    pub fn load(path: &Path) -> Result<ServerConfig, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("reading the server configuration {}: {e}", path.display()))?;
+        toml::from_str(&text).map_err(|e| format!("server configuration {}: {e}", path.display()))
+    }
+
+    /// The catalog's path.
+    pub fn catalog_path(&self) -> PathBuf {
+        self.catalog.clone().unwrap_or_else(|| self.data_dir.join("catalog.db"))
+    }
+
+    /// The pool's path.
+    pub fn pool_path(&self) -> PathBuf {
+        self.pool.clone().unwrap_or_else(|| self.data_dir.join("pool"))
+    }
+
+    /// The local socket's path, if there is one.
+    pub fn socket_path(&self) -> Option<PathBuf> {
+        match &self.socket {
+            Some(p) if p.as_os_str().is_empty() => None,
+            Some(p) => Some(p.clone()),
+            None => Some(self.data_dir.join("qsm.sock")),
+        }
+    }
+
+    /// The certificate and key paths.
+    pub fn tls_paths(&self) -> (PathBuf, PathBuf) {
+        (
+            self.tls_cert.clone().unwrap_or_else(|| self.data_dir.join("tls/cert.pem")),
+            self.tls_key.clone().unwrap_or_else(|| self.data_dir.join("tls/key.pem")),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_sets_what_it_names_and_rejects_what_it_does_not_know() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("server.toml");
+        std::fs::write(
+            &path,
+            "data_dir = \"/srv/qsm\"\ncatalog = \"/ssd/catalog.db\"\ntxn_group_max = 10\n",
+        )
+        .unwrap();
+        let c = ServerConfig::load(&path).unwrap();
+        assert_eq!(c.catalog_path(), PathBuf::from("/ssd/catalog.db"));
+        assert_eq!(c.pool_path(), PathBuf::from("/srv/qsm/pool"));
+        assert_eq!(c.txn_group_max, 10);
+        assert_eq!(c.listen, ServerConfig::default().listen);
+        std::fs::write(&path, "data_dri = \"/srv\"\n").unwrap();
+        let e = ServerConfig::load(&path).unwrap_err();
+        assert!(e.contains("data_dri"), "{e}");
+    }
+}

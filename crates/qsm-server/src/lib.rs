@@ -1,0 +1,193 @@
+//! # qsm-server: the QSM server
+//!
+//! Serves the protocol of `docs/PROTOCOL.md` (gRPC over HTTP/2) on TCP, with TLS unless told
+//! otherwise, and on a local socket. Nodes log in with a password (argon2id hashes in the
+//! catalog) and get a session token; every request acts only on the session's own node.
+//! Frames arrive as the client made them and are appended to the pool unchanged; transactions
+//! commit through the store's protocol (`qsm_store`), bounded by `txn_group_max` objects and
+//! `txn_byte_limit` bytes.
+
+pub mod admin;
+pub mod auth;
+pub mod config;
+pub mod node;
+pub mod state;
+mod tls;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use qsm_proto::v1::{admin_server::AdminServer, node_server::NodeServer};
+use tokio::net::{TcpListener, UnixListener};
+use tokio_stream::wrappers::UnixListenerStream;
+use tonic::transport::Server;
+
+pub use config::ServerConfig;
+pub use state::State;
+
+/// A server that could not start or stopped on an error.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ServerError(pub String);
+
+/// What a started server listens on, for the operator (and for tests that asked for port 0).
+#[derive(Debug, Clone)]
+pub struct Listening {
+    /// `https://ADDR` or `http://ADDR` per TCP listener, then `unix:PATH`.
+    pub urls: Vec<String>,
+    /// The certificate clients must trust (for TLS listeners).
+    pub certificate: Option<std::path::PathBuf>,
+}
+
+/// Opens the store, binds every listener, calls `ready`, and serves until SIGINT or SIGTERM.
+pub fn run(config: ServerConfig, ready: impl FnOnce(&Listening)) -> Result<(), ServerError> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("qsm-server")
+        .build()
+        .map_err(|e| ServerError(format!("cannot start the runtime: {e}")))?;
+    rt.block_on(serve(config, ready))
+}
+
+fn create_private_dir(dir: &Path) -> Result<(), ServerError> {
+    use std::os::unix::fs::DirBuilderExt;
+    if !dir.exists() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| ServerError(format!("creating {}: {e}", dir.display())))?;
+    }
+    Ok(())
+}
+
+async fn serve(config: ServerConfig, ready: impl FnOnce(&Listening)) -> Result<(), ServerError> {
+    create_private_dir(&config.data_dir)?;
+    let (catalog, pool) = (config.catalog_path(), config.pool_path());
+    let store =
+        tokio::task::spawn_blocking(move || qsm_store::open_local(&catalog, &pool, "primary"))
+            .await
+            .map_err(|e| ServerError(format!("opening the store: {e}")))?
+            .map_err(|e| ServerError(format!("opening the store: {e}")))?;
+    let state = Arc::new(State { store, config: config.clone(), sessions: Default::default() });
+    let node = NodeServer::new(node::NodeService { state: Arc::clone(&state) })
+        .max_decoding_message_size(qsm_proto::MAX_MESSAGE)
+        .max_encoding_message_size(qsm_proto::MAX_MESSAGE);
+    let admin = AdminServer::new(admin::AdminService { state: Arc::clone(&state) });
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = move || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|s| *s).await;
+        }
+    };
+    let mut listening = Listening { urls: Vec::new(), certificate: None };
+    let mut tasks = tokio::task::JoinSet::new();
+    let tls = if config.plaintext || config.listen.is_empty() {
+        None
+    } else {
+        let (identity, cert) = tls::identity(&config)?;
+        listening.certificate = Some(cert);
+        Some(tonic::transport::ServerTlsConfig::new().identity(identity))
+    };
+    for addr in &config.listen {
+        let addr: SocketAddr = tokio::net::lookup_host(addr)
+            .await
+            .ok()
+            .and_then(|mut a| a.next())
+            .ok_or_else(|| ServerError(format!("cannot resolve the listen address {addr}")))?;
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|e| ServerError(format!("cannot listen on {addr}: {e}")))?;
+        let local = listener.local_addr().map_err(|e| ServerError(e.to_string()))?;
+        let mut builder = Server::builder()
+            .tcp_nodelay(true)
+            .initial_stream_window_size(8 << 20)
+            .initial_connection_window_size(16 << 20)
+            .http2_keepalive_interval(Some(Duration::from_secs(30)));
+        let scheme = match &tls {
+            Some(t) => {
+                builder = builder
+                    .tls_config(t.clone())
+                    .map_err(|e| ServerError(format!("TLS configuration: {e}")))?;
+                "https"
+            }
+            None => "http",
+        };
+        listening.urls.push(format!("{scheme}://{local}"));
+        let router = builder.add_service(node.clone()).add_service(admin.clone());
+        let incoming =
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+        tasks.spawn(router.serve_with_incoming_shutdown(incoming, stopped()));
+    }
+    if let Some(path) = config.socket_path() {
+        if let Some(parent) = path.parent() {
+            create_private_dir(parent)?;
+        }
+        // A socket left by a server that died; a live server holds the pool's lock, so it
+        // cannot be running here.
+        if path.exists() {
+            let _ = std::fs::remove_file(&path);
+        }
+        let listener = UnixListener::bind(&path)
+            .map_err(|e| ServerError(format!("cannot listen on {}: {e}", path.display())))?;
+        listening.urls.push(format!("unix:{}", path.display()));
+        let router = Server::builder().add_service(node.clone()).add_service(admin.clone());
+        tasks.spawn(
+            router.serve_with_incoming_shutdown(UnixListenerStream::new(listener), stopped()),
+        );
+    }
+    if listening.urls.is_empty() {
+        return Err(ServerError("nothing to listen on: give --listen or --socket".into()));
+    }
+    ready(&listening);
+
+    // Sessions left idle (a client that died without logging out) are ended.
+    let idle = Duration::from_secs(config.idle_timeout_minutes.max(1) * 60);
+    let reaper_state = Arc::clone(&state);
+    tasks.spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            let state = Arc::clone(&reaper_state);
+            let _ = tokio::task::spawn_blocking(move || {
+                for s in state.sessions.expire(idle) {
+                    state.end_record(&s, "expired");
+                }
+            })
+            .await;
+        }
+        #[allow(unreachable_code)]
+        Ok(())
+    });
+
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| ServerError(format!("cannot watch for SIGTERM: {e}")))?;
+    let failure = tokio::select! {
+        _ = tokio::signal::ctrl_c() => None,
+        _ = term.recv() => None,
+        Some(done) = tasks.join_next() => Some(match done {
+            Ok(Ok(())) => "a listener stopped".to_string(),
+            Ok(Err(e)) => format!("a listener failed: {e}"),
+            Err(e) => format!("a listener panicked: {e}"),
+        }),
+    };
+    let _ = stop_tx.send(true);
+    // Let running transactions see their streams end; what was committed stays committed.
+    let _ = tokio::time::timeout(Duration::from_secs(10), async {
+        while tasks.join_next().await.is_some() {}
+    })
+    .await;
+    for s in state.sessions.list() {
+        state.end_record(&s, "server stopped");
+    }
+    if let Some(path) = config.socket_path() {
+        let _ = std::fs::remove_file(path);
+    }
+    match failure {
+        Some(why) => Err(ServerError(why)),
+        None => Ok(()),
+    }
+}

@@ -1,0 +1,618 @@
+//! The `Node` service: what a client node may do, each request checked against the node its
+//! session belongs to. Catalog and pool calls block, so they run on tokio's blocking threads.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use qsm_catalog::{CatalogError, FilespaceId, NewObject, NodeId, ObjectId, ObjectKind};
+use qsm_proto::convert;
+use qsm_proto::v1::{self, backup_op::Op, node_server::Node};
+use qsm_store::{Store, StoreError, TxnLimits};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::auth::{self, NewSession, Session};
+use crate::state::State;
+
+/// Versions per inventory message.
+const INVENTORY_BATCH: usize = 1000;
+/// Frame bytes per Fetch message (a single larger frame still goes alone).
+const FETCH_MESSAGE: usize = 1 << 20;
+/// Objects one Fetch request may name.
+const FETCH_MAX_OBJECTS: usize = 1_000_000;
+/// The longest path component list a client may send (bytes).
+const MAX_PATH: usize = 64 * 1024;
+
+/// The service.
+#[derive(Debug, Clone)]
+pub struct NodeService {
+    pub(crate) state: Arc<State>,
+}
+
+pub(crate) fn catalog_status(e: CatalogError) -> Status {
+    match e {
+        CatalogError::NotFound { .. } => Status::not_found(e.to_string()),
+        CatalogError::Exists { .. } => Status::already_exists(e.to_string()),
+        CatalogError::Refused(_) => Status::failed_precondition(e.to_string()),
+        _ => Status::internal(e.to_string()),
+    }
+}
+
+fn store_status(e: StoreError) -> Status {
+    match e {
+        StoreError::BadFrame { .. } => Status::invalid_argument(e.to_string()),
+        StoreError::Catalog(c) => catalog_status(c),
+        StoreError::Pool(qsm_pool::PoolError::Full { .. }) => {
+            Status::resource_exhausted(e.to_string())
+        }
+        _ => Status::internal(e.to_string()),
+    }
+}
+
+fn malformed(e: convert::Malformed) -> Status {
+    Status::invalid_argument(e.to_string())
+}
+
+/// Runs blocking catalog or pool work off the async threads.
+pub(crate) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, Status> + Send + 'static,
+) -> Result<T, Status> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Status::internal(format!("a server task failed: {e}")))?
+}
+
+/// The peer's address, for the session list.
+pub(crate) fn peer<T>(request: &Request<T>) -> String {
+    if let Some(addr) = request.remote_addr() {
+        return addr.to_string();
+    }
+    match request.extensions().get::<tonic::transport::server::UdsConnectInfo>() {
+        Some(info) => match &info.peer_cred {
+            Some(c) => format!("local socket, pid {:?} uid {}", c.pid(), c.uid()),
+            None => "local socket".into(),
+        },
+        None => "unknown".into(),
+    }
+}
+
+/// The token of a request.
+pub(crate) fn token<T>(request: &Request<T>) -> Option<&str> {
+    request.metadata().get("authorization")?.to_str().ok()?.strip_prefix("Bearer ")
+}
+
+impl NodeService {
+    /// The session of a request, which must be a node's and not cancelled.
+    fn session<T>(&self, request: &Request<T>) -> Result<(Arc<Session>, NodeId), Status> {
+        let session = token(request)
+            .and_then(|t| self.state.sessions.get(t))
+            .ok_or_else(|| Status::unauthenticated("not logged in, or the session expired"))?;
+        if session.is_cancelled() {
+            return Err(Status::cancelled(format!(
+                "session {} was cancelled by an administrator",
+                session.id
+            )));
+        }
+        let node = session
+            .node
+            .ok_or_else(|| Status::permission_denied("an administrator owns no data"))?;
+        Ok((session, node))
+    }
+}
+
+/// The filespaces `node` owns.
+fn owned(store: &Store, node: NodeId) -> Result<HashSet<FilespaceId>, Status> {
+    Ok(store
+        .catalog()
+        .filespaces(node)
+        .map_err(catalog_status)?
+        .into_iter()
+        .map(|f| f.id)
+        .collect())
+}
+
+fn check_owner(store: &Store, node: NodeId, fs: FilespaceId) -> Result<(), Status> {
+    if owned(store, node)?.contains(&fs) {
+        Ok(())
+    } else {
+        // The same answer as for a filespace that does not exist: nothing leaks.
+        Err(Status::not_found(format!("no filespace {}", fs.0)))
+    }
+}
+
+/// A path a client sends: relative, `/`-separated, no empty, `.` or `..` component, no NUL.
+/// The root of a filespace is the empty path.
+fn check_path(path: &[u8]) -> Result<(), Status> {
+    if path.len() > MAX_PATH {
+        return Err(Status::invalid_argument(format!(
+            "a path of {} bytes is too long",
+            path.len()
+        )));
+    }
+    if path.is_empty() {
+        return Ok(());
+    }
+    let bad = path[0] == b'/'
+        || path.contains(&0)
+        || path.split(|&b| b == b'/').any(|c| c.is_empty() || c == b"." || c == b"..");
+    if bad {
+        return Err(Status::invalid_argument(format!(
+            "path {:?} is not a clean relative path",
+            String::from_utf8_lossy(path)
+        )));
+    }
+    Ok(())
+}
+
+#[tonic::async_trait]
+impl Node for NodeService {
+    async fn login(
+        &self,
+        request: Request<v1::LoginRequest>,
+    ) -> Result<Response<v1::LoginReply>, Status> {
+        let peer = peer(&request);
+        let r = request.into_inner();
+        if r.protocol != qsm_proto::PROTOCOL {
+            return Err(Status::failed_precondition(format!(
+                "the client speaks protocol {}, this server {}: upgrade the older one",
+                r.protocol,
+                qsm_proto::PROTOCOL
+            )));
+        }
+        let state = Arc::clone(&self.state);
+        blocking(move || {
+            let catalog = state.store.catalog();
+            let refused = || Status::unauthenticated("wrong account name or password");
+            let (node, record) = if r.admin {
+                let Some(admin) = catalog.admin(&r.account).map_err(catalog_status)? else {
+                    auth::verify_nothing(&r.password);
+                    return Err(refused());
+                };
+                if !auth::verify_password(&r.password, &admin.password_hash) {
+                    return Err(refused());
+                }
+                if admin.locked {
+                    return Err(Status::permission_denied(format!(
+                        "administrator {} is locked",
+                        r.account
+                    )));
+                }
+                (None, None)
+            } else {
+                let Some(node) = catalog.node(&r.account).map_err(catalog_status)? else {
+                    auth::verify_nothing(&r.password);
+                    return Err(refused());
+                };
+                if !auth::verify_password(&r.password, &node.password_hash) {
+                    return Err(refused());
+                }
+                if node.locked {
+                    return Err(Status::permission_denied(format!(
+                        "node {} is locked: ask an administrator",
+                        r.account
+                    )));
+                }
+                let record = catalog.start_session(node.id).map_err(catalog_status)?;
+                (Some(node.id), Some(record))
+            };
+            let token = auth::new_token().map_err(Status::internal)?;
+            let new =
+                NewSession { account: r.account.clone(), node, record, client: r.client, peer };
+            let session =
+                state.sessions.open(new, token.clone(), state.config.max_sessions).ok_or_else(
+                    || Status::resource_exhausted("the server has as many sessions as it allows"),
+                )?;
+            Ok(Response::new(v1::LoginReply {
+                protocol: qsm_proto::PROTOCOL,
+                token,
+                session: session.id,
+                server: format!("qsm {}", env!("CARGO_PKG_VERSION")),
+                max_message: qsm_proto::MAX_MESSAGE as u64,
+            }))
+        })
+        .await
+    }
+
+    async fn logout(&self, request: Request<v1::Empty>) -> Result<Response<v1::Empty>, Status> {
+        if let Some(session) = token(&request).and_then(|t| self.state.sessions.close(t)) {
+            let state = Arc::clone(&self.state);
+            blocking(move || {
+                state.end_record(&session, "ended");
+                Ok(())
+            })
+            .await?;
+        }
+        Ok(Response::new(v1::Empty {}))
+    }
+
+    async fn filespaces(
+        &self,
+        request: Request<v1::Empty>,
+    ) -> Result<Response<v1::FilespaceList>, Status> {
+        let (_, node) = self.session(&request)?;
+        let state = Arc::clone(&self.state);
+        blocking(move || {
+            let list = state.store.catalog().filespaces(node).map_err(catalog_status)?;
+            Ok(Response::new(v1::FilespaceList {
+                filespaces: list
+                    .into_iter()
+                    .map(|f| v1::Filespace { id: f.id.0 as u64, name: f.name, created: f.created })
+                    .collect(),
+            }))
+        })
+        .await
+    }
+
+    async fn open_filespace(
+        &self,
+        request: Request<v1::OpenFilespaceRequest>,
+    ) -> Result<Response<v1::Filespace>, Status> {
+        let (_, node) = self.session(&request)?;
+        let r = request.into_inner();
+        if r.name.is_empty() || r.name.len() > 4096 || r.name.contains('\0') {
+            return Err(Status::invalid_argument("a filespace name is 1 to 4096 bytes, no NUL"));
+        }
+        let state = Arc::clone(&self.state);
+        blocking(move || {
+            let catalog = state.store.catalog();
+            if r.create {
+                catalog.filespace(node, &r.name).map_err(catalog_status)?;
+            }
+            let f = catalog
+                .filespaces(node)
+                .map_err(catalog_status)?
+                .into_iter()
+                .find(|f| f.name == r.name)
+                .ok_or_else(|| Status::not_found(format!("no filespace {}", r.name)))?;
+            Ok(Response::new(v1::Filespace { id: f.id.0 as u64, name: f.name, created: f.created }))
+        })
+        .await
+    }
+
+    type InventoryStream = ReceiverStream<Result<v1::VersionBatch, Status>>;
+
+    async fn inventory(
+        &self,
+        request: Request<v1::InventoryRequest>,
+    ) -> Result<Response<Self::InventoryStream>, Status> {
+        let (session, node) = self.session(&request)?;
+        let r = request.into_inner();
+        let fs =
+            FilespaceId(convert::id_from_wire(r.filespace, "filespace id").map_err(malformed)?);
+        let all = r.scope == v1::Scope::All as i32;
+        let state = Arc::clone(&self.state);
+        let (tx, rx) = mpsc::channel(4);
+        tokio::task::spawn_blocking(move || {
+            let run = || -> Result<(), Status> {
+                check_owner(&state.store, node, fs)?;
+                let mut batch = Vec::with_capacity(INVENTORY_BATCH);
+                let mut each = |v: &qsm_catalog::ObjectVersion| {
+                    batch.push(convert::version_to_wire(v));
+                    if batch.len() >= INVENTORY_BATCH {
+                        let versions = std::mem::take(&mut batch);
+                        if session.is_cancelled()
+                            || tx.blocking_send(Ok(v1::VersionBatch { versions })).is_err()
+                        {
+                            return Err(CatalogError::Refused("the client went away".into()));
+                        }
+                    }
+                    Ok(())
+                };
+                let catalog = state.store.catalog();
+                let result = if all {
+                    catalog.for_each_version(fs, &mut each)
+                } else {
+                    catalog.for_each_active(fs, &mut each)
+                };
+                result.map_err(catalog_status)?;
+                if !batch.is_empty() {
+                    let _ = tx.blocking_send(Ok(v1::VersionBatch { versions: batch }));
+                }
+                Ok(())
+            };
+            if let Err(status) = run() {
+                let _ = tx.blocking_send(Err(status));
+            }
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn object(
+        &self,
+        request: Request<v1::ObjectRequest>,
+    ) -> Result<Response<v1::Version>, Status> {
+        let (_, node) = self.session(&request)?;
+        let id =
+            ObjectId(convert::id_from_wire(request.get_ref().id, "object id").map_err(malformed)?);
+        let state = Arc::clone(&self.state);
+        blocking(move || {
+            let v = state.store.catalog().object(id).map_err(catalog_status)?;
+            match v {
+                Some(v) if owned(&state.store, node)?.contains(&v.filespace) => {
+                    Ok(Response::new(convert::version_to_wire(&v)))
+                }
+                _ => Err(Status::not_found(format!("no object {}", id.0))),
+            }
+        })
+        .await
+    }
+
+    type BackupStream = ReceiverStream<Result<v1::BackupReply, Status>>;
+
+    async fn backup(
+        &self,
+        request: Request<Streaming<v1::BackupRequest>>,
+    ) -> Result<Response<Self::BackupStream>, Status> {
+        let (session, node) = self.session(&request)?;
+        let mut inbound = request.into_inner();
+        let state = Arc::clone(&self.state);
+        let (tx, rx) = mpsc::channel(4);
+        let handle = tokio::runtime::Handle::current();
+        tokio::task::spawn_blocking(move || {
+            let mut receiver =
+                Receiver { handle: &handle, inbound: &mut inbound, session: &session };
+            if let Err(status) = run_backup(&state, node, &session, &mut receiver, &tx) {
+                let _ = tx.blocking_send(Err(status));
+            }
+            state.update_record(&session);
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    type FetchStream = ReceiverStream<Result<v1::FrameBatch, Status>>;
+
+    async fn fetch(
+        &self,
+        request: Request<v1::FetchRequest>,
+    ) -> Result<Response<Self::FetchStream>, Status> {
+        let (session, node) = self.session(&request)?;
+        let objects = request.into_inner().objects;
+        if objects.len() > FETCH_MAX_OBJECTS {
+            return Err(Status::invalid_argument(format!(
+                "{} objects in one fetch; at most {FETCH_MAX_OBJECTS}",
+                objects.len()
+            )));
+        }
+        let state = Arc::clone(&self.state);
+        let (tx, rx) = mpsc::channel(4);
+        tokio::task::spawn_blocking(move || {
+            if let Err(status) = run_fetch(&state, node, &session, &objects, &tx) {
+                let _ = tx.blocking_send(Err(status));
+            }
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+}
+
+/// The backup stream's messages, read from a blocking thread.
+struct Receiver<'a> {
+    handle: &'a tokio::runtime::Handle,
+    inbound: &'a mut Streaming<v1::BackupRequest>,
+    session: &'a Session,
+}
+
+impl Receiver<'_> {
+    fn next(&mut self) -> Result<v1::BackupRequest, Status> {
+        if self.session.is_cancelled() {
+            return Err(Status::cancelled(format!(
+                "session {} was cancelled by an administrator; what was committed stays",
+                self.session.id
+            )));
+        }
+        match self.handle.block_on(self.inbound.message())? {
+            Some(m) => Ok(m),
+            None => Err(Status::aborted(
+                "the client ended the backup stream without finishing it: its uncommitted objects are dropped",
+            )),
+        }
+    }
+}
+
+fn run_backup(
+    state: &State,
+    node: NodeId,
+    session: &Session,
+    receiver: &mut Receiver<'_>,
+    tx: &mpsc::Sender<Result<v1::BackupReply, Status>>,
+) -> Result<(), Status> {
+    let store = &state.store;
+    let mut objects = 0u64;
+    let mut bytes = 0u64;
+    let mut started: Option<(FilespaceId, qsm_store::Batch<'_>)> = None;
+    let mut in_object = false;
+    loop {
+        let message = receiver.next()?;
+        for op in message.ops {
+            let op = op.op.ok_or_else(|| Status::invalid_argument("an empty backup operation"))?;
+            if let Op::Start(s) = &op {
+                if started.is_some() {
+                    return Err(Status::invalid_argument("Start sent twice"));
+                }
+                let fs = FilespaceId(
+                    convert::id_from_wire(s.filespace, "filespace id").map_err(malformed)?,
+                );
+                check_owner(store, node, fs)?;
+                // The client may ask for smaller transactions, never larger ones.
+                let cap = |asked: u64, max: u64| if asked == 0 { max } else { asked.min(max) };
+                let limits = TxnLimits {
+                    group_max: cap(s.txn_group_max, state.config.txn_group_max as u64) as usize,
+                    byte_limit: cap(s.txn_byte_limit, state.config.txn_byte_limit),
+                };
+                started = Some((fs, store.batch(limits).map_err(store_status)?));
+                continue;
+            }
+            let Some((fs, batch)) = started.as_mut() else {
+                return Err(Status::invalid_argument("the backup stream must begin with Start"));
+            };
+            let mut count = |c: Option<qsm_store::Committed>| {
+                if let Some(c) = c {
+                    objects += c.objects.len() as u64;
+                    bytes += c.bytes;
+                    session.objects.fetch_add(c.objects.len() as u64, Ordering::Relaxed);
+                    true
+                } else {
+                    false
+                }
+            };
+            match op {
+                Op::Start(_) => {}
+                Op::Begin(b) => {
+                    check_path(&b.path)?;
+                    let kind = convert::kind_from_wire(b.kind).map_err(malformed)?;
+                    let attrs =
+                        convert::attributes_from_wire(b.attrs.as_ref()).map_err(malformed)?;
+                    if attrs.link_target.as_ref().is_some_and(|t| t.len() > MAX_PATH) {
+                        return Err(Status::invalid_argument("a symlink target is too long"));
+                    }
+                    if b.description.as_ref().is_some_and(|d| d.len() > 4096) {
+                        return Err(Status::invalid_argument("a description is too long"));
+                    }
+                    let object = NewObject {
+                        filespace: *fs,
+                        path: b.path.to_vec(),
+                        kind,
+                        object_type: convert::type_from_wire(b.object_type).map_err(malformed)?,
+                        attrs,
+                        mgmt_class: None,
+                        description: if kind == ObjectKind::Archive { b.description } else { None },
+                        retain_until: if kind == ObjectKind::Archive {
+                            b.retain_until
+                        } else {
+                            None
+                        },
+                        chunks: Vec::new(),
+                    };
+                    let size = object.attrs.size;
+                    let committed = batch
+                        .begin_object(object, size, qsm_catalog::now())
+                        .map_err(store_status)?;
+                    in_object = true;
+                    if count(committed) {
+                        state.update_record(session);
+                        let reply = v1::BackupReply { objects, bytes, finished: false };
+                        if tx.blocking_send(Ok(reply)).is_err() {
+                            return Ok(());
+                        }
+                    }
+                }
+                Op::Frame(frame) => {
+                    if !in_object {
+                        return Err(Status::invalid_argument("a frame outside an object"));
+                    }
+                    batch.append_frame(&frame).map_err(store_status)?;
+                    session.bytes.fetch_add(frame.len() as u64, Ordering::Relaxed);
+                }
+                Op::End(_) => {
+                    batch.end_object().map_err(store_status)?;
+                    in_object = false;
+                }
+                Op::Abandon(_) => {
+                    batch.abandon_object();
+                    in_object = false;
+                }
+                Op::Deactivate(path) => {
+                    check_path(&path)?;
+                    batch.deactivate(*fs, &path);
+                }
+                Op::Finish(_) => {
+                    if in_object {
+                        return Err(Status::invalid_argument("Finish in the middle of an object"));
+                    }
+                    let Some((_, batch)) = started.take() else { return Ok(()) };
+                    let c = batch.finish(qsm_catalog::now()).map_err(store_status)?;
+                    count(Some(c));
+                    let _ =
+                        tx.blocking_send(Ok(v1::BackupReply { objects, bytes, finished: true }));
+                    return Ok(());
+                }
+            }
+        }
+    }
+}
+
+fn run_fetch(
+    state: &State,
+    node: NodeId,
+    session: &Session,
+    objects: &[u64],
+    tx: &mpsc::Sender<Result<v1::FrameBatch, Status>>,
+) -> Result<(), Status> {
+    let store = &state.store;
+    let catalog = store.catalog();
+    let mine = owned(store, node)?;
+    let mut batch = v1::FrameBatch::default();
+    let mut size = 0usize;
+    let send = |batch: &mut v1::FrameBatch, size: &mut usize| -> Result<bool, Status> {
+        if session.is_cancelled() {
+            return Err(Status::cancelled(format!(
+                "session {} was cancelled by an administrator",
+                session.id
+            )));
+        }
+        *size = 0;
+        Ok(tx.blocking_send(Ok(std::mem::take(batch))).is_ok())
+    };
+    for &raw_id in objects {
+        let id = ObjectId(convert::id_from_wire(raw_id, "object id").map_err(malformed)?);
+        let version = catalog.object(id).map_err(catalog_status)?;
+        if !version.is_some_and(|v| mine.contains(&v.filespace)) {
+            return Err(Status::not_found(format!("no object {}", id.0)));
+        }
+        let chunks = catalog.object_chunks(id).map_err(catalog_status)?;
+        let mut offset = 0u64;
+        if chunks.is_empty() {
+            batch.frames.push(v1::Frame { object: raw_id, last: true, ..Default::default() });
+        }
+        for (i, chunk) in chunks.iter().enumerate() {
+            let loc = qsm_pool::FrameLocation {
+                container: chunk.location.container.0,
+                offset: chunk.location.offset,
+                len: chunk.location.stored_len,
+            };
+            let mut data = Vec::new();
+            let last = i + 1 == chunks.len();
+            // Not decoded here: the client checks every frame as it decodes it.
+            let read = store.pool().read_frame_for_decode(&loc, Some(chunk.id.0 as u64), &mut data);
+            let error = read.err().map(|e| e.to_string());
+            let failed = error.is_some();
+            size += data.len();
+            batch.frames.push(v1::Frame {
+                object: raw_id,
+                offset,
+                raw_len: chunk.location.raw_len,
+                data: if failed { Default::default() } else { data.into() },
+                last: last || failed,
+                error: error.unwrap_or_default(),
+            });
+            offset += u64::from(chunk.location.raw_len);
+            if size >= FETCH_MESSAGE && !send(&mut batch, &mut size)? {
+                return Ok(());
+            }
+            if failed {
+                break;
+            }
+        }
+    }
+    if !batch.frames.is_empty() {
+        send(&mut batch, &mut size)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_clean_relative_paths_pass() {
+        for good in [&b""[..], b"a", b"a/b", b"a/.b", b"..a", b"a\xff"] {
+            assert!(check_path(good).is_ok(), "{good:?}");
+        }
+        for bad in [&b"/a"[..], b"a//b", b"a/", b"./a", b"a/../b", b"..", b"a\0b"] {
+            assert!(check_path(bad).is_err(), "{bad:?}");
+        }
+        assert!(check_path(&vec![b'a'; MAX_PATH + 1]).is_err());
+    }
+}

@@ -1,0 +1,61 @@
+//! The server's certificate: the configured one, or a self-signed one made on first start.
+
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
+
+use tonic::transport::Identity;
+
+use crate::{ServerConfig, ServerError};
+
+/// The identity to serve TLS with, and the certificate's path (what clients must trust).
+pub fn identity(config: &ServerConfig) -> Result<(Identity, PathBuf), ServerError> {
+    let (cert, key) = config.tls_paths();
+    if !cert.exists() && !key.exists() {
+        if config.tls_cert.is_some() || config.tls_key.is_some() {
+            return Err(ServerError(format!(
+                "the configured certificate {} and key {} do not exist",
+                cert.display(),
+                key.display()
+            )));
+        }
+        generate(config, &cert, &key)?;
+    }
+    let read = |p: &PathBuf| {
+        std::fs::read(p).map_err(|e| ServerError(format!("reading {}: {e}", p.display())))
+    };
+    Ok((Identity::from_pem(read(&cert)?, read(&key)?), cert))
+}
+
+fn generate(config: &ServerConfig, cert: &PathBuf, key: &PathBuf) -> Result<(), ServerError> {
+    let mut names: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
+    if let Ok(host) = std::fs::read_to_string("/proc/sys/kernel/hostname") {
+        let host = host.trim();
+        if !host.is_empty() {
+            names.push(host.to_owned());
+        }
+    }
+    names.extend(config.tls_names.iter().cloned());
+    let made = rcgen::generate_simple_self_signed(names)
+        .map_err(|e| ServerError(format!("generating a certificate: {e}")))?;
+    for (path, text, mode) in [
+        (cert, made.cert.pem(), 0o644),
+        // The key never leaves this machine: owner-only, created so, never widened.
+        (key, made.signing_key.serialize_pem(), 0o600),
+    ] {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| ServerError(format!("creating {}: {e}", dir.display())))?;
+        }
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(path)
+            .map_err(|e| ServerError(format!("writing {}: {e}", path.display())))?;
+        f.write_all(text.as_bytes())
+            .and_then(|()| f.sync_all())
+            .map_err(|e| ServerError(format!("writing {}: {e}", path.display())))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,31 @@
+//! Opening a store on local disks, as the embedded server and `qsm server` both do.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use qsm_catalog::{Catalog, SqliteCatalog};
+use qsm_pool::{DirPool, DirPoolOptions, Pool};
+
+use crate::{Result, Store, StoreError};
+
+/// Opens (creating on first use) a SQLite catalog at `catalog` and a directory pool named
+/// `pool_name` at `pool`; they may sit on different disks. A pool the catalog knows but that is
+/// missing is refused, never replaced by an empty one: later incremental backups would skip
+/// files whose data is stored nowhere.
+pub fn open_local(catalog: &Path, pool: &Path, pool_name: &str) -> Result<Store> {
+    let sqlite = SqliteCatalog::open(catalog)?;
+    let dir_pool = if pool.join("POOL").exists() {
+        DirPool::open(pool)?
+    } else if !sqlite.pools()?.is_empty() {
+        return Err(StoreError::MissingPool(format!(
+            "the catalog {} refers to a storage pool, but {} holds none: mount or restore it",
+            catalog.display(),
+            pool.display()
+        )));
+    } else {
+        DirPool::create(pool, pool_name, &DirPoolOptions::default())?
+    };
+    let catalog: Arc<dyn Catalog> = Arc::new(sqlite);
+    let pool: Arc<dyn Pool> = Arc::new(dir_pool);
+    Store::new(catalog, pool)
+}

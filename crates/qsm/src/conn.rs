@@ -1,0 +1,186 @@
+//! Where client commands send their data: a QSM server (flags, environment, or the client
+//! configuration file), or, with none configured, the embedded store in `$QSM_HOME`.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use qsm_client::remote::{RemoteOptions, RemoteServer};
+use qsm_client::server::Server;
+use qsm_client::{Embedded, embedded};
+use serde::Deserialize;
+
+/// The client configuration file (`~/.config/qsm/client.toml`, or `--config`). Flags and
+/// environment variables override it.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClientConfig {
+    /// `https://HOST:PORT`, `http://HOST:PORT` or `unix:PATH`.
+    pub server: Option<String>,
+    /// This machine's node name.
+    pub node: Option<String>,
+    /// A file holding the node's password (first line).
+    pub password_file: Option<PathBuf>,
+    /// The server certificate to trust.
+    pub ca: Option<PathBuf>,
+    /// Default compression (`auto`, `off`, `CODEC[:LEVEL]`).
+    pub compression: Option<String>,
+    /// Default upload limit (e.g. `10Mbit`).
+    pub limit_upload: Option<String>,
+    /// Transaction limits asked of the server.
+    pub txn_group_max: Option<usize>,
+    pub txn_byte_limit: Option<u64>,
+    /// Worker threads.
+    pub threads: Option<usize>,
+}
+
+/// How to reach the data: every client command takes these.
+#[derive(Debug, Args, Clone)]
+pub struct Conn {
+    /// The embedded store's directory, used when no server is configured (default:
+    /// $QSM_HOME, or ~/.local/share/qsm).
+    #[arg(long, global = true)]
+    home: Option<PathBuf>,
+    /// A QSM server: https://HOST:PORT, http://HOST:PORT (no TLS) or unix:PATH.
+    #[arg(long, global = true, env = "QSM_SERVER")]
+    server: Option<String>,
+    /// This machine's node name on the server.
+    #[arg(long, global = true, env = "QSM_NODE")]
+    node: Option<String>,
+    /// A file whose first line is the node's password.
+    #[arg(long, global = true, env = "QSM_PASSWORD_FILE")]
+    password_file: Option<PathBuf>,
+    /// The server certificate to trust (a self-signed server's DATA_DIR/tls/cert.pem).
+    #[arg(long, global = true, env = "QSM_CA")]
+    ca: Option<PathBuf>,
+    /// The client configuration file (default: ~/.config/qsm/client.toml if it exists).
+    #[arg(long, global = true, env = "QSM_CONFIG")]
+    config: Option<PathBuf>,
+}
+
+/// An open connection of either kind.
+#[derive(Debug)]
+pub enum Connected {
+    Embedded(Embedded),
+    Remote(RemoteServer),
+}
+
+impl Connected {
+    /// The server interface.
+    pub fn server(&self) -> Box<dyn Server + '_> {
+        match self {
+            Connected::Embedded(e) => Box::new(e.server()),
+            Connected::Remote(r) => Box::new(r),
+        }
+    }
+}
+
+/// The first line of a password file, which must not be readable by others.
+pub fn read_password(path: &Path) -> Result<String> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path)
+        .with_context(|| format!("reading the password file {}", path.display()))?;
+    if meta.mode() & 0o077 != 0 {
+        bail!("the password file {} is readable by others: chmod 600 it", path.display());
+    }
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the password file {}", path.display()))?;
+    Ok(text.lines().next().unwrap_or_default().to_owned())
+}
+
+impl Conn {
+    /// The client configuration: the named file, or the default one if it exists.
+    pub fn config(&self) -> Result<ClientConfig> {
+        let path = match &self.config {
+            Some(p) => p.clone(),
+            None => match std::env::var_os("HOME") {
+                Some(h) => PathBuf::from(h).join(".config/qsm/client.toml"),
+                None => return Ok(ClientConfig::default()),
+            },
+        };
+        if self.config.is_none() && !path.exists() {
+            return Ok(ClientConfig::default());
+        }
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading the client configuration {}", path.display()))?;
+        toml::from_str(&text).with_context(|| format!("client configuration {}", path.display()))
+    }
+
+    /// Connects to the configured server, or opens the embedded store.
+    pub fn open(&self) -> Result<Connected> {
+        let config = self.config()?;
+        let Some(url) = self.server.clone().or(config.server) else {
+            let home = match &self.home {
+                Some(h) => h.clone(),
+                None => embedded::default_home()?,
+            };
+            let e = Embedded::open(&home)
+                .with_context(|| format!("opening the QSM store in {}", home.display()))?;
+            return Ok(Connected::Embedded(e));
+        };
+        let account = self
+            .node
+            .clone()
+            .or(config.node)
+            .context("a server is configured but no node name: give --node or QSM_NODE")?;
+        let password_file = self.password_file.clone().or(config.password_file).context(
+            "a server is configured but no password: give --password-file or QSM_PASSWORD_FILE",
+        )?;
+        let options = RemoteOptions {
+            url,
+            account,
+            password: read_password(&password_file)?,
+            admin: false,
+            ca: self.ca.clone().or(config.ca),
+        };
+        Ok(Connected::Remote(RemoteServer::connect(&options)?))
+    }
+}
+
+/// A rate such as `10Mbit`, `1Gbit`, `500kbit` (bits per second) or `5MB`, `100KiB` (bytes
+/// per second), in bytes per second.
+pub fn parse_rate(text: &str) -> std::result::Result<u64, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num.parse().map_err(|_| format!("{text:?}: expected e.g. 10Mbit or 5MB"))?;
+    let per_second = match unit.trim().trim_end_matches("/s").trim_end_matches("ps") {
+        "bit" | "b" => n / 8.0,
+        "kbit" | "Kbit" => n * 1e3 / 8.0,
+        "Mbit" | "mbit" => n * 1e6 / 8.0,
+        "Gbit" | "gbit" => n * 1e9 / 8.0,
+        "" | "B" => n,
+        "kB" | "KB" => n * 1e3,
+        "MB" => n * 1e6,
+        "GB" => n * 1e9,
+        "KiB" => n * 1024.0,
+        "MiB" => n * 1024.0 * 1024.0,
+        "GiB" => n * 1024.0 * 1024.0 * 1024.0,
+        other => {
+            return Err(format!(
+                "{text:?}: unknown unit {other:?} (use bit, kbit, Mbit, Gbit, B, kB, MB, GB, KiB, MiB, GiB)"
+            ));
+        }
+    };
+    if per_second < 1.0 {
+        return Err(format!("{text:?}: at least 1 byte per second"));
+    }
+    Ok(per_second as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_rate;
+
+    #[test]
+    fn rates_in_bits_and_bytes() {
+        assert_eq!(parse_rate("10Mbit"), Ok(1_250_000));
+        assert_eq!(parse_rate("1Gbit/s"), Ok(125_000_000));
+        assert_eq!(parse_rate("5MB"), Ok(5_000_000));
+        assert_eq!(parse_rate("1MiB"), Ok(1_048_576));
+        assert_eq!(parse_rate("800"), Ok(800));
+        assert!(parse_rate("fast").is_err());
+        assert!(parse_rate("10 parsecs").is_err());
+        assert!(parse_rate("0").is_err());
+    }
+}

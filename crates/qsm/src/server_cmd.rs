@@ -1,0 +1,286 @@
+//! `qsm server` and `qsm admin`.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Subcommand};
+use qsm_client::remote::{self, RemoteOptions, RemoteServer};
+use qsm_proto::v1;
+use qsm_server::ServerConfig;
+
+use crate::conn::read_password;
+
+/// `qsm server`: every setting of the configuration file is also a flag, which wins.
+#[derive(Debug, Args)]
+pub struct ServerArgs {
+    /// The configuration file (TOML; see docs/ADMIN.md for every setting).
+    #[arg(long, short = 'c', env = "QSM_SERVER_CONFIG")]
+    config: Option<PathBuf>,
+    /// Where catalog, pool, certificate and socket live unless placed elsewhere.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// A TCP address to listen on (repeatable; port 0 picks one). Default 0.0.0.0:1500.
+    #[arg(long)]
+    listen: Vec<String>,
+    /// No TCP listener: the local socket only.
+    #[arg(long, conflicts_with = "listen")]
+    no_tcp: bool,
+    /// Serve TCP without TLS (tests, or a link that is already private).
+    #[arg(long)]
+    plaintext: bool,
+    /// The local socket (default DATA_DIR/qsm.sock).
+    #[arg(long)]
+    socket: Option<PathBuf>,
+    /// The catalog database (put it on an SSD).
+    #[arg(long)]
+    catalog: Option<PathBuf>,
+    /// The storage pool directory.
+    #[arg(long)]
+    pool: Option<PathBuf>,
+    /// The server certificate (PEM); default DATA_DIR/tls/cert.pem, generated if missing.
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The server key (PEM).
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Objects per transaction at most (TXNGROUPMAX).
+    #[arg(long)]
+    txn_group_max: Option<usize>,
+    /// Frame bytes per transaction at most (TXNBYTELIMIT).
+    #[arg(long)]
+    txn_byte_limit: Option<u64>,
+    /// Sessions open at once at most.
+    #[arg(long)]
+    max_sessions: Option<usize>,
+}
+
+pub fn server(args: ServerArgs) -> Result<bool> {
+    let mut config = match &args.config {
+        Some(p) => ServerConfig::load(p).map_err(anyhow::Error::msg)?,
+        None => ServerConfig::default(),
+    };
+    if let Some(d) = args.data_dir {
+        config.data_dir = d;
+    }
+    if !args.listen.is_empty() {
+        config.listen = args.listen;
+    }
+    if args.no_tcp {
+        config.listen.clear();
+    }
+    config.plaintext |= args.plaintext;
+    macro_rules! set {
+        ($($field:ident),*) => { $( if args.$field.is_some() { config.$field = args.$field; } )* };
+    }
+    set!(socket, catalog, pool, tls_cert, tls_key);
+    if let Some(n) = args.txn_group_max {
+        config.txn_group_max = n.max(1);
+    }
+    if let Some(n) = args.txn_byte_limit {
+        config.txn_byte_limit = n.max(1);
+    }
+    if let Some(n) = args.max_sessions {
+        config.max_sessions = n.max(1);
+    }
+    qsm_server::run(config, |l| {
+        let mut out = std::io::stdout().lock();
+        for url in &l.urls {
+            let _ = writeln!(out, "qsm server: listening on {url}");
+        }
+        if let Some(cert) = &l.certificate {
+            let _ = writeln!(out, "qsm server: clients must trust {}", cert.display());
+        }
+        let _ = out.flush();
+    })?;
+    Ok(true)
+}
+
+/// How an administrator reaches the server.
+#[derive(Debug, Args)]
+pub struct AdminConn {
+    /// The server: unix:PATH (its local socket: no login needed as the server's user or
+    /// root), or https://HOST:PORT with --admin and --password-file.
+    #[arg(long, global = true, env = "QSM_SERVER")]
+    server: Option<String>,
+    /// The administrator to log in as (not needed on the local socket).
+    #[arg(long, global = true, env = "QSM_ADMIN")]
+    admin: Option<String>,
+    /// A file whose first line is the administrator's password.
+    #[arg(long, global = true, env = "QSM_PASSWORD_FILE")]
+    password_file: Option<PathBuf>,
+    /// The server certificate to trust.
+    #[arg(long, global = true, env = "QSM_CA")]
+    ca: Option<PathBuf>,
+}
+
+impl AdminConn {
+    fn open(&self) -> Result<RemoteServer> {
+        let url = self.server.clone().context("say which server: --server or QSM_SERVER")?;
+        match &self.admin {
+            None if url.starts_with("unix:") => Ok(remote::connect_local_admin(&url)?),
+            None => {
+                bail!("give --admin NAME and --password-file, or use the server's unix: socket")
+            }
+            Some(name) => {
+                let file = self.password_file.as_ref().context("--admin needs --password-file")?;
+                Ok(RemoteServer::connect(&RemoteOptions {
+                    url,
+                    account: name.clone(),
+                    password: read_password(file)?,
+                    admin: true,
+                    ca: self.ca.clone(),
+                })?)
+            }
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct AdminArgs {
+    #[command(subcommand)]
+    command: AdminCommand,
+    #[command(flatten)]
+    conn: AdminConn,
+}
+
+#[derive(Debug, Subcommand)]
+enum AdminCommand {
+    /// Register a client node; its password is read from --new-password-file or stdin.
+    RegisterNode(Register),
+    /// Register an administrator account.
+    RegisterAdmin(Register),
+    /// Lock a node: it cannot log in, and its sessions are cancelled.
+    LockNode { name: String },
+    /// Unlock a node.
+    UnlockNode { name: String },
+    /// List nodes or sessions.
+    #[command(subcommand)]
+    Query(AdminQuery),
+    /// Cancel a session (its committed transactions stay).
+    Cancel {
+        #[command(subcommand)]
+        what: CancelWhat,
+    },
+}
+
+#[derive(Debug, Args)]
+struct Register {
+    name: String,
+    /// A file whose first line is the new password (default: the first line of stdin).
+    #[arg(long)]
+    new_password_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+enum AdminQuery {
+    /// Sessions open now, with bytes, objects and throughput.
+    Session {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Registered nodes.
+    Node {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum CancelWhat {
+    /// A session by number (from `qsm admin query session`).
+    Session { id: u64 },
+}
+
+fn new_password(r: &Register) -> Result<String> {
+    match &r.new_password_file {
+        Some(p) => read_password(p),
+        None => {
+            let mut line = String::new();
+            std::io::stdin().read_line(&mut line).context("reading the password from stdin")?;
+            Ok(line.trim_end_matches(['\n', '\r']).to_owned())
+        }
+    }
+}
+
+pub fn admin(args: AdminArgs) -> Result<bool> {
+    let server = args.conn.open()?;
+    match args.command {
+        AdminCommand::RegisterNode(r) => {
+            let password = new_password(&r)?;
+            let mut a = server.admin();
+            server.call(a.register_node(v1::RegisterRequest { name: r.name.clone(), password }))?;
+            println!("Node {} registered.", r.name);
+        }
+        AdminCommand::RegisterAdmin(r) => {
+            let password = new_password(&r)?;
+            let mut a = server.admin();
+            server
+                .call(a.register_admin(v1::RegisterRequest { name: r.name.clone(), password }))?;
+            println!("Administrator {} registered.", r.name);
+        }
+        AdminCommand::LockNode { name } => {
+            let mut a = server.admin();
+            server.call(a.set_node_locked(v1::LockRequest { name: name.clone(), locked: true }))?;
+            println!("Node {name} locked.");
+        }
+        AdminCommand::UnlockNode { name } => {
+            let mut a = server.admin();
+            server
+                .call(a.set_node_locked(v1::LockRequest { name: name.clone(), locked: false }))?;
+            println!("Node {name} unlocked.");
+        }
+        AdminCommand::Query(AdminQuery::Node { json }) => {
+            let mut a = server.admin();
+            let nodes = server.call(a.query_nodes(v1::Empty {}))?.nodes;
+            if json {
+                let rows: Vec<_> = nodes
+                    .iter()
+                    .map(|n| serde_json::json!({"name": n.name, "locked": n.locked, "registered": n.registered}))
+                    .collect();
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else {
+                for n in nodes {
+                    println!("{:<24} {}", n.name, if n.locked { "locked" } else { "" });
+                }
+            }
+        }
+        AdminCommand::Query(AdminQuery::Session { json }) => {
+            let mut a = server.admin();
+            let sessions = server.call(a.query_sessions(v1::Empty {}))?.sessions;
+            let now = qsm_catalog::now();
+            let rate = |s: &v1::SessionInfo| s.bytes as f64 / (now - s.started).max(1) as f64;
+            if json {
+                let rows: Vec<_> = sessions
+                    .iter()
+                    .map(|s| serde_json::json!({"id": s.id, "account": s.account, "admin": s.admin, "client": s.client, "peer": s.peer, "started": s.started, "bytes": s.bytes, "objects": s.objects, "bytes_per_second": rate(s), "state": s.state}))
+                    .collect();
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else {
+                println!(
+                    "{:>6}  {:<16} {:<9} {:>12} {:>9} {:>10}  {:<24} client",
+                    "id", "account", "state", "bytes", "objects", "MB/s", "peer"
+                );
+                for s in &sessions {
+                    println!(
+                        "{:>6}  {:<16} {:<9} {:>12} {:>9} {:>10.2}  {:<24} {}",
+                        s.id,
+                        if s.admin { format!("{} (admin)", s.account) } else { s.account.clone() },
+                        s.state,
+                        s.bytes,
+                        s.objects,
+                        rate(s) / 1e6,
+                        s.peer,
+                        s.client
+                    );
+                }
+            }
+        }
+        AdminCommand::Cancel { what: CancelWhat::Session { id } } => {
+            let mut a = server.admin();
+            server.call(a.cancel_session(v1::CancelRequest { session: id }))?;
+            println!("Session {id} cancelled.");
+        }
+    }
+    Ok(true)
+}
