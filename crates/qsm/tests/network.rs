@@ -1,0 +1,578 @@
+//! End-to-end tests of the real `qsm` binary as a server and as clients over real sockets:
+//! TLS and the local socket, incremental backups, restores of every kind, two isolated
+//! nodes, bad logins, malformed requests, cancellation, and SIGKILL of either side.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::fs;
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command as StdCommand, Stdio};
+use std::time::{Duration, Instant};
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+use tempfile::TempDir;
+
+/// A `qsm server` process on a free port, killed when dropped.
+struct ServerProc {
+    child: Child,
+    data: PathBuf,
+    url: String,
+}
+
+impl ServerProc {
+    fn start(data: &Path, tls: bool) -> ServerProc {
+        let mut cmd = StdCommand::new(assert_cmd::cargo::cargo_bin("qsm"));
+        cmd.arg("server").arg("--data-dir").arg(data).arg("--listen").arg("127.0.0.1:0");
+        if !tls {
+            cmd.arg("--plaintext");
+        }
+        let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let first = lines.next().expect("the server printed nothing").unwrap();
+        let url = first.rsplit(' ').next().unwrap().to_owned();
+        assert!(url.starts_with(if tls { "https://" } else { "http://" }), "{first}");
+        // Keep draining stdout so the server never blocks on it.
+        std::thread::spawn(move || for _ in lines {});
+        ServerProc { child, data: data.to_path_buf(), url }
+    }
+
+    fn socket(&self) -> String {
+        format!("unix:{}", self.data.join("qsm.sock").display())
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for ServerProc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn admin(server: &ServerProc) -> Command {
+    let mut c = Command::cargo_bin("qsm").unwrap();
+    c.arg("admin").arg("--server").arg(server.socket());
+    c
+}
+
+fn register(server: &ServerProc, node: &str, password: &str) {
+    admin(server)
+        .args(["register-node", node])
+        .write_stdin(format!("{password}\n"))
+        .assert()
+        .success();
+}
+
+fn password_file(dir: &Path, name: &str, password: &str) -> PathBuf {
+    let p = dir.join(name);
+    fs::write(&p, format!("{password}\n")).unwrap();
+    fs::set_permissions(&p, fs::Permissions::from_mode(0o600)).unwrap();
+    p
+}
+
+/// A client command for `node`, configured through the environment as a user would.
+fn client(server: &ServerProc, node: &str, pw: &Path) -> Command {
+    let mut c = Command::cargo_bin("qsm").unwrap();
+    c.env("QSM_SERVER", &server.url)
+        .env("QSM_NODE", node)
+        .env("QSM_PASSWORD_FILE", pw)
+        .env("QSM_CA", server.data.join("tls/cert.pem"))
+        .env("QSM_HOME", "/nonexistent/embedded-must-not-be-used")
+        .env("HOME", server.data.parent().unwrap());
+    c
+}
+
+fn tree(root: &Path) {
+    fs::create_dir_all(root.join("docs/deep")).unwrap();
+    fs::write(root.join("docs/a.txt"), b"alpha\n".repeat(1000)).unwrap();
+    let data: Vec<u8> =
+        (0..3_000_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    fs::write(root.join("docs/deep/b.bin"), data).unwrap();
+    fs::write(root.join("empty"), b"").unwrap();
+    std::os::unix::fs::symlink("docs/a.txt", root.join("link")).unwrap();
+}
+
+fn assert_same(a: &Path, b: &Path) {
+    let out =
+        StdCommand::new("diff").arg("-r").arg("--no-dereference").arg(a).arg(b).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+}
+
+fn json(cmd: &mut Command) -> serde_json::Value {
+    let out = cmd.arg("--json").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn over_tls_incremental_backups_and_every_restore_kind_work_and_nodes_are_isolated() {
+    let dir = TempDir::new().unwrap();
+    let server = ServerProc::start(&dir.path().join("srv"), true);
+    register(&server, "alpha", "alpha-password");
+    register(&server, "beta", "beta-password!");
+    let (pa, pb) = (
+        password_file(dir.path(), "pa", "alpha-password"),
+        password_file(dir.path(), "pb", "beta-password!"),
+    );
+    let src = dir.path().join("src");
+    tree(&src);
+    client(&server, "alpha", &pa)
+        .arg("backup")
+        .arg(&src)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("backed up 7"));
+    let first = qsm_time_now();
+
+    // Change one file, rename one, delete one: only those are sent; the gone ones go inactive.
+    std::thread::sleep(Duration::from_millis(1100));
+    fs::write(src.join("docs/a.txt"), b"changed\n").unwrap();
+    fs::rename(src.join("empty"), src.join("renamed")).unwrap();
+    fs::remove_file(src.join("link")).unwrap();
+    client(&server, "alpha", &pa).arg("backup").arg(&src).assert().success().stdout(
+        predicate::str::contains("backed up 3").and(predicate::str::contains("marked inactive 2")),
+    );
+    // Unchanged: nothing sent.
+    client(&server, "alpha", &pa)
+        .arg("backup")
+        .arg(&src)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("backed up 0"));
+    // Selective: everything named is sent.
+    client(&server, "alpha", &pa)
+        .arg("backup")
+        .arg("--selective")
+        .arg(&src)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("backed up 6"));
+
+    // Latest, byte for byte.
+    let latest = dir.path().join("latest");
+    client(&server, "alpha", &pa)
+        .arg("restore")
+        .arg(&src)
+        .arg("--to")
+        .arg(&latest)
+        .assert()
+        .success();
+    assert_same(&src, &latest);
+
+    // Point in time: the tree as first backed up.
+    let old = dir.path().join("old");
+    client(&server, "alpha", &pa)
+        .arg("restore")
+        .arg(&src)
+        .arg("--pit")
+        .arg(format!("@{first}"))
+        .arg("--to")
+        .arg(&old)
+        .assert()
+        .success();
+    assert_eq!(fs::read(old.join("docs/a.txt")).unwrap(), b"alpha\n".repeat(1000));
+    assert!(old.join("empty").exists() && !old.join("renamed").exists());
+    assert_eq!(fs::read_link(old.join("link")).unwrap(), Path::new("docs/a.txt"));
+
+    // One inactive version by id.
+    let versions = json(client(&server, "alpha", &pa).arg("query").arg("backup").arg("--inactive"));
+    let id = versions
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["path"] == "docs/a.txt" && v["state"] == "inactive" && v["size"] == 6000)
+        .expect("the first a.txt is inactive")["id"]
+        .as_i64()
+        .unwrap();
+    let one = dir.path().join("one");
+    client(&server, "alpha", &pa)
+        .arg("restore")
+        .arg(src.join("docs/a.txt"))
+        .arg("--id")
+        .arg(id.to_string())
+        .arg("--to")
+        .arg(&one)
+        .assert()
+        .success();
+    assert_eq!(fs::read(one.join("docs/a.txt")).unwrap(), b"alpha\n".repeat(1000));
+
+    // Archive and retrieve by description.
+    client(&server, "alpha", &pa)
+        .args(["archive", "-d", "year end"])
+        .arg(src.join("docs"))
+        .assert()
+        .success();
+    let got = dir.path().join("retrieved");
+    client(&server, "alpha", &pa)
+        .arg("retrieve")
+        .arg(src.join("docs"))
+        .args(["-d", "year end", "--to"])
+        .arg(&got)
+        .assert()
+        .success();
+    assert_same(&src.join("docs"), &got);
+
+    // Beta sees nothing of alpha's and cannot restore it.
+    let list = json(client(&server, "beta", &pb).arg("query").arg("filespace"));
+    assert_eq!(list.as_array().unwrap().len(), 0, "{list}");
+    client(&server, "beta", &pb)
+        .arg("restore")
+        .arg(&src)
+        .arg("--to")
+        .arg(dir.path().join("stolen"))
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("nothing backed up"));
+    client(&server, "beta", &pb)
+        .arg("restore")
+        .arg(&src)
+        .arg("--id")
+        .arg(id.to_string())
+        .arg("--to")
+        .arg(dir.path().join("stolen"))
+        .assert()
+        .failure();
+    assert!(!dir.path().join("stolen/docs").exists());
+}
+
+fn qsm_time_now() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64
+}
+
+#[test]
+fn bad_logins_a_locked_node_and_no_trust_are_refused_clearly() {
+    let dir = TempDir::new().unwrap();
+    let server = ServerProc::start(&dir.path().join("srv"), true);
+    register(&server, "alpha", "alpha-password");
+    let src = dir.path().join("src");
+    tree(&src);
+    let wrong = password_file(dir.path(), "wrong", "not-the-password");
+    let good = password_file(dir.path(), "good", "alpha-password");
+    for node in ["alpha", "nobody"] {
+        client(&server, node, &wrong)
+            .arg("backup")
+            .arg(&src)
+            .assert()
+            .code(1)
+            .stderr(predicate::str::contains("wrong account name or password"));
+    }
+    // A certificate the server's is not signed by: refused, not trusted blindly.
+    let other = TempDir::new().unwrap();
+    let other_server = ServerProc::start(other.path(), true);
+    drop(other_server);
+    client(&server, "alpha", &good)
+        .env("QSM_CA", other.path().join("tls/cert.pem"))
+        .arg("backup")
+        .arg(&src)
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("cannot reach the server"));
+    // A password file others can read is refused before it is used.
+    let open = password_file(dir.path(), "open", "alpha-password");
+    fs::set_permissions(&open, fs::Permissions::from_mode(0o644)).unwrap();
+    client(&server, "alpha", &open)
+        .arg("backup")
+        .arg(&src)
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("readable by others"));
+    admin(&server).args(["lock-node", "alpha"]).assert().success();
+    client(&server, "alpha", &good)
+        .arg("backup")
+        .arg(&src)
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("node alpha is locked"));
+    admin(&server).args(["unlock-node", "alpha"]).assert().success();
+    client(&server, "alpha", &good).arg("backup").arg(&src).assert().success();
+    // Registration checks: a duplicate, a short password, and a node cannot administer.
+    admin(&server)
+        .args(["register-node", "alpha"])
+        .write_stdin("another-password\n")
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("already exists"));
+    admin(&server)
+        .args(["register-node", "gamma"])
+        .write_stdin("short\n")
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("8 to 1024"));
+    // A dead server: a clear error, not a hang.
+    let url = server.url.clone();
+    drop(server);
+    Command::cargo_bin("qsm")
+        .unwrap()
+        .env("QSM_SERVER", &url)
+        .env("QSM_NODE", "alpha")
+        .env("QSM_PASSWORD_FILE", &good)
+        .env("QSM_CA", dir.path().join("srv/tls/cert.pem"))
+        .arg("query")
+        .arg("filespace")
+        .timeout(Duration::from_secs(60))
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("cannot reach the server"));
+}
+
+/// A tree big enough that a backup limited to 4 MB/s runs for seconds.
+fn big_tree(root: &Path, files: usize) {
+    fs::create_dir_all(root).unwrap();
+    for i in 0..files {
+        let data: Vec<u8> = (0..1_000_000u32)
+            .map(|j| ((j as usize).wrapping_mul(2_654_435_761).wrapping_add(i * 7919) >> 11) as u8)
+            .collect();
+        fs::write(root.join(format!("f{i:03}")), data).unwrap();
+    }
+}
+
+fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(start.elapsed() < Duration::from_secs(60), "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn committed_objects(server: &ServerProc, node: &str, pw: &Path) -> usize {
+    let out = client(server, node, pw).args(["query", "backup", "--json"]).output().unwrap();
+    serde_json::from_slice::<serde_json::Value>(&out.stdout)
+        .map(|v| v.as_array().map_or(0, Vec::len))
+        .unwrap_or(0)
+}
+
+#[test]
+fn sigkill_of_the_server_or_the_client_mid_backup_loses_nothing_committed() {
+    let dir = TempDir::new().unwrap();
+    let data = dir.path().join("srv");
+    let mut server = ServerProc::start(&data, false);
+    register(&server, "alpha", "alpha-password");
+    let pw = password_file(dir.path(), "pw", "alpha-password");
+    let src = dir.path().join("src");
+    big_tree(&src, 40);
+    let slow_backup = |server: &ServerProc| -> Child {
+        let mut c = StdCommand::new(assert_cmd::cargo::cargo_bin("qsm"));
+        c.env("QSM_SERVER", &server.url)
+            .env("QSM_NODE", "alpha")
+            .env("QSM_PASSWORD_FILE", &pw)
+            .args([
+                "backup",
+                "--compression",
+                "off",
+                "--limit-upload",
+                "4MB",
+                "--txn-group-max",
+                "3",
+            ])
+            .arg(&src)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+
+    // The server dies: the client says so and fails; what was committed stays.
+    let client_proc = slow_backup(&server);
+    wait_for("a first commit", || committed_objects(&server, "alpha", &pw) >= 3);
+    server.kill();
+    let out = client_proc.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("qsm: error"), "{err}");
+    let mut server = ServerProc::start(&data, false);
+    let kept = committed_objects(&server, "alpha", &pw);
+    assert!(kept >= 3, "committed objects lost: {kept}");
+
+    // The client dies: the server drops only the open transaction.
+    let mut client_proc = slow_backup(&server);
+    wait_for("more commits", || committed_objects(&server, "alpha", &pw) > kept);
+    client_proc.kill().unwrap();
+    client_proc.wait().unwrap();
+
+    // The next backup completes and sends only what is missing.
+    let out = client(&server, "alpha", &pw).args(["backup", "--json"]).arg(&src).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let sent = report[0]["backed_up"].as_u64().unwrap();
+    assert!(sent < 41, "everything was sent again: {report}");
+    let restored = dir.path().join("restored");
+    client(&server, "alpha", &pw)
+        .arg("restore")
+        .arg(&src)
+        .arg("--to")
+        .arg(&restored)
+        .assert()
+        .success();
+    assert_same(&src, &restored);
+    server.kill();
+}
+
+#[test]
+fn an_administrator_sees_and_cancels_a_running_session() {
+    let dir = TempDir::new().unwrap();
+    let server = ServerProc::start(&dir.path().join("srv"), false);
+    register(&server, "alpha", "alpha-password");
+    let pw = password_file(dir.path(), "pw", "alpha-password");
+    let src = dir.path().join("src");
+    big_tree(&src, 20);
+    let running = StdCommand::new(assert_cmd::cargo::cargo_bin("qsm"))
+        .env("QSM_SERVER", &server.url)
+        .env("QSM_NODE", "alpha")
+        .env("QSM_PASSWORD_FILE", &pw)
+        .args(["backup", "--compression", "off", "--limit-upload", "2MB"])
+        .arg(&src)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut id = None;
+    wait_for("the session to move data", || {
+        let list = json(admin(&server).args(["query", "session"]));
+        let found = list
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["account"] == "alpha" && s["bytes"].as_u64() > Some(0))
+            .cloned();
+        id = found.map(|s| s["id"].as_u64().unwrap());
+        id.is_some()
+    });
+    admin(&server).args(["cancel", "session", &id.unwrap().to_string()]).assert().success();
+    let out = running.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cancelled"), "{err}");
+    // A node's password does not open the administrative interface.
+    let mut c = Command::cargo_bin("qsm").unwrap();
+    c.args(["admin", "--server", &server.url, "--admin", "alpha", "--password-file"])
+        .arg(&pw)
+        .args(["query", "session"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("wrong account name or password"));
+}
+
+/// Raw protocol abuse: the server answers each with a precise error and keeps serving.
+#[test]
+fn malformed_and_oversized_requests_are_refused_and_the_server_keeps_serving() {
+    use qsm_proto::v1::{self, backup_op::Op, node_client::NodeClient};
+    let dir = TempDir::new().unwrap();
+    let server = ServerProc::start(&dir.path().join("srv"), false);
+    register(&server, "alpha", "alpha-password");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let channel = tonic::transport::Endpoint::from_shared(server.url.clone())
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let mut raw = NodeClient::new(channel.clone()).max_encoding_message_size(usize::MAX);
+        let login = |protocol: u32| v1::LoginRequest {
+            protocol,
+            account: "alpha".into(),
+            password: "alpha-password".into(),
+            ..Default::default()
+        };
+        let e = raw.login(login(99)).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
+        // No token: nothing is served.
+        let e = raw.filespaces(v1::Empty {}).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Unauthenticated, "{e:?}");
+        let token = raw.login(login(1)).await.unwrap().into_inner().token;
+        let bearer: tonic::metadata::MetadataValue<_> = format!("Bearer {token}").parse().unwrap();
+        let with_token = move |mut r: tonic::Request<()>| {
+            r.metadata_mut().insert("authorization", bearer.clone());
+            Ok(r)
+        };
+        let mut node =
+            NodeClient::with_interceptor(channel, with_token).max_encoding_message_size(usize::MAX);
+        let fs = node
+            .open_filespace(v1::OpenFilespaceRequest { name: "/data".into(), create: true })
+            .await
+            .unwrap()
+            .into_inner()
+            .id;
+        let start = Op::Start(v1::Start { filespace: fs, ..Default::default() });
+        let begin = |path: &[u8]| {
+            Op::Begin(v1::Begin {
+                path: path.to_vec().into(),
+                attrs: Some(v1::Attributes::default()),
+                ..Default::default()
+            })
+        };
+        let cases: Vec<(&str, Vec<Op>, tonic::Code, &str)> = vec![
+            (
+                "frame before start",
+                vec![Op::Frame(vec![1u8; 10].into())],
+                tonic::Code::InvalidArgument,
+                "Start",
+            ),
+            (
+                "someone else's filespace",
+                vec![Op::Start(v1::Start { filespace: fs + 1000, ..Default::default() })],
+                tonic::Code::NotFound,
+                "no filespace",
+            ),
+            (
+                "escaping path",
+                vec![start.clone(), begin(b"../etc/passwd")],
+                tonic::Code::InvalidArgument,
+                "clean relative path",
+            ),
+            (
+                "absolute path",
+                vec![start.clone(), begin(b"/etc/passwd")],
+                tonic::Code::InvalidArgument,
+                "clean relative path",
+            ),
+            (
+                "garbage frame",
+                vec![start.clone(), begin(b"f"), Op::Frame(vec![7u8; 100].into())],
+                tonic::Code::InvalidArgument,
+                "frame 0 is invalid",
+            ),
+            (
+                "oversized message",
+                vec![
+                    start.clone(),
+                    begin(b"f"),
+                    Op::Frame(vec![0u8; qsm_proto::MAX_MESSAGE + 1].into()),
+                ],
+                tonic::Code::OutOfRange,
+                "",
+            ),
+        ];
+        for (what, ops, code, text) in cases {
+            let ops = ops.into_iter().map(|op| v1::BackupOp { op: Some(op) }).collect();
+            let request = tokio_stream::iter(vec![v1::BackupRequest { ops }]);
+            let result = match node.backup(request).await {
+                Ok(r) => r.into_inner().message().await.map(|_| ()),
+                Err(e) => Err(e),
+            };
+            let e = result.expect_err(what);
+            // An oversized message is refused by the transport, whichever code it picks.
+            if what != "oversized message" {
+                assert_eq!(e.code(), code, "{what}: {e:?}");
+            }
+            assert!(e.message().contains(text), "{what}: {e:?}");
+        }
+        // Nothing was committed, and the server still answers.
+        let mut versions = node
+            .inventory(v1::InventoryRequest { filespace: fs, scope: v1::Scope::All as i32 })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(versions.message().await.unwrap().is_none());
+        let e = node.fetch(v1::FetchRequest { objects: vec![1, 2, 3] }).await;
+        let e = match e {
+            Ok(r) => r.into_inner().message().await.unwrap_err(),
+            Err(e) => e,
+        };
+        assert_eq!(e.code(), tonic::Code::NotFound, "{e:?}");
+    });
+}
