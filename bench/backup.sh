@@ -14,7 +14,9 @@ set -euo pipefail
 export LC_ALL=C
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 RUNS=3
+DATA_ONLY=
 [ "${1:-}" = "--runs" ] && RUNS=$2
+[ "${1:-}" = "--data-only" ] && DATA_ONLY=1
 OUT="$REPO/bench/out/backup"
 CORPUS=${QSM_CORPUS:-$REPO/../shared/corpus}
 mkdir -p "$OUT"
@@ -50,6 +52,7 @@ for d in range(200):
         open(f'{p}/f{f:03}.txt', 'wb').write(src[off:off + size])
 PY
 fi
+[ -n "$DATA_ONLY" ] && exit 0
 
 now() { date +%s.%N; }
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
