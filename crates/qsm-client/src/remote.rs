@@ -435,7 +435,10 @@ impl RemoteUpload<'_> {
 
 impl Upload for RemoteUpload<'_> {
     fn begin_object(&mut self, object: NewObject, _size_hint: u64) -> Result<()> {
-        let path_len = object.path.len();
+        // Everything variable-length counts towards the message size.
+        let path_len = object.path.len()
+            + object.attrs.link_target.as_ref().map_or(0, Vec::len)
+            + object.description.as_ref().map_or(0, String::len);
         let begin = v1::Begin {
             path: object.path.into(),
             kind: convert::kind_to_wire(object.kind) as i32,

@@ -78,7 +78,8 @@ impl Session {
         if self.is_cancelled() { "cancelled" } else { "running" }
     }
 
-    fn touch(&self) {
+    /// Marks the session as in use now (idle sessions are ended).
+    pub fn touch(&self) {
         *self.last_used.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
     }
 

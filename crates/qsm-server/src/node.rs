@@ -20,6 +20,8 @@ use crate::state::State;
 const INVENTORY_BATCH: usize = 1000;
 /// Frame bytes per Fetch message (a single larger frame still goes alone).
 const FETCH_MESSAGE: usize = 1 << 20;
+/// Frames per Fetch message at most, so objects without data cannot pile up in one message.
+const FETCH_MESSAGE_FRAMES: usize = 10_000;
 /// Objects one Fetch request may name.
 const FETCH_MAX_OBJECTS: usize = 1_000_000;
 /// The longest path component list a client may send (bytes).
@@ -71,7 +73,10 @@ pub(crate) fn peer<T>(request: &Request<T>) -> String {
     }
     match request.extensions().get::<tonic::transport::server::UdsConnectInfo>() {
         Some(info) => match &info.peer_cred {
-            Some(c) => format!("local socket, pid {:?} uid {}", c.pid(), c.uid()),
+            Some(c) => match c.pid() {
+                Some(pid) => format!("local socket, pid {pid} uid {}", c.uid()),
+                None => format!("local socket, uid {}", c.uid()),
+            },
             None => "local socket".into(),
         },
         None => "unknown".into(),
@@ -292,9 +297,10 @@ impl Node for NodeService {
                     batch.push(convert::version_to_wire(v));
                     if batch.len() >= INVENTORY_BATCH {
                         let versions = std::mem::take(&mut batch);
-                        if session.is_cancelled()
-                            || tx.blocking_send(Ok(v1::VersionBatch { versions })).is_err()
-                        {
+                        if session.is_cancelled() {
+                            return Err(CatalogError::Refused("cancelled".into()));
+                        }
+                        if tx.blocking_send(Ok(v1::VersionBatch { versions })).is_err() {
                             return Err(CatalogError::Refused("the client went away".into()));
                         }
                     }
@@ -306,6 +312,12 @@ impl Node for NodeService {
                 } else {
                     catalog.for_each_active(fs, &mut each)
                 };
+                if session.is_cancelled() {
+                    return Err(Status::cancelled(format!(
+                        "session {} was cancelled by an administrator",
+                        session.id
+                    )));
+                }
                 result.map_err(catalog_status)?;
                 if !batch.is_empty() {
                     let _ = tx.blocking_send(Ok(v1::VersionBatch { versions: batch }));
@@ -395,6 +407,8 @@ struct Receiver<'a> {
 
 impl Receiver<'_> {
     fn next(&mut self) -> Result<v1::BackupRequest, Status> {
+        // A stream in progress keeps its session alive, however long it runs.
+        self.session.touch();
         if self.session.is_cancelled() {
             return Err(Status::cancelled(format!(
                 "session {} was cancelled by an administrator; what was committed stays",
@@ -552,6 +566,7 @@ fn run_fetch(
             )));
         }
         *size = 0;
+        session.touch();
         Ok(tx.blocking_send(Ok(std::mem::take(batch))).is_ok())
     };
     for &raw_id in objects {
@@ -564,6 +579,9 @@ fn run_fetch(
         let mut offset = 0u64;
         if chunks.is_empty() {
             batch.frames.push(v1::Frame { object: raw_id, last: true, ..Default::default() });
+            if batch.frames.len() >= FETCH_MESSAGE_FRAMES && !send(&mut batch, &mut size)? {
+                return Ok(());
+            }
         }
         for (i, chunk) in chunks.iter().enumerate() {
             let loc = qsm_pool::FrameLocation {
@@ -587,7 +605,8 @@ fn run_fetch(
                 error: error.unwrap_or_default(),
             });
             offset += u64::from(chunk.location.raw_len);
-            if size >= FETCH_MESSAGE && !send(&mut batch, &mut size)? {
+            let full = size >= FETCH_MESSAGE || batch.frames.len() >= FETCH_MESSAGE_FRAMES;
+            if full && !send(&mut batch, &mut size)? {
                 return Ok(());
             }
             if failed {
