@@ -160,6 +160,17 @@ pub trait Txn {
     fn commit(self: Box<Self>) -> Result<()>;
 }
 
+/// The standard policy domain, created on first use.
+pub fn standard_domain(catalog: &dyn Catalog) -> Result<DomainId> {
+    match catalog.domain(STANDARD_DOMAIN)? {
+        Some(d) => Ok(d.id),
+        None => catalog.define_domain(STANDARD_DOMAIN, "the default policy domain"),
+    }
+}
+
+/// The policy domain nodes join unless an administrator says otherwise (TSM's STANDARD).
+pub const STANDARD_DOMAIN: &str = "standard";
+
 /// The current time in seconds since the epoch.
 pub fn now() -> Timestamp {
     std::time::SystemTime::now()

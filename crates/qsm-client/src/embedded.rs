@@ -54,14 +54,12 @@ impl Embedded {
         let catalog = store.catalog();
         let node = match catalog.node(LOCAL_NODE)? {
             Some(n) => n.id,
-            None => {
-                let domain = match catalog.domain("standard")? {
-                    Some(d) => d.id,
-                    None => catalog.define_domain("standard", "the default policy domain")?,
-                };
-                // The embedded node never authenticates: it is this machine's own store.
-                catalog.register_node(LOCAL_NODE, "!embedded", domain)?
-            }
+            // The embedded node never authenticates: it is this machine's own store.
+            None => catalog.register_node(
+                LOCAL_NODE,
+                "!embedded",
+                qsm_catalog::standard_domain(catalog.as_ref())?,
+            )?,
         };
         Ok(Embedded { store, node, home: home.to_path_buf() })
     }

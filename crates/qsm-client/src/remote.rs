@@ -90,15 +90,21 @@ const MESSAGE_TARGET: usize = 1 << 20;
 /// Messages in flight towards the network: a bound on the upload's memory (about 4 MiB).
 const UPLOAD_QUEUE: usize = 4;
 
+/// The connection's runtime: one thread is plenty to carry streams fed by the client's own
+/// threads.
+fn runtime() -> Result<Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("qsm-net")
+        .enable_all()
+        .build()
+        .map_err(|e| ClientError::Server(format!("cannot start the network runtime: {e}")))
+}
+
 impl RemoteServer {
     /// Connects and logs in.
     pub fn connect(options: &RemoteOptions) -> Result<RemoteServer> {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("qsm-net")
-            .enable_all()
-            .build()
-            .map_err(|e| ClientError::Server(format!("cannot start the network runtime: {e}")))?;
+        let rt = runtime()?;
         let url = options.url.clone();
         let channel = rt.block_on(connect_channel(options))?;
         let mut node = NodeClient::new(channel.clone())
@@ -156,11 +162,7 @@ impl RemoteServer {
 /// An administrator's connection through the server's local socket, which needs no password:
 /// the server checks that the peer process runs as the server's own user or as root.
 pub fn connect_local_admin(url: &str) -> Result<RemoteServer> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .map_err(|e| ClientError::Server(format!("cannot start the network runtime: {e}")))?;
+    let rt = runtime()?;
     let options = RemoteOptions { url: url.to_owned(), ..RemoteOptions::default() };
     let channel = rt.block_on(connect_channel(&options))?;
     Ok(RemoteServer {

@@ -206,7 +206,8 @@ impl Server for LocalServer<'_> {
     }
 
     fn fetch(&self, objects: Vec<ObjectId>) -> Result<Box<dyn Fetch + '_>> {
-        Ok(Box::new(LocalFetch { server: self, objects, next: 0, current: None }))
+        let mine = self.store.catalog().filespaces(self.node)?.into_iter().map(|f| f.id).collect();
+        Ok(Box::new(LocalFetch { server: self, mine, objects, next: 0, current: None }))
     }
 }
 
@@ -263,6 +264,8 @@ impl Upload for LocalUpload<'_> {
 
 struct LocalFetch<'a> {
     server: &'a LocalServer<'a>,
+    /// The node's filespaces, read once: objects of others are refused.
+    mine: std::collections::HashSet<FilespaceId>,
     objects: Vec<ObjectId>,
     next: usize,
     /// The object being read: its id, its chunks, the next chunk and the raw offset reached.
@@ -276,7 +279,7 @@ impl Fetch for LocalFetch<'_> {
             self.next += 1;
             let catalog = self.server.store.catalog();
             let chunks = match catalog.object(id)? {
-                Some(v) if self.server.owns(v.filespace)? => catalog.object_chunks(id),
+                Some(v) if self.mine.contains(&v.filespace) => catalog.object_chunks(id),
                 _ => Err(qsm_catalog::CatalogError::Refused(format!("no object {}", id.0))),
             };
             match chunks {
@@ -303,16 +306,7 @@ impl Fetch for LocalFetch<'_> {
             error: None,
         };
         if let Some(chunk) = chunks.get(*next) {
-            let loc = qsm_pool::FrameLocation {
-                container: chunk.location.container.0,
-                offset: chunk.location.offset,
-                len: chunk.location.stored_len,
-            };
-            match self.server.store.pool().read_frame_for_decode(
-                &loc,
-                Some(chunk.id.0 as u64),
-                frame,
-            ) {
+            match self.server.store.read_chunk(chunk, frame) {
                 Ok(_) => fetched.has_frame = true,
                 Err(e) => fetched.error = Some(e.to_string()),
             }

@@ -59,11 +59,16 @@ impl AdminService {
     }
 }
 
-#[tonic::async_trait]
-impl Admin for AdminService {
-    async fn register_node(
+/// Records a new account in the catalog, given its name and password hash.
+type Record = fn(&dyn qsm_catalog::Catalog, &str, &str) -> Result<(), qsm_catalog::CatalogError>;
+
+impl AdminService {
+    /// A registration: authorized, name and password checked, the password hashed off the
+    /// async threads (argon2id takes tens of milliseconds by design), then `record`.
+    async fn register(
         &self,
         request: Request<v1::RegisterRequest>,
+        record: Record,
     ) -> Result<Response<v1::Empty>, Status> {
         self.authorize(&request)?;
         let r = request.into_inner();
@@ -72,15 +77,21 @@ impl Admin for AdminService {
         let state = Arc::clone(&self.state);
         blocking(move || {
             let hash = auth::hash_password(&r.password).map_err(Status::internal)?;
-            let catalog = state.store.catalog();
-            let domain = match catalog.domain("standard").map_err(catalog_status)? {
-                Some(d) => d.id,
-                None => catalog
-                    .define_domain("standard", "the default policy domain")
-                    .map_err(catalog_status)?,
-            };
-            catalog.register_node(&r.name, &hash, domain).map_err(catalog_status)?;
+            record(state.store.catalog().as_ref(), &r.name, &hash).map_err(catalog_status)?;
             Ok(Response::new(v1::Empty {}))
+        })
+        .await
+    }
+}
+
+#[tonic::async_trait]
+impl Admin for AdminService {
+    async fn register_node(
+        &self,
+        request: Request<v1::RegisterRequest>,
+    ) -> Result<Response<v1::Empty>, Status> {
+        self.register(request, |catalog, name, hash| {
+            catalog.register_node(name, hash, qsm_catalog::standard_domain(catalog)?).map(|_| ())
         })
         .await
     }
@@ -89,17 +100,7 @@ impl Admin for AdminService {
         &self,
         request: Request<v1::RegisterRequest>,
     ) -> Result<Response<v1::Empty>, Status> {
-        self.authorize(&request)?;
-        let r = request.into_inner();
-        check_name(&r.name)?;
-        check_password(&r.password)?;
-        let state = Arc::clone(&self.state);
-        blocking(move || {
-            let hash = auth::hash_password(&r.password).map_err(Status::internal)?;
-            state.store.catalog().register_admin(&r.name, &hash).map_err(catalog_status)?;
-            Ok(Response::new(v1::Empty {}))
-        })
-        .await
+        self.register(request, |catalog, name, hash| catalog.register_admin(name, hash)).await
     }
 
     async fn set_node_locked(

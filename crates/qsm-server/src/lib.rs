@@ -148,7 +148,7 @@ async fn serve(config: ServerConfig, ready: impl FnOnce(&Listening)) -> Result<(
     // Sessions left idle (a client that died without logging out) are ended.
     let idle = Duration::from_secs(config.idle_timeout_minutes.max(1) * 60);
     let reaper_state = Arc::clone(&state);
-    tasks.spawn(async move {
+    let reaper = tokio::spawn(async move {
         loop {
             tokio::time::sleep(Duration::from_secs(30)).await;
             let state = Arc::clone(&reaper_state);
@@ -159,8 +159,6 @@ async fn serve(config: ServerConfig, ready: impl FnOnce(&Listening)) -> Result<(
             })
             .await;
         }
-        #[allow(unreachable_code)]
-        Ok(())
     });
 
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
@@ -175,6 +173,7 @@ async fn serve(config: ServerConfig, ready: impl FnOnce(&Listening)) -> Result<(
         }),
     };
     let _ = stop_tx.send(true);
+    reaper.abort();
     // Let running transactions see their streams end; what was committed stays committed.
     let _ = tokio::time::timeout(Duration::from_secs(10), async {
         while tasks.join_next().await.is_some() {}

@@ -584,15 +584,10 @@ fn run_fetch(
             }
         }
         for (i, chunk) in chunks.iter().enumerate() {
-            let loc = qsm_pool::FrameLocation {
-                container: chunk.location.container.0,
-                offset: chunk.location.offset,
-                len: chunk.location.stored_len,
-            };
             let mut data = Vec::new();
             let last = i + 1 == chunks.len();
             // Not decoded here: the client checks every frame as it decodes it.
-            let read = store.pool().read_frame_for_decode(&loc, Some(chunk.id.0 as u64), &mut data);
+            let read = store.read_chunk(chunk, &mut data);
             let error = read.err().map(|e| e.to_string());
             let failed = error.is_some();
             size += data.len();

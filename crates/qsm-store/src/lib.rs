@@ -153,6 +153,16 @@ impl Store {
         })
     }
 
+    /// Reads the frame of `chunk` into `out` without decoding it (whoever decodes it verifies
+    /// its checksum then): one ranged read, its header checked against the catalog's record.
+    pub fn read_chunk(
+        &self,
+        chunk: &qsm_catalog::ChunkRef,
+        out: &mut Vec<u8>,
+    ) -> std::result::Result<FrameHeader, PoolError> {
+        self.pool.read_frame_for_decode(&location(&chunk.location), Some(chunk.id.0 as u64), out)
+    }
+
     /// Writes the data of object `id` to `out`, reading each frame with one ranged read and
     /// verifying it (the pool checks it, and decoding checks the data checksum again).
     pub fn restore(&self, id: ObjectId, out: &mut dyn Write) -> Result<u64> {
@@ -162,8 +172,7 @@ impl Store {
         for chunk in self.catalog.object_chunks(id)? {
             let loc = location(&chunk.location);
             // The decode below verifies the data checksum: the pool need not decode too.
-            let header =
-                self.pool.read_frame_for_decode(&loc, Some(chunk.id.0 as u64), &mut frame)?;
+            let header = self.read_chunk(&chunk, &mut frame)?;
             decoder.decode(&frame[..header.frame_len()], &mut raw).map_err(|e| {
                 PoolError::Corrupt {
                     pool: self.pool.name().to_owned(),
