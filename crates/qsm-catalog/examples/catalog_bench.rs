@@ -62,6 +62,7 @@ fn main() -> Result<(), Box<dyn Error>> {
                     uid: 1000,
                     gid: 1000,
                     link_target: None,
+                    ino: i + 2,
                 },
                 mgmt_class: None,
                 description: None,

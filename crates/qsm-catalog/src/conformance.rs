@@ -76,6 +76,7 @@ fn file(fs: FilespaceId, path: &[u8], size: u64, chunks: Vec<ObjectChunk>) -> Ne
             uid: 1000,
             gid: 100,
             link_target: None,
+            ino: u64::MAX - 7,
         },
         mgmt_class: None,
         description: None,
@@ -274,7 +275,8 @@ pub fn versions_and_active_inventory(cat: &dyn Catalog) -> CaseResult {
     ensure!(
         got.attrs.mode == 0o100644
             && got.attrs.uid == 1000
-            && got.attrs.mtime_ns == 1_700_000_000_000_000_000,
+            && got.attrs.mtime_ns == 1_700_000_000_000_000_000
+            && got.attrs.ino == u64::MAX - 7,
         "attributes {:?}",
         got.attrs
     );

@@ -158,6 +158,12 @@ CREATE TABLE admins (
     registered BIGINT NOT NULL
 );
 "#,
+    // 3: the inode number, one of the attributes an incremental backup compares (a file
+    // replaced by another of the same size and times is still a different file). 0 for
+    // versions stored before it was recorded: unknown, never compared.
+    r#"
+ALTER TABLE objects ADD COLUMN ino BIGINT NOT NULL DEFAULT 0;
+"#,
 ];
 
 /// The newest schema version this program knows.

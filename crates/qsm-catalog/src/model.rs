@@ -249,6 +249,9 @@ pub struct Attributes {
     pub gid: u32,
     /// Symlink target.
     pub link_target: Option<Vec<u8>>,
+    /// Inode number on the client (0: not recorded). Compared by incremental backup only, never
+    /// restored.
+    pub ino: u64,
 }
 
 /// A chunk of a new object: a frame stored in this transaction, or one already in the catalog

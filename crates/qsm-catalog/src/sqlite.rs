@@ -25,7 +25,7 @@ const MAX_PROBLEMS: usize = 1000;
 
 const OBJECT_COLUMNS: &str = "id, filespace_id, state, path, object_type, size, mtime_ns, \
      ctime_ns, mode, uid, gid, inserted, deactivated, mgmt_class_id, description, \
-     retain_until, link_target, chunk_list";
+     retain_until, link_target, chunk_list, ino";
 
 // Object states (0 = inactive backup is written as a literal in the UPDATEs).
 const STATE_ACTIVE: i64 = 1;
@@ -55,6 +55,13 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 fn open_connection(path: &Path) -> Result<Connection> {
+    // A new catalog is owner-only whatever the umask: it names every file backed up. SQLite
+    // opens an empty file as an empty database and gives its WAL and shared-memory files the
+    // database file's permissions. A failure here is reported by the open below.
+    if !path.exists() {
+        use std::os::unix::fs::OpenOptionsExt;
+        let _ = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path);
+    }
     let conn = Connection::open(path).map_err(classify(path, "opening the database"))?;
     conn.busy_timeout(std::time::Duration::from_millis(u64::from(BUSY_TIMEOUT_MS)))
         .map_err(classify(path, "setting the busy timeout"))?;
@@ -217,6 +224,7 @@ fn object_from_row(row: &Row<'_>) -> Result<ObjectVersion> {
             uid: int(9)? as u32,
             gid: int(10)? as u32,
             link_target: row.get(16).map_err(get)?,
+            ino: int(18)? as u64,
         },
         inserted: int(11)?,
         deactivated: row.get(12).map_err(get)?,
@@ -971,8 +979,8 @@ impl Txn for SqliteTxn<'_> {
         }
         let a = &object.attrs;
         c.prepare_cached(
-            "INSERT INTO objects (filespace_id, state, path, object_type, size, mtime_ns, ctime_ns, mode, uid, gid, inserted, mgmt_class_id, description, retain_until, link_target, chunk_list) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+            "INSERT INTO objects (filespace_id, state, path, object_type, size, mtime_ns, ctime_ns, mode, uid, gid, inserted, mgmt_class_id, description, retain_until, link_target, chunk_list, ino) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
         )
         .and_then(|mut s| {
             s.execute(params![
@@ -992,6 +1000,7 @@ impl Txn for SqliteTxn<'_> {
                 object.retain_until,
                 a.link_target,
                 chunk_list::encode(&ids),
+                a.ino as i64,
             ])
         })
         .map_err(|e| {

@@ -1,5 +1,5 @@
-//! Incremental backup: a file is sent when it is new or when its size, modification or change
-//! time, mode, owner or link target differ from the active version's; active versions of
+//! Incremental backup: a file is sent when it is new or when its type, size, modification or
+//! change time, mode, owner, inode or link target differ from the active version's; active versions of
 //! paths that are gone are marked inactive. A file is read in quanta that all cores compress
 //! at once, and its frames stream into the pool as they come, so memory does not grow with
 //! file size.
@@ -8,6 +8,8 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io::Read;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
 use qsm_catalog::{Attributes, FilespaceId, NewObject, ObjectKind, ObjectType};
@@ -15,12 +17,13 @@ use qsm_codec::{Compression, FrameEncoder};
 use qsm_store::TxnLimits;
 
 use crate::error::{ClientError, Result};
+use crate::filter::Filter;
 use crate::scan::{self, Entry};
 use crate::server::{Scope, Server, Upload};
 use crate::throttle::Throttle;
 
 /// How to back up.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct BackupOptions {
     /// Codec setting for every quantum.
     pub compression: Compression,
@@ -34,6 +37,11 @@ pub struct BackupOptions {
     pub one_file_system: bool,
     /// Send at most this many frame bytes per second (emulates a slow link).
     pub limit_upload: Option<u64>,
+    /// Include and exclude patterns.
+    pub filter: Filter,
+    /// Do not compare inode numbers (for file systems that do not keep them stable, such as
+    /// some FUSE and network file systems).
+    pub ignore_inode: bool,
 }
 
 impl Default for BackupOptions {
@@ -45,6 +53,8 @@ impl Default for BackupOptions {
             full: false,
             one_file_system: false,
             limit_upload: None,
+            filter: Filter::default(),
+            ignore_inode: false,
         }
     }
 }
@@ -91,9 +101,13 @@ pub fn filespace_name(root: &Path) -> Result<String> {
     })
 }
 
-fn changed(entry: &Entry, active: &(ObjectType, Attributes)) -> bool {
+/// Whether `entry` differs from its active version. An inode of 0 was not recorded (versions
+/// from before it was) and is not compared.
+fn changed(entry: &Entry, active: &(ObjectType, Attributes), ignore_inode: bool) -> bool {
     let (t, a) = active;
-    *t != entry.object_type
+    let inode_differs = !ignore_inode && a.ino != 0 && a.ino != entry.attrs.ino;
+    inode_differs
+        || *t != entry.object_type
         || a.size != entry.attrs.size
         || a.mtime_ns != entry.attrs.mtime_ns
         || a.ctime_ns != entry.attrs.ctime_ns
@@ -171,36 +185,50 @@ fn run(
     let selective = options.full || archive.is_some();
     // Set when the pipeline stops on an error, so the walk stops too instead of finishing the
     // tree for nothing.
-    let stop = std::sync::atomic::AtomicBool::new(false);
+    let stop = AtomicBool::new(false);
     let stop = &stop;
+    let threads = options.threads.unwrap_or_else(qsm_codec::engine::default_threads);
 
     let (walked, pipeline_result, store_error) = std::thread::scope(|scope| {
         let walker = scope.spawn(move || {
-            let (mut examined, mut unchanged, mut warnings) = (0u64, 0u64, Vec::new());
-            let mut kept: Vec<Vec<u8>> = Vec::new();
+            let examined = AtomicU64::new(0);
+            let unchanged = AtomicU64::new(0);
+            let warnings = Mutex::new(Vec::new());
+            let kept: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
+            let active = Mutex::new(active);
+            let walk_options = scan::WalkOptions {
+                one_file_system: options.one_file_system,
+                filter: &options.filter,
+                threads,
+            };
             let result = scan::walk(
                 &canonical,
-                options.one_file_system,
-                &mut |entry| {
-                    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                &walk_options,
+                &|entry| {
+                    if stop.load(Ordering::Relaxed) {
                         return Err(ClientError::Invalid("backup stopped".into()));
                     }
-                    examined += 1;
-                    let previous = active.remove(&entry.rel);
-                    if !selective && previous.as_ref().is_some_and(|p| !changed(entry, p)) {
-                        unchanged += 1;
+                    examined.fetch_add(1, Ordering::Relaxed);
+                    let previous = lock(&active).remove(&entry.rel);
+                    if !selective
+                        && previous
+                            .as_ref()
+                            .is_some_and(|p| !changed(&entry, p, options.ignore_inode))
+                    {
+                        unchanged.fetch_add(1, Ordering::Relaxed);
                         return Ok(());
                     }
                     // The reader stopped (a fatal error): stop walking too.
-                    tx.send(entry.clone())
-                        .map_err(|_| ClientError::Invalid("backup stopped".into()))
+                    tx.send(entry).map_err(|_| ClientError::Invalid("backup stopped".into()))
                 },
-                &mut |path, rel, err| {
-                    warnings.push(format!("{}: not examined: {err}", path.display()));
-                    kept.push(rel.to_vec());
+                &|path, rel, err| {
+                    lock(&warnings).push(format!("{}: not examined: {err}", path.display()));
+                    lock(&kept).push(rel.to_vec());
                 },
             );
             drop(tx);
+            let mut active = active.into_inner().unwrap_or_else(PoisonError::into_inner);
+            let kept = kept.into_inner().unwrap_or_else(PoisonError::into_inner);
             // What could not be examined keeps its active versions: unreadable is not deleted.
             if !kept.is_empty() {
                 active.retain(|path, _| {
@@ -211,13 +239,14 @@ fn run(
                     })
                 });
             }
-            (result, examined, unchanged, warnings, active)
+            let warnings = warnings.into_inner().unwrap_or_else(PoisonError::into_inner);
+            (result, examined.into_inner(), unchanged.into_inner(), warnings, active)
         });
 
         let mut reader = Reader { rx, file: None, quantum };
         let mut store_error = None;
         let result = qsm_codec::pipeline::run(
-            options.threads.unwrap_or_else(qsm_codec::engine::default_threads),
+            threads,
             |_, piece: &mut Piece| reader.next(piece),
             || Ok(FrameEncoder::new(setting)?),
             |encoder, _, piece| piece.encode(encoder),
@@ -237,7 +266,7 @@ fn run(
         );
         // Unblock the walker if the pipeline stopped early: dropping the reader closes the queue.
         if result.is_err() {
-            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            stop.store(true, Ordering::Relaxed);
         }
         drop(reader);
         let walked = walker.join();
@@ -432,7 +461,7 @@ fn open_same_file(entry: &Entry) -> std::result::Result<(File, Entry), String> {
         .map_err(|e| format!("{}: not backed up: {e}", entry.path.display()))?;
     let meta =
         file.metadata().map_err(|e| format!("{}: not backed up: {e}", entry.path.display()))?;
-    if !meta.is_file() || meta.dev() != entry.dev || meta.ino() != entry.ino {
+    if !meta.is_file() || meta.dev() != entry.dev || meta.ino() != entry.attrs.ino {
         return Err(format!(
             "{}: not backed up: it was replaced after the walk",
             entry.path.display()
@@ -441,6 +470,12 @@ fn open_same_file(entry: &Entry) -> std::result::Result<(File, Entry), String> {
     let mut entry = entry.clone();
     entry.attrs = scan::attributes(&meta, None);
     Ok((file, entry))
+}
+
+/// The walk's threads share these only for a lookup or a push; a panic in one is reported by
+/// the thread scope, so a poisoned lock's data is still good to read.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 fn same_content(meta: &std::fs::Metadata, attrs: &Attributes) -> bool {
@@ -458,4 +493,47 @@ pub fn cpu_seconds() -> f64 {
     let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
     // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
     (ticks(11) + ticks(12)) / 100.0
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn entry(ino: u64) -> Entry {
+        Entry {
+            rel: b"f".to_vec(),
+            path: "/nonexistent/qsm-test/f".into(),
+            object_type: ObjectType::File,
+            attrs: Attributes {
+                size: 5,
+                mtime_ns: 7,
+                ctime_ns: 8,
+                mode: 0o100644,
+                ino,
+                ..Default::default()
+            },
+            dev: 1,
+        }
+    }
+
+    #[test]
+    fn a_file_replaced_by_another_inode_is_changed_unless_inodes_are_ignored() {
+        let stored = (ObjectType::File, entry(42).attrs);
+        assert!(!changed(&entry(42), &stored, false));
+        assert!(changed(&entry(43), &stored, false), "same size and times, another file");
+        assert!(!changed(&entry(43), &stored, true), "--ignore-inode");
+        // Versions from before inodes were recorded are not all sent again.
+        let old = (ObjectType::File, entry(0).attrs);
+        assert!(!changed(&entry(43), &old, false));
+        let mut moved = entry(42);
+        moved.attrs.ctime_ns += 1;
+        assert!(changed(&moved, &stored, true));
+    }
+
+    #[test]
+    fn a_file_gone_before_it_is_opened_is_named_in_the_warning() {
+        let e = open_same_file(&entry(1)).unwrap_err();
+        assert!(e.starts_with("/nonexistent/qsm-test/f: not backed up: "), "{e}");
+    }
 }

@@ -12,6 +12,7 @@
 pub mod backup;
 pub mod embedded;
 pub mod error;
+pub mod filter;
 pub mod remote;
 pub mod restore;
 pub mod scan;
@@ -21,4 +22,5 @@ pub mod throttle;
 pub use backup::{BackupOptions, BackupSummary, Progress, archive, backup};
 pub use embedded::Embedded;
 pub use error::{ClientError, Result};
+pub use filter::Filter;
 pub use restore::{RestoreOptions, RestoreSummary, Selection, restore};

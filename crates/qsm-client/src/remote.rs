@@ -121,6 +121,23 @@ impl RemoteServer {
             }))
             .map_err(|s| status(&url, s))?
             .into_inner();
+        // The server checked the protocol; a reply in another one means something between us
+        // and it is not what it says. A server accepting less than a largest frame's message
+        // could not take this client's uploads.
+        if reply.protocol != qsm_proto::PROTOCOL {
+            return Err(ClientError::Server(format!(
+                "{url}: the server answered in protocol {}, this client speaks {}",
+                reply.protocol,
+                qsm_proto::PROTOCOL
+            )));
+        }
+        if reply.max_message < qsm_proto::MAX_MESSAGE as u64 {
+            return Err(ClientError::Server(format!(
+                "{url}: the server accepts messages of at most {} bytes, this client needs {}",
+                reply.max_message,
+                qsm_proto::MAX_MESSAGE
+            )));
+        }
         let token = MetadataValue::try_from(format!("Bearer {}", reply.token)).map_err(|_| {
             ClientError::Server(format!("{url}: the server sent an unusable token"))
         })?;
@@ -144,6 +161,8 @@ impl RemoteServer {
     /// or the connection the server's local socket).
     pub fn admin(&self) -> AdminClient<Authed> {
         AdminClient::with_interceptor(self.channel.clone(), self.bearer.clone())
+            .max_decoding_message_size(qsm_proto::MAX_MESSAGE)
+            .max_encoding_message_size(qsm_proto::MAX_MESSAGE)
     }
 
     /// Runs an administrative call.

@@ -31,6 +31,9 @@ pub enum Existing {
     Skip,
     /// Replace it.
     Replace,
+    /// Keep it and restore beside it, as `NAME.restored` (or `NAME.restored.2`, ...), never
+    /// over anything. Existing directories are merged into.
+    Rename,
 }
 
 /// Which versions to bring back.
@@ -67,6 +70,9 @@ pub struct RestoreSummary {
     pub restored: u64,
     /// Objects skipped because they exist.
     pub skipped: u64,
+    /// Objects restored under a new name because their name was taken (counted in `restored`
+    /// too).
+    pub renamed: u64,
     /// Objects refused or failed, each with a warning.
     pub failed: u64,
     /// Bytes of file data written.
@@ -165,7 +171,6 @@ pub fn restore(
             server.describe()
         ))
     })?;
-    fs::create_dir_all(target).map_err(ClientError::io("cannot create restore target", target))?;
     let below = |path: &[u8]| match &options.subpath {
         None => true,
         Some(p) => {
@@ -213,6 +218,33 @@ pub fn restore(
             Ok(())
         })?,
     }
+    // A filespace whose root is a file (a single file was backed up) restores like `cp`: into
+    // the target if it is a directory, as the target otherwise.
+    let file_root =
+        versions.iter().any(|v| v.path.is_empty() && v.object_type != ObjectType::Directory);
+    let (target, root_name) = if !file_root {
+        (target.to_path_buf(), None)
+    } else if target.is_dir() {
+        let name = Path::new(filespace).file_name().unwrap_or(OsStr::new("restored"));
+        (target.to_path_buf(), Some(name.to_os_string()))
+    } else {
+        match (target.parent(), target.file_name()) {
+            (Some(parent), Some(name)) => (parent.to_path_buf(), Some(name.to_os_string())),
+            _ => {
+                return Err(ClientError::Invalid(format!(
+                    "cannot restore the file {filespace} as {}",
+                    target.display()
+                )));
+            }
+        }
+    };
+    let target = target.as_path();
+    if let Some(name) = &root_name {
+        for v in versions.iter_mut().filter(|v| v.path.is_empty()) {
+            v.path = name.as_bytes().to_vec();
+        }
+    }
+    fs::create_dir_all(target).map_err(ClientError::io("cannot create restore target", target))?;
     let mut summary = RestoreSummary::default();
     let root = running_as_root();
     // Everything below is reached from this descriptor, never by path again.
@@ -232,7 +264,8 @@ pub fn restore(
     for v in &versions {
         let name = String::from_utf8_lossy(&v.path).into_owned();
         match restore_one(v, target, &target_fd, options.existing, root) {
-            Ok(Outcome::Restored(bytes)) => {
+            Ok(Outcome::Restored(bytes, renamed)) => {
+                summary.renamed += u64::from(renamed);
                 summary.restored += 1;
                 summary.bytes += bytes;
                 if v.object_type == ObjectType::Directory {
@@ -247,6 +280,9 @@ pub fn restore(
             }
         }
     }
+    // Container order: chunk ids grow in the order frames were appended to the pool, so the
+    // server reads its containers front to back instead of seeking between them.
+    jobs.sort_by_key(|j| j.version.chunks.first().map_or(i64::MIN, |c| c.0));
     restore_files(
         server,
         &jobs,
@@ -275,7 +311,8 @@ pub fn restore(
 }
 
 enum Outcome {
-    Restored(u64),
+    /// Restored (bytes written), under a new name or not.
+    Restored(u64, bool),
     Skipped,
     /// A file to restore through the pipeline.
     File(Box<FileJob>),
@@ -287,6 +324,8 @@ struct FileJob {
     version: ObjectVersion,
     parents: Vec<OsString>,
     name: OsString,
+    /// Restored beside an existing file: never replace what is at `name`.
+    renamed: bool,
     tmp: String,
     /// For messages only.
     path: PathBuf,
@@ -308,7 +347,7 @@ fn restore_one(
         .map_err(|why| Refusal::Warn(format!("unsafe name in the catalog ({why})")))?;
     let Some((last, parents)) = components.split_last() else {
         // The filespace root itself: the target.
-        return Ok(Outcome::Restored(0));
+        return Ok(Outcome::Restored(0, false));
     };
     let parent_path = parents.iter().fold(target.to_path_buf(), |p, c| p.join(c));
     let parent = open_dirs(target_fd, parents, true, target).map_err(Refusal::Warn)?;
@@ -319,16 +358,27 @@ fn restore_one(
             open_dirs(&parent, &[*last], true, &parent_path).map_err(Refusal::Warn)?;
             // An existing directory is used as it is, its owner, mode and times untouched,
             // unless replacing.
-            if present.is_some() && existing == Existing::Skip {
+            if present.is_some() && existing != Existing::Replace {
                 return Ok(Outcome::Skipped);
             }
-            Ok(Outcome::Restored(0))
+            Ok(Outcome::Restored(0, false))
         }
         ObjectType::Symlink | ObjectType::File => {
             if present.is_some() && existing == Existing::Skip {
                 return Ok(Outcome::Skipped);
             }
-            if present.is_some_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Directory)
+            let renamed = present.is_some() && existing == Existing::Rename;
+            let (last, path) = if renamed {
+                let free = free_name(&parent, last).map_err(Refusal::Warn)?;
+                let path = parent_path.join(&free);
+                (free, path)
+            } else {
+                (last.to_os_string(), path)
+            };
+            let last = last.as_os_str();
+            if !renamed
+                && present
+                    .is_some_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Directory)
             {
                 return Err(Refusal::Warn(format!("{} is a directory", path.display())));
             }
@@ -338,6 +388,7 @@ fn restore_one(
                     version: v.clone(),
                     parents: parents.iter().map(|c| c.to_os_string()).collect(),
                     name: last.to_os_string(),
+                    renamed,
                     tmp,
                     path,
                 })));
@@ -355,14 +406,38 @@ fn restore_one(
                     AtFlags::SYMLINK_NOFOLLOW,
                 );
             }
-            // renameat replaces a symlink itself, never the file it points to.
-            rustix::fs::renameat(&parent, tmp.as_str(), &parent, *last).map_err(|e| {
+            into_place(&parent, &tmp, last, renamed).map_err(|e| {
                 let _ = rustix::fs::unlinkat(&parent, tmp.as_str(), AtFlags::empty());
                 Refusal::Warn(format!("cannot rename into place: {e}"))
             })?;
-            Ok(Outcome::Restored(0))
+            Ok(Outcome::Restored(0, renamed))
         }
     }
+}
+
+/// Moves a finished temporary file or symlink to its name. `renameat` replaces a symlink
+/// itself, never the file it points to; beside an existing file (`keep`), nothing already at
+/// the name is ever replaced, even if it appeared since the name was chosen.
+fn into_place(parent: &OwnedFd, tmp: &str, name: &OsStr, keep: bool) -> rustix::io::Result<()> {
+    if keep {
+        rustix::fs::renameat_with(parent, tmp, parent, name, rustix::fs::RenameFlags::NOREPLACE)
+    } else {
+        rustix::fs::renameat(parent, tmp, parent, name)
+    }
+}
+
+/// The first of `NAME.restored`, `NAME.restored.2`, ... that nothing in `parent` holds.
+fn free_name(parent: &OwnedFd, name: &OsStr) -> std::result::Result<OsString, String> {
+    for n in 1..=1000u32 {
+        let mut candidate = name.to_os_string();
+        candidate.push(if n == 1 { ".restored".to_owned() } else { format!(".restored.{n}") });
+        match rustix::fs::statat(parent, candidate.as_os_str(), AtFlags::SYMLINK_NOFOLLOW) {
+            Err(e) if e == Errno::NOENT => return Ok(candidate),
+            Err(e) => return Err(format!("{}: {e}", candidate.to_string_lossy())),
+            Ok(_) => {}
+        }
+    }
+    Err(format!("{}.restored.1000 and all names before it exist", name.to_string_lossy()))
 }
 
 /// One quantum of a restored file on its way through the pipeline.
@@ -568,11 +643,10 @@ fn restore_files(
                 let _ =
                     file.set_times(FileTimes::new().set_modified(system_time(v.attrs.mtime_ns)));
             }
-            // renameat replaces a symlink itself, never the file it points to.
-            match rustix::fs::renameat(&**parent, job.tmp.as_str(), &**parent, job.name.as_os_str())
-            {
+            match into_place(parent, &job.tmp, &job.name, job.renamed) {
                 Ok(()) => {
                     summary.restored += 1;
+                    summary.renamed += u64::from(job.renamed);
                     summary.bytes += v.attrs.size;
                 }
                 Err(e) => {

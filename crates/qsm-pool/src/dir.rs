@@ -255,7 +255,13 @@ impl DirPool {
                 }
             }
             Err(e) if e.kind() == ErrorKind::NotFound => {
-                fs::create_dir_all(root).map_err(|e| write_error("creating pool", root, e))?;
+                // Owner-only whatever the umask: containers hold every file backed up.
+                std::os::unix::fs::DirBuilderExt::mode(
+                    fs::DirBuilder::new().recursive(true),
+                    0o700,
+                )
+                .create(root)
+                .map_err(|e| write_error("creating pool", root, e))?;
                 if options.fsync
                     && let Some(parent) = root.parent().filter(|p| !p.as_os_str().is_empty())
                 {

@@ -27,6 +27,7 @@ pub fn attributes_to_wire(a: &Attributes) -> v1::Attributes {
         uid: a.uid,
         gid: a.gid,
         link_target: a.link_target.clone().map(Into::into),
+        ino: a.ino,
     }
 }
 
@@ -41,6 +42,7 @@ pub fn attributes_from_wire(a: Option<&v1::Attributes>) -> Result<Attributes, Ma
         uid: a.uid,
         gid: a.gid,
         link_target: a.link_target.as_ref().map(|t| t.to_vec()),
+        ino: a.ino,
     })
 }
 
@@ -143,6 +145,7 @@ mod tests {
                 uid: 1,
                 gid: 2,
                 link_target: Some(b"t".to_vec()),
+                ino: 99,
             },
             mgmt_class: None,
             description: Some("d".into()),

@@ -110,10 +110,13 @@ impl Sessions {
         self.by_token.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Opens a session; `None` when `max` are already open.
+    /// Opens a session; `None` when `max` are already open. Cancelled sessions do not count:
+    /// they stay only so that their token is answered "cancelled", and are dropped here once
+    /// no request holds them any more.
     pub fn open(&self, s: NewSession, token: String, max: usize) -> Option<Arc<Session>> {
         let mut map = self.map();
-        if map.len() >= max {
+        map.retain(|_, s| !s.is_cancelled() || Arc::strong_count(s) > 1);
+        if map.values().filter(|s| !s.is_cancelled()).count() >= max {
             return None;
         }
         let session = Arc::new(Session {
@@ -206,6 +209,11 @@ mod tests {
         assert!(s.cancel(a.id));
         assert!(s.get("t1").unwrap().is_cancelled());
         assert!(!s.cancel(999));
+        s.open(new("c"), "t3".into(), 2).expect("a cancelled session does not count");
+        assert!(s.get("t1").is_some(), "kept while a request holds it");
+        drop(a);
+        assert!(s.open(new("d"), "t4".into(), 2).is_none(), "b and c are open");
+        assert!(s.get("t1").is_none(), "dropped once nothing holds it");
         assert_eq!(s.expire(Duration::from_secs(3600)).len(), 0);
         assert_eq!(s.expire(Duration::ZERO).len(), 2);
         assert!(s.get("t2").is_none());

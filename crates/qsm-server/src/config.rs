@@ -64,7 +64,26 @@ impl ServerConfig {
     pub fn load(path: &Path) -> Result<ServerConfig, String> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("reading the server configuration {}: {e}", path.display()))?;
-        toml::from_str(&text).map_err(|e| format!("server configuration {}: {e}", path.display()))
+        let config: ServerConfig = toml::from_str(&text)
+            .map_err(|e| format!("server configuration {}: {e}", path.display()))?;
+        config.validate().map_err(|e| format!("server configuration {}: {e}", path.display()))?;
+        Ok(config)
+    }
+
+    /// Refuses limits that would stop the server from working: a transaction of no objects
+    /// or bytes, no sessions, sessions ended as soon as they start.
+    pub fn validate(&self) -> Result<(), String> {
+        for (name, value) in [
+            ("txn_group_max", self.txn_group_max as u64),
+            ("txn_byte_limit", self.txn_byte_limit),
+            ("max_sessions", self.max_sessions as u64),
+            ("idle_timeout_minutes", self.idle_timeout_minutes),
+        ] {
+            if value == 0 {
+                return Err(format!("{name} must be at least 1"));
+            }
+        }
+        Ok(())
     }
 
     /// The catalog's path.
@@ -116,5 +135,8 @@ mod tests {
         std::fs::write(&path, "data_dri = \"/srv\"\n").unwrap();
         let e = ServerConfig::load(&path).unwrap_err();
         assert!(e.contains("data_dri"), "{e}");
+        std::fs::write(&path, "txn_byte_limit = 0\n").unwrap();
+        let e = ServerConfig::load(&path).unwrap_err();
+        assert!(e.contains("txn_byte_limit must be at least 1"), "{e}");
     }
 }

@@ -75,7 +75,9 @@ async fn serve(config: ServerConfig, ready: impl FnOnce(&Listening)) -> Result<(
     let node = NodeServer::new(node::NodeService { state: Arc::clone(&state) })
         .max_decoding_message_size(qsm_proto::MAX_MESSAGE)
         .max_encoding_message_size(qsm_proto::MAX_MESSAGE);
-    let admin = AdminServer::new(admin::AdminService { state: Arc::clone(&state) });
+    let admin = AdminServer::new(admin::AdminService { state: Arc::clone(&state) })
+        .max_decoding_message_size(qsm_proto::MAX_MESSAGE)
+        .max_encoding_message_size(qsm_proto::MAX_MESSAGE);
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = move || {

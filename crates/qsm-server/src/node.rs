@@ -286,7 +286,16 @@ impl Node for NodeService {
         let r = request.into_inner();
         let fs =
             FilespaceId(convert::id_from_wire(r.filespace, "filespace id").map_err(malformed)?);
-        let all = r.scope == v1::Scope::All as i32;
+        let all = match v1::Scope::try_from(r.scope) {
+            Ok(v1::Scope::All) => true,
+            Ok(v1::Scope::Active) => false,
+            Err(_) => {
+                return Err(Status::invalid_argument(format!(
+                    "unknown inventory scope {}",
+                    r.scope
+                )));
+            }
+        };
         let state = Arc::clone(&self.state);
         let (tx, rx) = mpsc::channel(4);
         tokio::task::spawn_blocking(move || {

@@ -19,7 +19,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use qsm_catalog::{
     Catalog, CatalogError, ContainerId, FilespaceId, NewChunk, NewObject, ObjectChunk, ObjectId,
@@ -88,6 +88,10 @@ pub struct Store {
     /// Containers open for appending in this process: reclamation and orphan removal leave
     /// them alone. (Several servers sharing a pool will need this in the catalog.)
     open: Mutex<HashSet<ContainerId>>,
+    /// Held shared by every append and exclusively by orphan removal: a writer rolling over
+    /// creates its new container inside `append`, before it can register it as open, and
+    /// orphan removal must not see that container in between.
+    appending: RwLock<()>,
 }
 
 /// What one commit recorded.
@@ -118,7 +122,13 @@ impl Store {
             // The pool's own id (its Display form, 32 hex digits) ties the record to the pool.
             None => catalog.define_pool(pool.name(), "dir", &pool.id().to_string())?,
         };
-        Ok(Store { catalog, pool, pool_record, open: Mutex::new(HashSet::new()) })
+        Ok(Store {
+            catalog,
+            pool,
+            pool_record,
+            open: Mutex::new(HashSet::new()),
+            appending: RwLock::new(()),
+        })
     }
 
     /// The catalog.
@@ -137,8 +147,10 @@ impl Store {
 
     /// Starts a batch of objects with its own pool writer.
     pub fn batch(&self, limits: TxnLimits) -> Result<Batch<'_>> {
+        let appending = self.appending.read().unwrap_or_else(PoisonError::into_inner);
         let writer = self.pool.writer()?;
         self.open_set().insert(ContainerId(writer.container()));
+        drop(appending);
         let mine = HashSet::from([writer.container()]);
         Ok(Batch {
             store: self,
@@ -278,6 +290,7 @@ impl Store {
         // Pool first, then the catalog, then the open set: a container created after the pool
         // listing is not considered, and one committed or opened before the later two
         // snapshots is seen as known or open.
+        let _no_appends = self.appending.write().unwrap_or_else(PoisonError::into_inner);
         let listed = self.pool.containers()?;
         let known: HashSet<u64> =
             self.catalog.containers(self.pool_record)?.iter().map(|c| c.id.0).collect();
@@ -325,7 +338,10 @@ pub struct Batch<'s> {
     store: &'s Store,
     writer: Option<Box<dyn PoolWriter>>,
     pending: Vec<NewObject>,
-    deactivations: Vec<(FilespaceId, Vec<u8>)>,
+    /// Deactivations, each with the number of objects queued before it: they are applied in
+    /// the order they were asked for, relative to the inserts, so "deactivate p, then back up
+    /// p" leaves p's new version active.
+    deactivations: Vec<(usize, FilespaceId, Vec<u8>)>,
     bytes: u64,
     limits: TxnLimits,
     /// Containers written since the last commit, with the end of the last frame in each.
@@ -415,10 +431,13 @@ impl Batch<'_> {
                 ),
             });
         }
+        let store = self.store;
+        let appending = store.appending.read().unwrap_or_else(PoisonError::into_inner);
         let loc = self.writer()?.append(frame)?;
         if self.mine.insert(loc.container) {
-            self.store.open_set().insert(ContainerId(loc.container));
+            store.open_set().insert(ContainerId(loc.container));
         }
+        drop(appending);
         let end = self.touched.entry(loc.container).or_insert(0);
         *end = (*end).max(loc.offset + u64::from(loc.len));
         self.bytes += frame.len() as u64;
@@ -454,7 +473,7 @@ impl Batch<'_> {
 
     /// Queues the deactivation of the active version of `path` (deleted on the client).
     pub fn deactivate(&mut self, filespace: FilespaceId, path: &[u8]) {
-        self.deactivations.push((filespace, path.to_vec()));
+        self.deactivations.push((self.pending.len(), filespace, path.to_vec()));
     }
 
     /// Objects waiting for the next commit.
@@ -478,10 +497,14 @@ impl Batch<'_> {
             t.set_container(ContainerId(container), end, false)?;
         }
         let mut objects = Vec::with_capacity(self.pending.len());
-        for object in &self.pending {
+        let mut deactivations = self.deactivations.iter().peekable();
+        for (i, object) in self.pending.iter().enumerate() {
+            while let Some((_, fs, path)) = deactivations.next_if(|(before, ..)| *before <= i) {
+                t.deactivate(*fs, path, now)?;
+            }
             objects.push(t.insert_object(object, now)?);
         }
-        for (fs, path) in &self.deactivations {
+        for (_, fs, path) in deactivations {
             t.deactivate(*fs, path, now)?;
         }
         t.commit()?;

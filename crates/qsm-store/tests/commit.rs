@@ -107,6 +107,28 @@ fn a_new_version_replaces_the_active_one_and_deletions_deactivate() {
 }
 
 #[test]
+fn deactivations_and_inserts_apply_in_the_order_asked() {
+    let dir = TempDir::new().unwrap();
+    let (store, fs) = open_store(dir.path(), None);
+    let mut batch = store.batch(TxnLimits::default()).unwrap();
+    add(&mut batch, fs, "/a", b"one");
+    add(&mut batch, fs, "/b", b"one");
+    batch.commit(10).unwrap();
+    // Deleted, then created again in the same transaction: the new version is active.
+    batch.deactivate(fs, b"/a");
+    add(&mut batch, fs, "/a", b"two");
+    // Created, then deleted: nothing is active.
+    add(&mut batch, fs, "/b", b"two");
+    batch.deactivate(fs, b"/b");
+    batch.finish(20).unwrap();
+    let a = store.catalog().versions(fs, b"/a").unwrap();
+    assert_eq!(a.iter().filter(|v| v.active).count(), 1, "{a:?}");
+    assert_eq!(restore(&store, a.iter().find(|v| v.active).unwrap().id), b"two");
+    let b = store.catalog().versions(fs, b"/b").unwrap();
+    assert_eq!((b.len(), b.iter().filter(|v| v.active).count()), (2, 0), "{b:?}");
+}
+
+#[test]
 fn reclamation_compacts_and_keeps_every_live_version() {
     let dir = TempDir::new().unwrap();
     let (store, fs) = open_store(dir.path(), Some(1 << 20));

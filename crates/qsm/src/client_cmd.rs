@@ -43,11 +43,53 @@ pub struct BackupArgs {
     /// Stay on the file system of each path.
     #[arg(long)]
     one_file_system: bool,
+    /// Do not compare inode numbers (file systems whose inodes are not stable, e.g. some FUSE
+    /// or network mounts, would otherwise send every file each time).
+    #[arg(long)]
+    ignore_inode: bool,
+    #[command(flatten)]
+    patterns: Patterns,
     /// Machine-readable summary.
     #[arg(long)]
     json: bool,
     #[command(flatten)]
     home: Conn,
+}
+
+/// Include and exclude patterns, added to those of the client configuration.
+#[derive(Debug, Args)]
+pub struct Patterns {
+    /// Skip what matches (repeatable): a name at any depth (`*.o`, `.cache`), a path below the
+    /// root (`build/out`), an absolute path (`/home/*/.cache`); a trailing `/` matches
+    /// directories only. Excluded directories are not entered; files excluded since the last
+    /// backup are marked inactive, like deleted ones.
+    #[arg(long, value_name = "PATTERN")]
+    exclude: Vec<String>,
+    /// Take only what matches, or lies below a directory that does (repeatable; same pattern
+    /// forms). Directories are still walked to find matches. An exclude beats an include.
+    #[arg(long, value_name = "PATTERN")]
+    include: Vec<String>,
+}
+
+/// What to do where a restored file exists.
+#[derive(Debug, Args)]
+pub struct ExistingArgs {
+    /// Replace files that exist (default: skip them).
+    #[arg(long, conflicts_with = "rename")]
+    replace: bool,
+    /// Keep files that exist and restore beside them as NAME.restored (NAME.restored.2, ...).
+    #[arg(long)]
+    rename: bool,
+}
+
+impl ExistingArgs {
+    fn existing(&self) -> Existing {
+        match (self.replace, self.rename) {
+            (true, _) => Existing::Replace,
+            (_, true) => Existing::Rename,
+            _ => Existing::Skip,
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -57,9 +99,8 @@ pub struct RestoreArgs {
     /// Restore into this directory instead of the original location.
     #[arg(long)]
     to: Option<PathBuf>,
-    /// Replace files that exist (default: skip them).
-    #[arg(long)]
-    replace: bool,
+    #[command(flatten)]
+    existing: ExistingArgs,
     /// Restore the versions that were active at this time (UTC): "2026-11-22 14:30",
     /// "2026-11-22T14:30:00", "2026-11-22", or "@SECONDS" since the epoch.
     #[arg(long, value_parser = parse_time, conflicts_with = "id")]
@@ -88,6 +129,8 @@ pub struct ArchiveArgs {
     /// Compression: auto (the default), off, or CODEC[:LEVEL].
     #[arg(long)]
     compression: Option<String>,
+    #[command(flatten)]
+    patterns: Patterns,
     /// Machine-readable summary.
     #[arg(long)]
     json: bool,
@@ -105,9 +148,8 @@ pub struct RetrieveArgs {
     /// Retrieve into this directory instead of the original location.
     #[arg(long)]
     to: Option<PathBuf>,
-    /// Replace files that exist (default: skip them).
-    #[arg(long)]
-    replace: bool,
+    #[command(flatten)]
+    existing: ExistingArgs,
     /// Machine-readable summary.
     #[arg(long)]
     json: bool,
@@ -230,6 +272,7 @@ fn backup_options(
     config: &ClientConfig,
     compression: Option<&str>,
     threads: Option<usize>,
+    patterns: &Patterns,
 ) -> Result<BackupOptions> {
     let mut options = BackupOptions::default();
     let compression = compression.or(config.compression.as_deref()).unwrap_or("auto");
@@ -241,28 +284,42 @@ fn backup_options(
     if let Some(rate) = &config.limit_upload {
         options.limit_upload = Some(parse_rate(rate).map_err(anyhow::Error::msg)?);
     }
+    if config.txn_group_max == Some(0) || config.txn_byte_limit == Some(0) {
+        bail!("txn_group_max and txn_byte_limit in the client configuration must be at least 1");
+    }
     if let Some(n) = config.txn_group_max {
-        options.limits.group_max = n.max(1);
+        options.limits.group_max = n;
     }
     if let Some(n) = config.txn_byte_limit {
-        options.limits.byte_limit = n.max(1);
+        options.limits.byte_limit = n;
     }
+    let include: Vec<String> = config.include.iter().chain(&patterns.include).cloned().collect();
+    let exclude: Vec<String> = config.exclude.iter().chain(&patterns.exclude).cloned().collect();
+    options.filter = qsm_client::Filter::new(&include, &exclude)?;
     Ok(options)
 }
 
 pub fn backup(args: BackupArgs) -> Result<Complete> {
-    let mut options =
-        backup_options(&args.home.config()?, args.compression.as_deref(), args.threads)?;
+    let mut options = backup_options(
+        &args.home.config()?,
+        args.compression.as_deref(),
+        args.threads,
+        &args.patterns,
+    )?;
     options.full = args.selective;
     options.one_file_system = args.one_file_system;
+    options.ignore_inode = args.ignore_inode;
     if args.limit_upload.is_some() {
         options.limit_upload = args.limit_upload;
     }
+    if args.txn_group_max == Some(0) || args.txn_byte_limit == Some(0) {
+        bail!("--txn-group-max and --txn-byte-limit must be at least 1");
+    }
     if let Some(n) = args.txn_group_max {
-        options.limits.group_max = n.max(1);
+        options.limits.group_max = n;
     }
     if let Some(n) = args.txn_byte_limit {
-        options.limits.byte_limit = n.max(1);
+        options.limits.byte_limit = n;
     }
     let connected = args.home.open()?;
     let server = connected.server();
@@ -389,7 +446,7 @@ fn locate(server: &dyn Server, path: &Path) -> Result<(String, Option<Vec<u8>>)>
 struct RestoreRequest<'a> {
     path: &'a Path,
     to: Option<&'a Path>,
-    replace: bool,
+    existing: Existing,
     json: bool,
     select: Selection,
     verb: &'static str,
@@ -401,8 +458,7 @@ fn restore_with(server: &dyn Server, r: RestoreRequest<'_>) -> Result<Complete> 
         Some(t) => absolute(t)?,
         None => PathBuf::from(&filespace),
     };
-    let existing = if r.replace { Existing::Replace } else { Existing::Skip };
-    let options = RestoreOptions { subpath, existing, select: r.select, threads: None };
+    let options = RestoreOptions { subpath, existing: r.existing, select: r.select, threads: None };
     let s = qsm_client::restore(server, &filespace, &target, &options)
         .with_context(|| format!("{} {}", r.verb, r.path.display()))?;
     for w in &s.warnings {
@@ -411,15 +467,20 @@ fn restore_with(server: &dyn Server, r: RestoreRequest<'_>) -> Result<Complete> 
     if r.json {
         println!(
             "{}",
-            serde_json::json!({"filespace": filespace, "target": target, "restored": s.restored, "skipped": s.skipped, "failed": s.failed, "bytes": s.bytes, "warnings": s.warnings})
+            serde_json::json!({"filespace": filespace, "target": target, "restored": s.restored, "renamed": s.renamed, "skipped": s.skipped, "failed": s.failed, "bytes": s.bytes, "warnings": s.warnings})
         );
     } else {
         println!(
-            "{} of {} into {}: restored {}, skipped {} (existing), failed {}, {:.1} MB",
+            "{} of {} into {}: restored {}{}, skipped {} (existing), failed {}, {:.1} MB",
             if r.verb == "retrieving" { "Retrieve" } else { "Restore" },
             r.path.display(),
             target.display(),
             s.restored,
+            if s.renamed > 0 {
+                format!(" ({} beside existing files)", s.renamed)
+            } else {
+                String::new()
+            },
             s.skipped,
             s.failed,
             mb(s.bytes)
@@ -443,7 +504,7 @@ pub fn restore(args: RestoreArgs) -> Result<Complete> {
         RestoreRequest {
             path: &args.path,
             to: args.to.as_deref(),
-            replace: args.replace,
+            existing: args.existing.existing(),
             json: args.json,
             select,
             verb: "restoring",
@@ -458,7 +519,7 @@ pub fn retrieve(args: RetrieveArgs) -> Result<Complete> {
         RestoreRequest {
             path: &args.path,
             to: args.to.as_deref(),
-            replace: args.replace,
+            existing: args.existing.existing(),
             json: args.json,
             select: Selection::Archives(args.description.clone()),
             verb: "retrieving",
@@ -467,7 +528,8 @@ pub fn retrieve(args: RetrieveArgs) -> Result<Complete> {
 }
 
 pub fn archive(args: ArchiveArgs) -> Result<Complete> {
-    let options = backup_options(&args.home.config()?, args.compression.as_deref(), None)?;
+    let options =
+        backup_options(&args.home.config()?, args.compression.as_deref(), None, &args.patterns)?;
     let connected = args.home.open()?;
     let server = connected.server();
     let days =

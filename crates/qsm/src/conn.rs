@@ -32,6 +32,10 @@ pub struct ClientConfig {
     pub txn_byte_limit: Option<u64>,
     /// Worker threads.
     pub threads: Option<usize>,
+    /// Include and exclude patterns for every backup and archive (see `qsm backup --help`);
+    /// those given as flags are added to these.
+    pub include: Vec<String>,
+    pub exclude: Vec<String>,
 }
 
 /// How to reach the data: every client command takes these.

@@ -75,14 +75,15 @@ pub fn server(args: ServerArgs) -> Result<bool> {
     }
     set!(socket, catalog, pool, tls_cert, tls_key);
     if let Some(n) = args.txn_group_max {
-        config.txn_group_max = n.max(1);
+        config.txn_group_max = n;
     }
     if let Some(n) = args.txn_byte_limit {
-        config.txn_byte_limit = n.max(1);
+        config.txn_byte_limit = n;
     }
     if let Some(n) = args.max_sessions {
-        config.max_sessions = n.max(1);
+        config.max_sessions = n;
     }
+    config.validate().map_err(anyhow::Error::msg)?;
     qsm_server::run(config, |l| {
         let mut out = std::io::stdout().lock();
         for url in &l.urls {

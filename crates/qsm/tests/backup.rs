@@ -445,3 +445,227 @@ fn owners_and_setuid_bits_are_restored_as_root() {
     let owned = fs::metadata(out.join("owned")).unwrap();
     assert_eq!((owned.uid(), owned.gid()), (1234, 2345), "directory owner not restored");
 }
+
+fn active_paths(home: &Path) -> Vec<String> {
+    let listing = qsm(home)
+        .args(["query", "backup", "--json"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let rows: serde_json::Value = serde_json::from_slice(&listing).unwrap();
+    rows.as_array().unwrap().iter().map(|r| r["path"].as_str().unwrap().to_owned()).collect()
+}
+
+#[test]
+fn include_and_exclude_patterns_choose_what_is_backed_up() {
+    let (home, dir) = (TempDir::new().unwrap(), TempDir::new().unwrap());
+    let src = dir.path().join("src");
+    tree(&src);
+    fs::create_dir_all(src.join("cache/sub")).unwrap();
+    fs::write(src.join("cache/sub/x"), b"x").unwrap();
+    fs::write(src.join("docs/deep/c.o"), b"object").unwrap();
+    // A name at any depth, a directory only, and a pattern from the configuration file.
+    let config = dir.path().join("client.toml");
+    fs::write(&config, "exclude = [\"*.o\"]\n").unwrap();
+    qsm(home.path())
+        .env("QSM_CONFIG", &config)
+        .args(["backup", "--exclude", "cache/"])
+        .arg(&src)
+        .assert()
+        .success();
+    let paths = active_paths(home.path());
+    assert!(paths.iter().all(|p| !p.starts_with("cache") && !p.ends_with(".o")), "{paths:?}");
+    assert!(paths.contains(&"docs/deep/b.bin".to_owned()), "{paths:?}");
+    // Excluding what was backed up marks it inactive, as a deletion would.
+    qsm(home.path())
+        .args(["backup", "--exclude", "/**/deep"])
+        .arg(&src)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("marked inactive 2"));
+    // Includes take only what matches, plus the directories on the way.
+    qsm(home.path()).args(["backup", "--include", "*.txt"]).arg(&src).assert().success();
+    let mut paths = active_paths(home.path());
+    paths.sort();
+    assert_eq!(paths, ["", "cache", "cache/sub", "docs", "docs/a.txt", "docs/deep"]);
+    qsm(home.path())
+        .args(["backup", "--exclude", "a[b"])
+        .arg(&src)
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("exclude pattern \"a[b\""));
+}
+
+#[test]
+fn existing_files_are_skipped_replaced_or_kept_beside_the_restored_copy() {
+    let (home, dir) = (TempDir::new().unwrap(), TempDir::new().unwrap());
+    let src = dir.path().join("src");
+    tree(&src);
+    qsm(home.path()).arg("backup").arg(&src).assert().success();
+    let original = fs::read(src.join("docs/a.txt")).unwrap();
+    fs::write(src.join("docs/a.txt"), b"edited since").unwrap();
+    let restore = |extra: &[&str]| {
+        qsm(home.path()).arg("restore").arg(src.join("docs")).args(extra).assert().success()
+    };
+    restore(&[]).stdout(predicate::str::contains("skipped 4"));
+    assert_eq!(fs::read(src.join("docs/a.txt")).unwrap(), b"edited since");
+    restore(&["--rename"]).stdout(predicate::str::contains("(2 beside existing files)"));
+    assert_eq!(fs::read(src.join("docs/a.txt")).unwrap(), b"edited since", "kept");
+    assert_eq!(fs::read(src.join("docs/a.txt.restored")).unwrap(), original);
+    restore(&["--rename"]);
+    assert_eq!(fs::read(src.join("docs/a.txt.restored.2")).unwrap(), original);
+    assert_eq!(fs::read(src.join("docs/deep/b.bin.restored")).unwrap().len(), 3_000_000);
+    restore(&["--replace"]);
+    assert_eq!(fs::read(src.join("docs/a.txt")).unwrap(), original);
+    qsm(home.path())
+        .arg("restore")
+        .arg(&src)
+        .args(["--replace", "--rename"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("cannot be used with"));
+}
+
+#[test]
+fn a_single_file_backs_up_and_restores_like_cp() {
+    let (home, dir) = (TempDir::new().unwrap(), TempDir::new().unwrap());
+    let file = dir.path().join("notes.txt");
+    fs::write(&file, b"one file, its own filespace\n".repeat(100)).unwrap();
+    let content = fs::read(&file).unwrap();
+    qsm(home.path()).arg("backup").arg(&file).assert().success();
+    fs::remove_file(&file).unwrap();
+    qsm(home.path())
+        .arg("restore")
+        .arg(&file)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("restored 1"));
+    assert_eq!(fs::read(&file).unwrap(), content);
+    // Into a directory: under its own name; to a new name: as that name.
+    let into = dir.path().join("into");
+    fs::create_dir(&into).unwrap();
+    qsm(home.path()).arg("restore").arg(&file).arg("--to").arg(&into).assert().success();
+    assert_eq!(fs::read(into.join("notes.txt")).unwrap(), content);
+    let renamed = dir.path().join("copy.txt");
+    qsm(home.path()).arg("restore").arg(&file).arg("--to").arg(&renamed).assert().success();
+    assert_eq!(fs::read(&renamed).unwrap(), content);
+}
+
+/// Runs `qsm` without the capabilities that let root read any file, so permissions bite in CI,
+/// which runs as root.
+fn qsm_unprivileged(home: &Path) -> Command {
+    if rustix_euid_is_root() {
+        let mut c = Command::new("setpriv");
+        c.args(["--bounding-set=-all", "--"])
+            .arg(assert_cmd::cargo::cargo_bin("qsm"))
+            .env("QSM_HOME", home);
+        c
+    } else {
+        qsm(home)
+    }
+}
+
+fn rustix_euid_is_root() -> bool {
+    fs::metadata("/proc/self").unwrap().uid() == 0
+}
+
+#[test]
+fn unreadable_files_and_directories_are_warned_counted_and_kept() {
+    let (home, dir) = (TempDir::new().unwrap(), TempDir::new().unwrap());
+    let src = dir.path().join("src");
+    tree(&src);
+    qsm(home.path()).arg("backup").arg(&src).assert().success();
+    fs::write(src.join("docs/a.txt"), b"changed, then made unreadable").unwrap();
+    fs::set_permissions(src.join("docs/a.txt"), fs::Permissions::from_mode(0o000)).unwrap();
+    fs::set_permissions(src.join("docs/deep"), fs::Permissions::from_mode(0o000)).unwrap();
+    let out = qsm_unprivileged(home.path()).arg("backup").arg(&src).assert().code(4);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    fs::set_permissions(src.join("docs/deep"), fs::Permissions::from_mode(0o755)).unwrap();
+    assert!(stderr.contains("docs/a.txt: not backed up: Permission denied"), "{stderr}");
+    assert!(stderr.contains("docs/deep: not examined: Permission denied"), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.get_output().stdout).into_owned();
+    assert!(stdout.contains("failed 2") && stdout.contains("marked inactive 0"), "{stdout}");
+    // Nothing unreadable was taken for deleted: the earlier versions are still active.
+    let paths = active_paths(home.path());
+    assert!(paths.contains(&"docs/deep/b.bin".to_owned()), "{paths:?}");
+    assert!(paths.contains(&"docs/a.txt".to_owned()), "{paths:?}");
+}
+
+#[test]
+fn a_file_that_changes_while_it_is_read_is_reported_and_the_next_backup_takes_it() {
+    use std::io::Write;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let (home, dir) = (TempDir::new().unwrap(), TempDir::new().unwrap());
+    let src = dir.path().join("src");
+    fs::create_dir(&src).unwrap();
+    let log = src.join("growing.log");
+    fs::write(&log, vec![b'x'; 64 << 20]).unwrap();
+    let stop = AtomicBool::new(false);
+    let out = std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut f = fs::OpenOptions::new().append(true).open(&log).unwrap();
+            while !stop.load(Ordering::Relaxed) {
+                f.write_all(b"appended line\n").unwrap();
+            }
+        });
+        let out = qsm(home.path()).args(["backup", "--compression", "off"]).arg(&src).output();
+        stop.store(true, Ordering::Relaxed);
+        out.unwrap()
+    });
+    assert_eq!(out.status.code(), Some(4), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("growing.log: not backed up: it changed while being read"), "{stderr}");
+    // Once it is quiet, the next incremental takes it, byte for byte.
+    qsm(home.path()).arg("backup").arg(&src).assert().success();
+    let back = dir.path().join("back");
+    qsm(home.path()).arg("restore").arg(&src).arg("--to").arg(&back).assert().success();
+    assert_eq!(fs::read(back.join("growing.log")).unwrap(), fs::read(&log).unwrap());
+}
+
+#[test]
+fn files_vanishing_during_the_walk_never_fail_the_backup_or_the_next_one() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let (home, dir) = (TempDir::new().unwrap(), TempDir::new().unwrap());
+    let src = dir.path().join("src");
+    for d in 0..20 {
+        fs::create_dir_all(src.join(format!("d{d}"))).unwrap();
+        for f in 0..100 {
+            fs::write(src.join(format!("d{d}/f{f}")), format!("{d}/{f}")).unwrap();
+        }
+    }
+    let stop = AtomicBool::new(false);
+    let out = std::thread::scope(|s| {
+        s.spawn(|| {
+            // Churn: files and whole directories come and go while the backup walks.
+            let mut round = 0u32;
+            while !stop.load(Ordering::Relaxed) {
+                let d = src.join(format!("d{}", round % 20));
+                let _ = fs::remove_dir_all(&d);
+                let _ = fs::create_dir_all(&d);
+                for f in 0..100 {
+                    let _ = fs::write(d.join(format!("f{f}")), format!("round {round}"));
+                }
+                round += 1;
+            }
+        });
+        let out = qsm(home.path()).arg("backup").arg(&src).output();
+        stop.store(true, Ordering::Relaxed);
+        out.unwrap()
+    });
+    // Files that vanished between the walk and their reading are warnings, not failures of
+    // the backup; one that vanished before being listed is simply not there.
+    assert!(matches!(out.status.code(), Some(0 | 4)), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    qsm(home.path()).arg("backup").arg(&src).assert().success();
+    let back = dir.path().join("back");
+    qsm(home.path()).arg("restore").arg(&src).arg("--to").arg(&back).assert().success();
+    for d in 0..20 {
+        for f in 0..100 {
+            let rel = format!("d{d}/f{f}");
+            assert_eq!(fs::read(back.join(&rel)).unwrap(), fs::read(src.join(&rel)).unwrap());
+        }
+    }
+}

@@ -1,0 +1,185 @@
+//! Include and exclude patterns: which entries a backup or archive takes.
+//!
+//! A pattern is a glob (`*` and `?` stop at `/`, `**` crosses it, `[a-z]`, `{a,b}`), read the
+//! way `.gitignore` reads them, because that is what users already know:
+//! - without a `/`, it matches an entry's name at any depth (`*.o`, `.cache`);
+//! - starting with `/`, it matches the entry's absolute path (`/home/*/.cache`), so one list in
+//!   `client.toml` serves every root;
+//! - any other pattern with a `/` is anchored at the root being backed up (`build/out`);
+//! - a trailing `/` matches directories only (`target/`).
+//!
+//! An excluded directory is not entered. When includes are given, only entries matching one,
+//! or below a directory matching one, are taken; directories are still walked (and recorded,
+//! so a restore gets their metadata) to find them. An exclude beats an include.
+
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use globset::{Candidate, GlobBuilder, GlobSet, GlobSetBuilder};
+
+use crate::error::{ClientError, Result};
+
+/// Compiled include and exclude lists.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    include: Rules,
+    exclude: Rules,
+}
+
+/// What the filter says about one entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Not taken; a directory is not entered.
+    Excluded,
+    /// Taken, and so is everything below it that is not excluded.
+    Included,
+    /// Includes are given and this entry matches none: a directory is still walked and
+    /// recorded, anything else is skipped.
+    Unmatched,
+}
+
+/// One list: patterns on relative paths, on absolute paths, and the directory-only ones.
+#[derive(Debug, Clone, Default)]
+struct Rules {
+    relative: GlobSet,
+    absolute: GlobSet,
+    relative_dirs: GlobSet,
+    absolute_dirs: GlobSet,
+    any: bool,
+}
+
+impl Filter {
+    /// Compiles the patterns; a malformed one is named in the error.
+    pub fn new(include: &[String], exclude: &[String]) -> Result<Filter> {
+        Ok(Filter {
+            include: Rules::new(include, "include")?,
+            exclude: Rules::new(exclude, "exclude")?,
+        })
+    }
+
+    /// Whether the filter can skip anything at all.
+    pub fn is_empty(&self) -> bool {
+        !self.include.any && !self.exclude.any
+    }
+
+    /// The verdict on an entry at `rel` (relative to the root, `/`-separated) and `abs`, given
+    /// whether it is a directory and whether its parent directory was included.
+    pub fn verdict(&self, rel: &[u8], abs: &Path, is_dir: bool, parent_included: bool) -> Verdict {
+        if self.is_empty() {
+            return Verdict::Included;
+        }
+        let rel = Candidate::new(Path::new(std::ffi::OsStr::from_bytes(rel)));
+        let abs = Candidate::new(abs);
+        if self.exclude.matches(&rel, &abs, is_dir) {
+            Verdict::Excluded
+        } else if !self.include.any || parent_included || self.include.matches(&rel, &abs, is_dir) {
+            Verdict::Included
+        } else {
+            Verdict::Unmatched
+        }
+    }
+}
+
+impl Rules {
+    fn new(patterns: &[String], what: &str) -> Result<Rules> {
+        let mut sets = [(); 4].map(|()| GlobSetBuilder::new());
+        for pattern in patterns {
+            let bad =
+                |why: String| ClientError::Invalid(format!("{what} pattern {pattern:?}: {why}"));
+            let body = pattern.trim_end_matches('/');
+            let dirs_only = body.len() < pattern.len();
+            if body.is_empty() {
+                return Err(bad("empty".into()));
+            }
+            let (glob, absolute) = if body.starts_with('/') {
+                (body.to_owned(), true)
+            } else if body.contains('/') {
+                (body.to_owned(), false)
+            } else {
+                (format!("**/{body}"), false)
+            };
+            let glob = GlobBuilder::new(&glob)
+                .literal_separator(true)
+                .backslash_escape(true)
+                .build()
+                .map_err(|e| bad(e.kind().to_string()))?;
+            sets[usize::from(absolute) + 2 * usize::from(dirs_only)].add(glob);
+        }
+        let [relative, absolute, relative_dirs, absolute_dirs] = sets
+            .map(|b| b.build().map_err(|e| ClientError::Invalid(format!("{what} patterns: {e}"))));
+        Ok(Rules {
+            relative: relative?,
+            absolute: absolute?,
+            relative_dirs: relative_dirs?,
+            absolute_dirs: absolute_dirs?,
+            any: !patterns.is_empty(),
+        })
+    }
+
+    fn matches(&self, rel: &Candidate<'_>, abs: &Candidate<'_>, is_dir: bool) -> bool {
+        self.any
+            && (self.relative.is_match_candidate(rel)
+                || self.absolute.is_match_candidate(abs)
+                || (is_dir
+                    && (self.relative_dirs.is_match_candidate(rel)
+                        || self.absolute_dirs.is_match_candidate(abs))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(f: &Filter, rel: &str, is_dir: bool, parent: bool) -> Verdict {
+        let abs = Path::new("/root").join(rel);
+        f.verdict(rel.as_bytes(), &abs, is_dir, parent)
+    }
+
+    fn strings(s: &[&str]) -> Vec<String> {
+        s.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn names_match_at_any_depth_and_slashes_anchor() {
+        let f = Filter::new(&[], &strings(&["*.o", "build/out", "/root/abs", "cache/"])).unwrap();
+        assert_eq!(v(&f, "a.o", false, true), Verdict::Excluded);
+        assert_eq!(v(&f, "x/y/a.o", false, true), Verdict::Excluded);
+        assert_eq!(v(&f, "a.oo", false, true), Verdict::Included);
+        assert_eq!(v(&f, "build/out", true, true), Verdict::Excluded);
+        assert_eq!(v(&f, "x/build/out", true, true), Verdict::Included, "anchored at the root");
+        assert_eq!(v(&f, "abs", false, true), Verdict::Excluded, "absolute path");
+        assert_eq!(v(&f, "x/abs", false, true), Verdict::Included);
+        assert_eq!(v(&f, "x/cache", true, true), Verdict::Excluded);
+        assert_eq!(v(&f, "x/cache", false, true), Verdict::Included, "directories only");
+    }
+
+    #[test]
+    fn includes_select_and_excludes_win() {
+        let f = Filter::new(&strings(&["*.rs", "docs"]), &strings(&["secret.rs"])).unwrap();
+        assert_eq!(v(&f, "src/main.rs", false, false), Verdict::Included);
+        assert_eq!(v(&f, "src/main.c", false, false), Verdict::Unmatched);
+        assert_eq!(v(&f, "src", true, false), Verdict::Unmatched);
+        assert_eq!(v(&f, "docs", true, false), Verdict::Included);
+        assert_eq!(v(&f, "docs/a.txt", false, true), Verdict::Included, "below an included dir");
+        assert_eq!(v(&f, "src/secret.rs", false, false), Verdict::Excluded);
+        assert_eq!(v(&f, "docs/secret.rs", false, true), Verdict::Excluded);
+    }
+
+    #[test]
+    fn star_does_not_cross_directories_but_double_star_does() {
+        let f = Filter::new(&[], &strings(&["a/*.tmp", "b/**/*.tmp"])).unwrap();
+        assert_eq!(v(&f, "a/x.tmp", false, true), Verdict::Excluded);
+        assert_eq!(v(&f, "a/d/x.tmp", false, true), Verdict::Included);
+        assert_eq!(v(&f, "b/x.tmp", false, true), Verdict::Excluded);
+        assert_eq!(v(&f, "b/d/e/x.tmp", false, true), Verdict::Excluded);
+    }
+
+    #[test]
+    fn malformed_and_empty_patterns_are_named() {
+        let e = Filter::new(&[], &strings(&["a[b"])).unwrap_err().to_string();
+        assert!(e.contains("exclude pattern \"a[b\""), "{e}");
+        let e = Filter::new(&strings(&["/"]), &[]).unwrap_err().to_string();
+        assert!(e.contains("include pattern \"/\": empty"), "{e}");
+        assert!(Filter::new(&[], &[]).unwrap().is_empty());
+    }
+}
