@@ -20,6 +20,8 @@ use crate::{Catalog, Txn};
 const MAX_IDLE_READERS: usize = 4;
 /// How long a connection waits for a lock held by another process before failing.
 const BUSY_TIMEOUT_MS: u32 = 10_000;
+/// Versions per page of the active inventory.
+const INVENTORY_PAGE: usize = 10_000;
 /// Problems listed by a consistency check before the rest are only counted.
 const MAX_PROBLEMS: usize = 1000;
 
@@ -594,15 +596,38 @@ impl Catalog for SqliteCatalog {
         filespace: FilespaceId,
         visit: &mut dyn FnMut(&ObjectVersion) -> Result<()>,
     ) -> Result<()> {
-        self.with_reader(|c| {
-            let sql = format!("SELECT {OBJECT_COLUMNS} FROM objects WHERE filespace_id = ?1 AND state = 1 ORDER BY path");
-            let mut stmt = c.prepare_cached(&sql).map_err(CatalogError::db("streaming the active inventory"))?;
-            let mut rows = stmt.query([filespace.0]).map_err(CatalogError::db("streaming the active inventory"))?;
-            while let Some(row) = rows.next().map_err(CatalogError::db("streaming the active inventory"))? {
-                visit(&object_from_row(row)?)?;
+        // In pages, each its own read transaction: a backup merges the inventory with its walk
+        // as it goes, and a snapshot held open for the whole backup would stop WAL
+        // checkpoints. Pages continue after the last path seen, so versions committed
+        // meanwhile at paths already passed (the backup's own) do not show up.
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let mut page = Vec::with_capacity(INVENTORY_PAGE);
+            self.with_reader(|c| {
+                let op = CatalogError::db("streaming the active inventory");
+                let tail = "ORDER BY path LIMIT ?3";
+                let sql = if after.is_some() {
+                    format!("SELECT {OBJECT_COLUMNS} FROM objects WHERE filespace_id = ?1 AND state = 1 AND path > ?2 {tail}")
+                } else {
+                    format!("SELECT {OBJECT_COLUMNS} FROM objects WHERE filespace_id = ?1 AND state = 1 AND ?2 IS NULL {tail}")
+                };
+                let mut stmt = c.prepare_cached(&sql).map_err(op)?;
+                let mut rows = stmt
+                    .query(params![filespace.0, after, INVENTORY_PAGE as i64])
+                    .map_err(CatalogError::db("streaming the active inventory"))?;
+                while let Some(row) = rows.next().map_err(CatalogError::db("streaming the active inventory"))? {
+                    page.push(object_from_row(row)?);
+                }
+                Ok(())
+            })?;
+            for v in &page {
+                visit(v)?;
             }
-            Ok(())
-        })
+            match page.pop() {
+                Some(last) if page.len() + 1 == INVENTORY_PAGE => after = Some(last.path),
+                _ => return Ok(()),
+            }
+        }
     }
 
     fn for_each_version(

@@ -4,12 +4,10 @@
 //! at once, and its frames stream into the pool as they come, so memory does not grow with
 //! file size.
 
-use std::collections::HashMap;
 use std::fs::File;
 use std::io::Read;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use qsm_catalog::{Attributes, FilespaceId, NewObject, ObjectKind, ObjectType};
@@ -168,79 +166,47 @@ fn run(
     let fs = server.open_filespace(&name, true)?.ok_or_else(|| {
         ClientError::Invalid(format!("{}: no filespace {name}", server.describe()))
     })?;
-    let mut active: HashMap<Vec<u8>, (ObjectType, Attributes)> = HashMap::new();
-    if archive.is_none() {
-        server.inventory(fs, Scope::Active, &mut |v| {
-            active.insert(v.path, (v.object_type, v.attrs));
-            Ok(())
-        })?;
-    }
     let setting = options.compression;
     FrameEncoder::new(setting).map_err(|e| ClientError::Invalid(e.to_string()))?;
     let quantum = qsm_codec::DEFAULT_QUANTUM;
     let mut summary = BackupSummary { filespace: name, ..BackupSummary::default() };
     let mut batch = server.upload(fs, options.limits)?;
     let mut throttle = options.limit_upload.map(Throttle::new);
-    let (tx, rx) = crossbeam_channel::bounded::<Entry>(WALK_QUEUE);
-    let selective = options.full || archive.is_some();
+    let (tx, rx) = crossbeam_channel::bounded::<Work>(WALK_QUEUE);
     // Set when the pipeline stops on an error, so the walk stops too instead of finishing the
     // tree for nothing.
     let stop = AtomicBool::new(false);
     let stop = &stop;
     let threads = options.threads.unwrap_or_else(qsm_codec::engine::default_threads);
+    let is_archive = archive.is_some();
 
     let (walked, pipeline_result, store_error) = std::thread::scope(|scope| {
         let walker = scope.spawn(move || {
-            let examined = AtomicU64::new(0);
-            let unchanged = AtomicU64::new(0);
-            let warnings = Mutex::new(Vec::new());
-            let kept: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
-            let active = Mutex::new(active);
             let walk_options = scan::WalkOptions {
                 one_file_system: options.one_file_system,
                 filter: &options.filter,
                 threads,
             };
-            let result = scan::walk(
-                &canonical,
-                &walk_options,
-                &|entry| {
-                    if stop.load(Ordering::Relaxed) {
-                        return Err(ClientError::Invalid("backup stopped".into()));
-                    }
-                    examined.fetch_add(1, Ordering::Relaxed);
-                    let previous = lock(&active).remove(&entry.rel);
-                    if !selective
-                        && previous
-                            .as_ref()
-                            .is_some_and(|p| !changed(&entry, p, options.ignore_inode))
-                    {
-                        unchanged.fetch_add(1, Ordering::Relaxed);
-                        return Ok(());
-                    }
-                    // The reader stopped (a fatal error): stop walking too.
-                    tx.send(entry).map_err(|_| ClientError::Invalid("backup stopped".into()))
-                },
-                &|path, rel, err| {
-                    lock(&warnings).push(format!("{}: not examined: {err}", path.display()));
-                    lock(&kept).push(rel.to_vec());
-                },
-            );
-            drop(tx);
-            let mut active = active.into_inner().unwrap_or_else(PoisonError::into_inner);
-            let kept = kept.into_inner().unwrap_or_else(PoisonError::into_inner);
-            // What could not be examined keeps its active versions: unreadable is not deleted.
-            if !kept.is_empty() {
-                active.retain(|path, _| {
-                    !kept.iter().any(|k| {
-                        k.is_empty()
-                            || path == k
-                            || (path.starts_with(k) && path.get(k.len()) == Some(&b'/'))
-                    })
-                });
-            }
-            let warnings = warnings.into_inner().unwrap_or_else(PoisonError::into_inner);
-            (result, examined.into_inner(), unchanged.into_inner(), warnings, active)
+            let mut merge = Merge {
+                tx,
+                stop,
+                selective: options.full || is_archive,
+                ignore_inode: options.ignore_inode,
+                next: None,
+                last_inventory: None,
+                kept: Vec::new(),
+                examined: 0,
+                unchanged: 0,
+                warnings: Vec::new(),
+            };
+            let result = scan::walk_sorted(&canonical, &walk_options, |events| {
+                if !is_archive {
+                    server.inventory(fs, Scope::Active, &mut |v| merge.inventory(events, v))?;
+                }
+                merge.rest(events)
+            })
+            .and_then(|r| r);
+            (result, merge.examined, merge.unchanged, merge.warnings)
         });
 
         let mut reader = Reader { rx, file: None, quantum };
@@ -275,7 +241,7 @@ fn run(
     if let Some(e) = store_error {
         return Err(e);
     }
-    let (walk_result, examined, unchanged, warnings, gone) =
+    let (walk_result, examined, unchanged, warnings) =
         walked.map_err(|_| ClientError::Invalid("the directory walk panicked".into()))?;
     // The pipeline's error first: when it fails, the walk only reports that it was stopped.
     pipeline_result
@@ -285,18 +251,123 @@ fn run(
     summary.unchanged = unchanged;
     summary.failed += warnings.len() as u64;
     summary.warnings.extend(warnings);
-    if archive.is_none() {
-        let mut gone: Vec<Vec<u8>> = gone.into_keys().collect();
-        gone.sort();
-        for path in &gone {
-            batch.deactivate(path)?;
-        }
-        summary.deactivated = gone.len() as u64;
-    }
     batch.finish()?;
     summary.seconds = started.elapsed().as_secs_f64();
     summary.cpu_seconds = cpu_seconds() - cpu_start;
     Ok(summary)
+}
+
+/// What the walker hands the reader: an entry to send, or the path of an active version whose
+/// file is gone.
+enum Work {
+    Send(Entry),
+    Gone(Vec<u8>),
+}
+
+/// The walk merged with the active inventory, both in path order: one pass, and memory that
+/// does not grow with the number of files (the inventory is never held whole).
+struct Merge<'a> {
+    tx: crossbeam_channel::Sender<Work>,
+    stop: &'a AtomicBool,
+    /// Send every entry, changed or not.
+    selective: bool,
+    ignore_inode: bool,
+    /// The walk's next entry, taken from the iterator but not yet merged.
+    next: Option<scan::Event>,
+    /// The last inventory path, to check the server keeps its order.
+    last_inventory: Option<Vec<u8>>,
+    /// Paths that could not be examined: their active versions, and those below, are kept.
+    kept: Vec<Vec<u8>>,
+    examined: u64,
+    unchanged: u64,
+    warnings: Vec<String>,
+}
+
+impl Merge<'_> {
+    fn send(&self, work: Work) -> Result<()> {
+        if self.stop.load(Ordering::Relaxed) {
+            return Err(ClientError::Invalid("backup stopped".into()));
+        }
+        // The reader stopped (a fatal error): stop walking too.
+        self.tx.send(work).map_err(|_| ClientError::Invalid("backup stopped".into()))
+    }
+
+    /// Takes the walk's events up to the inventory path `upto` (all of them with `None`):
+    /// entries before it are new, an unreadable path at or before it is remembered. Returns the
+    /// walk's entry at exactly `upto`, if there is one.
+    fn advance(
+        &mut self,
+        events: &mut dyn Iterator<Item = scan::Event>,
+        upto: Option<&[u8]>,
+    ) -> Result<Option<Entry>> {
+        loop {
+            let Some(event) = self.next.take().or_else(|| events.next()) else {
+                return Ok(None);
+            };
+            match event {
+                scan::Event::Unreadable { path, rel, error } => {
+                    if upto.is_some_and(|p| rel.as_slice() > p) {
+                        self.next = Some(scan::Event::Unreadable { path, rel, error });
+                        return Ok(None);
+                    }
+                    self.warnings.push(format!("{}: not examined: {error}", path.display()));
+                    self.kept.push(rel);
+                }
+                scan::Event::Entry(e) => match upto.map(|p| e.rel.as_slice().cmp(p)) {
+                    Some(std::cmp::Ordering::Equal) => return Ok(Some(e)),
+                    Some(std::cmp::Ordering::Greater) => {
+                        self.next = Some(scan::Event::Entry(e));
+                        return Ok(None);
+                    }
+                    _ => {
+                        self.examined += 1;
+                        self.send(Work::Send(e))?;
+                    }
+                },
+            }
+        }
+    }
+
+    /// Merges one active version: its file unchanged, changed, or gone.
+    fn inventory(
+        &mut self,
+        events: &mut dyn Iterator<Item = scan::Event>,
+        v: qsm_catalog::ObjectVersion,
+    ) -> Result<()> {
+        if self.last_inventory.as_ref().is_some_and(|last| last.as_slice() >= v.path.as_slice()) {
+            return Err(ClientError::Server(
+                "the server's active inventory is not in path order".into(),
+            ));
+        }
+        match self.advance(events, Some(&v.path))? {
+            Some(e) => {
+                self.examined += 1;
+                let active = (v.object_type, v.attrs);
+                if !self.selective && !changed(&e, &active, self.ignore_inode) {
+                    self.unchanged += 1;
+                } else {
+                    self.send(Work::Send(e))?;
+                }
+            }
+            None => {
+                let kept = self.kept.iter().any(|k| {
+                    k.is_empty()
+                        || *k == v.path
+                        || (v.path.starts_with(k) && v.path.get(k.len()) == Some(&b'/'))
+                });
+                if !kept {
+                    self.send(Work::Gone(v.path.clone()))?;
+                }
+            }
+        }
+        self.last_inventory = Some(v.path);
+        Ok(())
+    }
+
+    /// The rest of the walk, after the inventory's end: all new.
+    fn rest(&mut self, events: &mut dyn Iterator<Item = scan::Event>) -> Result<()> {
+        self.advance(events, None).map(|_| ())
+    }
 }
 
 /// One quantum of one object on its way through the pipeline, with the object's metadata on
@@ -315,6 +386,8 @@ struct Piece {
     last: bool,
     /// The file failed while being read: the object is dropped with this warning.
     failed: Option<String>,
+    /// Not an object: the active version of this path is to be marked inactive.
+    gone: Option<Vec<u8>>,
 }
 
 impl Piece {
@@ -336,6 +409,11 @@ impl Piece {
         archive: &Option<(String, i64)>,
         summary: &mut BackupSummary,
     ) -> Result<()> {
+        if let Some(path) = &self.gone {
+            batch.deactivate(path)?;
+            summary.deactivated += 1;
+            return Ok(());
+        }
         if let Some(entry) = &self.begin {
             let object = NewObject {
                 filespace: fs,
@@ -372,7 +450,7 @@ impl Piece {
 
 /// The pipeline's source: takes entries from the walker and cuts files into quanta.
 struct Reader {
-    rx: crossbeam_channel::Receiver<Entry>,
+    rx: crossbeam_channel::Receiver<Work>,
     /// The file being read, its entry, and the bytes read so far.
     file: Option<(File, Entry, u64)>,
     quantum: usize,
@@ -384,9 +462,18 @@ impl Reader {
         piece.raw_len = 0;
         piece.last = false;
         piece.failed = None;
+        piece.gone = None;
 
         if self.file.is_none() {
-            let Ok(entry) = self.rx.recv() else { return Ok(false) };
+            let entry = match self.rx.recv() {
+                Ok(Work::Send(entry)) => entry,
+                Ok(Work::Gone(path)) => {
+                    piece.gone = Some(path);
+                    piece.last = true;
+                    return Ok(true);
+                }
+                Err(_) => return Ok(false),
+            };
             if entry.object_type != ObjectType::File {
                 piece.begin = Some(entry);
                 piece.last = true;
@@ -470,12 +557,6 @@ fn open_same_file(entry: &Entry) -> std::result::Result<(File, Entry), String> {
     let mut entry = entry.clone();
     entry.attrs = scan::attributes(&meta, None);
     Ok((file, entry))
-}
-
-/// The walk's threads share these only for a lookup or a push; a panic in one is reported by
-/// the thread scope, so a poisoned lock's data is still good to read.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 fn same_content(meta: &std::fs::Metadata, attrs: &Attributes) -> bool {

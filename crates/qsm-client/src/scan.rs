@@ -1,8 +1,9 @@
-//! The directory walk: parallel, symlinks not followed, parents before children, entries of
-//! one directory in bytewise name order. Across directories the order depends on thread
-//! timing, so backup looks the inventory up by path rather than merging two sorted streams.
-//! Unreadable entries are reported to the caller and skipped; they never stop the walk.
+//! The directory walk: in the catalog's path order, so backup merges it with the server's
+//! inventory in one pass; parallel underneath (threads list directories ahead of it); symlinks
+//! not followed. Unreadable entries are reported to the caller and skipped; they never stop
+//! the walk.
 
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::OsStr;
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
@@ -80,22 +81,39 @@ pub struct WalkOptions<'a> {
     pub threads: usize,
 }
 
-/// Walks `root` with several threads at once, as ripgrep's walker does: a directory is the unit
-/// of work, threads take the most recently found one (depth first, so the queue stays short),
-/// and each calls `visit` for the entries of its directory, in name order, a directory before
-/// anything below it. `visit` is called for the root first. `warn` gets every entry or
-/// directory that cannot be read, with its relative path: nothing at or below that path was
-/// examined, so the caller must not take it for deleted. The first error `visit` returns stops
-/// the walk and is returned.
-///
-/// Memory: the queue holds the directories found and not yet listed (a path each), plus one
-/// directory's names per thread.
-pub fn walk(
+/// What the walk yields, in the catalog's path order.
+#[derive(Debug)]
+pub enum Event {
+    /// An entry to back up (or compare with its active version).
+    Entry(Entry),
+    /// Could not be read: nothing at or below `rel` was examined, so the caller must not take
+    /// it for deleted.
+    Unreadable {
+        /// Where it is.
+        path: PathBuf,
+        /// Below the root, catalog form.
+        rel: Vec<u8>,
+        /// Why.
+        error: std::io::Error,
+    },
+}
+
+/// Listings done ahead of the walk and not yet consumed, at most: the walk's memory is this
+/// many directories' entries, plus those of the directories on the current path and the names
+/// of their subdirectories waiting to be listed.
+const LISTINGS_AHEAD: usize = 64;
+
+/// Walks `root` in the catalog's order (bytewise by relative path, the root first), so that a
+/// backup can merge it with the server's inventory in one pass and constant memory. Threads list
+/// directories ahead of the walk (readdir and lstat of every entry, in parallel, as ripgrep's
+/// walker does), always the next ones in path order first; `consume` takes the events in
+/// order on the calling thread. Returns what `consume` returns, or an error if the root
+/// itself cannot be read.
+pub fn walk_sorted<R>(
     root: &Path,
     options: &WalkOptions<'_>,
-    visit: &(dyn Fn(Entry) -> crate::Result<()> + Sync),
-    warn: &(dyn Fn(&Path, &[u8], &std::io::Error) + Sync),
-) -> crate::Result<()> {
+    consume: impl FnOnce(&mut dyn Iterator<Item = Event>) -> R,
+) -> crate::Result<R> {
     let top = match entry(root, Vec::new()) {
         Ok(Some(e)) => e,
         Ok(None) => {
@@ -115,30 +133,27 @@ pub fn walk(
     // The root is taken whatever the patterns say: the user named it.
     let is_dir = top.object_type == ObjectType::Directory;
     let included = options.filter.verdict(&top.rel, &top.path, is_dir, false) == Verdict::Included;
-    let first = Dir { path: top.path.clone(), rel: top.rel.clone(), included };
-    let dev = top.dev;
-    visit(top)?;
-    if !is_dir {
-        return Ok(());
+    let mut first = vec![Item::Entry(top.clone())];
+    if is_dir {
+        first.push(Item::Subtree(Dir { path: top.path, rel: top.rel, included }));
     }
-    let queue = Queue {
-        state: Mutex::new(QueueState { dirs: vec![first], busy: 0, error: None }),
-        changed: Condvar::new(),
-    };
-    let walker = Walker { queue: &queue, dev, options, visit, warn };
-    std::thread::scope(|s| {
-        for _ in 1..options.threads.max(1) {
-            s.spawn(|| walker.work());
+    let shared = Shared { state: Mutex::new(Ahead::default()), changed: Condvar::new() };
+    let lister = Lister { dev: top.dev, options };
+    Ok(std::thread::scope(|s| {
+        for _ in 0..options.threads.max(1) {
+            s.spawn(|| shared.work(&lister));
         }
-        walker.work();
-    });
-    match queue.state.into_inner() {
-        Ok(state) => state.error.map_or(Ok(()), Err),
-        Err(_) => Err(crate::ClientError::Invalid("the directory walk panicked".into())),
-    }
+        let mut walk = SortedWalk { shared: &shared, lister: &lister, stack: Vec::new() };
+        walk.enter(first);
+        let result = consume(&mut walk);
+        shared.lock().done = true;
+        shared.changed.notify_all();
+        result
+    }))
 }
 
 /// A directory to list.
+#[derive(Debug)]
 struct Dir {
     path: PathBuf,
     rel: Vec<u8>,
@@ -146,89 +161,181 @@ struct Dir {
     included: bool,
 }
 
-struct Queue {
-    state: Mutex<QueueState>,
-    /// Signalled when directories are queued, when one is done, and on error.
+impl Dir {
+    /// Where its contents sort: `rel/` (the root's: empty).
+    fn key(&self) -> Vec<u8> {
+        let mut key = self.rel.clone();
+        if !key.is_empty() {
+            key.push(b'/');
+        }
+        key
+    }
+}
+
+/// One directory's contents, in walk order.
+#[derive(Debug)]
+enum Item {
+    Entry(Entry),
+    /// A subdirectory's contents, placed where `name/` sorts among its siblings: after
+    /// `name.txt`, as the catalog orders `name/x` after `name.txt`.
+    Subtree(Dir),
+    Unreadable(PathBuf, Vec<u8>, std::io::Error),
+}
+
+/// Listings ahead of the walk.
+#[derive(Default)]
+struct Ahead {
+    /// Directories to list, by key: the smallest is the walk's next.
+    queue: BTreeMap<Vec<u8>, Dir>,
+    listing: HashSet<Vec<u8>>,
+    ready: HashMap<Vec<u8>, Vec<Item>>,
+    done: bool,
+}
+
+struct Shared {
+    state: Mutex<Ahead>,
+    /// Signalled when a listing is ready or taken, a directory queued, or the walk done.
     changed: Condvar,
 }
 
-struct QueueState {
-    dirs: Vec<Dir>,
-    /// Directories being listed: while any is, more work may come.
-    busy: usize,
-    error: Option<crate::ClientError>,
-}
-
-struct Walker<'a> {
-    queue: &'a Queue,
-    dev: u64,
-    options: &'a WalkOptions<'a>,
-    visit: &'a (dyn Fn(Entry) -> crate::Result<()> + Sync),
-    warn: &'a (dyn Fn(&Path, &[u8], &std::io::Error) + Sync),
-}
-
-impl Walker<'_> {
-    fn lock(&self) -> MutexGuard<'_, QueueState> {
-        // A visitor that panicked poisons the lock; the panic itself is reported by the scope.
-        self.queue.state.lock().unwrap_or_else(PoisonError::into_inner)
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Ahead> {
+        // Nothing in the state is left half-changed by a panic; the scope reports the panic.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn work(&self) {
+    fn work(&self, lister: &Lister<'_>) {
         loop {
-            let dir = {
-                let mut state = self.lock();
+            let (key, dir) = {
+                let mut ahead = self.lock();
                 loop {
-                    if state.error.is_some() {
+                    if ahead.done {
                         return;
                     }
-                    if let Some(dir) = state.dirs.pop() {
-                        state.busy += 1;
-                        break dir;
+                    if ahead.ready.len() + ahead.listing.len() < LISTINGS_AHEAD
+                        && let Some((key, dir)) = ahead.queue.pop_first()
+                    {
+                        ahead.listing.insert(key.clone());
+                        break (key, dir);
                     }
-                    if state.busy == 0 {
-                        return;
-                    }
-                    state = self.queue.changed.wait(state).unwrap_or_else(PoisonError::into_inner);
+                    ahead = self.changed.wait(ahead).unwrap_or_else(PoisonError::into_inner);
                 }
             };
-            let result = self.list(&dir);
-            let mut state = self.lock();
-            state.busy -= 1;
-            match result {
-                Ok(found) => state.dirs.extend(found.into_iter().rev()),
-                Err(e) => {
-                    if state.error.is_none() {
-                        state.error = Some(e);
-                    }
-                }
-            }
-            drop(state);
-            self.queue.changed.notify_all();
+            let items = lister.list(&dir);
+            let mut ahead = self.lock();
+            ahead.listing.remove(&key);
+            ahead.ready.insert(key, items);
+            drop(ahead);
+            self.changed.notify_all();
         }
     }
+}
 
-    /// Visits the entries of `dir`; returns the directories to enter, in name order.
-    fn list(&self, dir: &Dir) -> crate::Result<Vec<Dir>> {
-        let mut names: Vec<std::ffi::OsString> = match fs::read_dir(&dir.path) {
-            Ok(rd) => rd
-                .filter_map(|e| match e {
-                    Ok(e) => Some(e.file_name()),
-                    Err(err) => {
-                        (self.warn)(&dir.path, &dir.rel, &err);
-                        None
-                    }
-                })
-                .collect(),
-            // Gone since it was visited: nothing below it exists any more.
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(err) => {
-                (self.warn)(&dir.path, &dir.rel, &err);
-                return Ok(Vec::new());
+/// The consuming side: a stack of listings, the deepest last.
+struct SortedWalk<'a> {
+    shared: &'a Shared,
+    lister: &'a Lister<'a>,
+    stack: Vec<std::vec::IntoIter<Item>>,
+}
+
+impl SortedWalk<'_> {
+    /// Pushes a listing and queues its subdirectories for listing ahead.
+    fn enter(&mut self, items: Vec<Item>) {
+        let mut ahead = self.shared.lock();
+        let mut queued = false;
+        for item in &items {
+            if let Item::Subtree(dir) = item {
+                ahead.queue.insert(
+                    dir.key(),
+                    Dir { path: dir.path.clone(), rel: dir.rel.clone(), included: dir.included },
+                );
+                queued = true;
             }
+        }
+        drop(ahead);
+        if queued {
+            self.shared.changed.notify_all();
+        }
+        self.stack.push(items.into_iter());
+    }
+
+    /// The listing of `dir`: taken when ready, awaited while being made, made here when no
+    /// thread has started it (so the walk never waits behind listings further ahead).
+    fn listing(&self, dir: &Dir) -> Vec<Item> {
+        let key = dir.key();
+        let mut ahead = self.shared.lock();
+        loop {
+            if let Some(items) = ahead.ready.remove(&key) {
+                drop(ahead);
+                self.shared.changed.notify_all();
+                return items;
+            }
+            if !ahead.listing.contains(&key) {
+                ahead.queue.remove(&key);
+                drop(ahead);
+                return self.lister.list(dir);
+            }
+            ahead = self.shared.changed.wait(ahead).unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+}
+
+impl Iterator for SortedWalk<'_> {
+    type Item = Event;
+
+    fn next(&mut self) -> Option<Event> {
+        loop {
+            let item = match self.stack.last_mut()?.next() {
+                Some(item) => item,
+                None => {
+                    self.stack.pop();
+                    continue;
+                }
+            };
+            match item {
+                Item::Entry(e) => return Some(Event::Entry(e)),
+                Item::Unreadable(path, rel, error) => {
+                    return Some(Event::Unreadable { path, rel, error });
+                }
+                Item::Subtree(dir) => {
+                    let items = self.listing(&dir);
+                    self.enter(items);
+                }
+            }
+        }
+    }
+}
+
+/// Lists directories: what the walk's threads run.
+struct Lister<'a> {
+    dev: u64,
+    options: &'a WalkOptions<'a>,
+}
+
+impl Lister<'_> {
+    /// The items of `dir` in walk order: entries (metadata read, patterns applied), subtrees to
+    /// enter, and what could not be read. A directory that cannot be listed is one
+    /// `Unreadable`; one gone since it was seen is empty.
+    fn list(&self, dir: &Dir) -> Vec<Item> {
+        let mut keyed: Vec<(Vec<u8>, Item)> = Vec::new();
+        let rd = match fs::read_dir(&dir.path) {
+            Ok(rd) => rd,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Vec::new(),
+            Err(err) => return vec![Item::Unreadable(dir.path.clone(), dir.rel.clone(), err)],
         };
-        names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
-        let mut found = Vec::new();
-        for name in names {
+        for e in rd {
+            let name = match e {
+                Ok(e) => e.file_name(),
+                // Listing broke off: what was read is used, and the directory as a whole is
+                // kept (its key sorts before every entry in it).
+                Err(err) => {
+                    keyed.push((
+                        Vec::new(),
+                        Item::Unreadable(dir.path.clone(), dir.rel.clone(), err),
+                    ));
+                    break;
+                }
+            };
             let path = dir.path.join(&name);
             let rel = join_rel(&dir.rel, OsStr::new(&name));
             let e = match entry(&path, rel) {
@@ -237,7 +344,8 @@ impl Walker<'_> {
                 // Vanished between listing and lstat: truly gone, nothing to keep.
                 Err(err) if err.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(err) => {
-                    (self.warn)(&path, &join_rel(&dir.rel, OsStr::new(&name)), &err);
+                    let rel = join_rel(&dir.rel, OsStr::new(&name));
+                    keyed.push((name.as_bytes().to_vec(), Item::Unreadable(path, rel, err)));
                     continue;
                 }
             };
@@ -247,15 +355,19 @@ impl Walker<'_> {
                 continue;
             }
             if is_dir && (!self.options.one_file_system || e.dev == self.dev) {
-                found.push(Dir {
+                let mut key = name.as_bytes().to_vec();
+                key.push(b'/');
+                let sub = Dir {
                     path: e.path.clone(),
                     rel: e.rel.clone(),
                     included: verdict == Verdict::Included,
-                });
+                };
+                keyed.push((key, Item::Subtree(sub)));
             }
-            (self.visit)(e)?;
+            keyed.push((name.as_bytes().to_vec(), Item::Entry(e)));
         }
-        Ok(found)
+        keyed.sort_by(|a, b| a.0.cmp(&b.0));
+        keyed.into_iter().map(|(_, item)| item).collect()
     }
 }
 
@@ -267,4 +379,50 @@ pub fn join_rel(parent: &[u8], name: &OsStr) -> Vec<u8> {
     }
     rel.extend_from_slice(name.as_bytes());
     rel
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn the_walk_comes_in_catalog_order_on_any_number_of_threads() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        // Names around '/' (0x2F): '-' and '.' sort before it, '0' and 'b' after.
+        for d in ["a", "a/b", "a/b/c", "a-b", "a0", "b", "b/a.d", "b/a.d/x"] {
+            fs::create_dir_all(root.join(d)).unwrap();
+        }
+        for f in ["a.txt", "a/b.txt", "a/b/c/z", "a-b/f", "a0/g", "b/a", "b/a.d/x/y", "b/a.e"] {
+            fs::write(root.join(f), f).unwrap();
+        }
+        std::os::unix::fs::symlink("a", root.join("a.link")).unwrap();
+        for threads in [1, 2, 4] {
+            let filter = Filter::default();
+            let options = WalkOptions { one_file_system: false, filter: &filter, threads };
+            let rels: Vec<Vec<u8>> = walk_sorted(root, &options, |events| {
+                events
+                    .map(|e| match e {
+                        Event::Entry(e) => e.rel,
+                        Event::Unreadable { path, error, .. } => panic!("{path:?}: {error}"),
+                    })
+                    .collect()
+            })
+            .unwrap();
+            let mut sorted = rels.clone();
+            sorted.sort();
+            assert_eq!(rels, sorted, "{threads} threads");
+            assert_eq!(rels.len(), 18, "every entry once: {rels:?}");
+            assert_eq!(rels[0], b"");
+        }
+    }
+
+    #[test]
+    fn a_missing_root_is_an_error_naming_it() {
+        let filter = Filter::default();
+        let options = WalkOptions { one_file_system: false, filter: &filter, threads: 2 };
+        let e = walk_sorted(Path::new("/nonexistent/qsm"), &options, |_| ()).unwrap_err();
+        assert!(e.to_string().contains("/nonexistent/qsm"), "{e}");
+    }
 }
