@@ -142,6 +142,9 @@ pub fn archive(
     run(server, root, options, Some((description.to_owned(), until)), progress)
 }
 
+/// Active versions read ahead of the merge.
+const INVENTORY_AHEAD: usize = 4096;
+
 /// Entries the walker hands to the reader: a bounded queue, so the walk never runs far ahead.
 const WALK_QUEUE: usize = 1024;
 
@@ -181,6 +184,17 @@ fn run(
     let is_archive = archive.is_some();
 
     let (walked, pipeline_result, store_error) = std::thread::scope(|scope| {
+        // The inventory streams on its own thread, a bounded queue ahead of the merge, so
+        // reading and decoding it overlaps the walk.
+        let inventory = (!is_archive).then(|| {
+            let (inv_tx, inv_rx) = crossbeam_channel::bounded(INVENTORY_AHEAD);
+            let reader = scope.spawn(move || {
+                server.inventory(fs, Scope::Active, &mut |v| {
+                    inv_tx.send(v).map_err(|_| ClientError::Invalid("backup stopped".into()))
+                })
+            });
+            (inv_rx, reader)
+        });
         let walker = scope.spawn(move || {
             let walk_options = scan::WalkOptions {
                 one_file_system: options.one_file_system,
@@ -200,8 +214,15 @@ fn run(
                 warnings: Vec::new(),
             };
             let result = scan::walk_sorted(&canonical, &walk_options, |events| {
-                if !is_archive {
-                    server.inventory(fs, Scope::Active, &mut |v| merge.inventory(events, v))?;
+                if let Some((versions, reader)) = inventory {
+                    for v in versions.iter() {
+                        merge.inventory(events, v)?;
+                    }
+                    // The queue ended: the whole inventory, or the reader failed. Only a
+                    // complete inventory makes the rest of the walk new.
+                    reader.join().map_err(|_| {
+                        ClientError::Invalid("the inventory reader panicked".into())
+                    })??;
                 }
                 merge.rest(events)
             })

@@ -3,7 +3,7 @@
 //! not followed. Unreadable entries are reported to the caller and skipped; they never stop
 //! the walk.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::ffi::OsStr;
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
@@ -98,9 +98,9 @@ pub enum Event {
     },
 }
 
-/// Listings done ahead of the walk and not yet consumed, at most: the walk's memory is this
-/// many directories' entries, plus those of the directories on the current path and the names
-/// of their subdirectories waiting to be listed.
+/// Listings done ahead of the walk and not yet consumed, at most, except for those the walk
+/// needs before one of them: the walk's memory is this many directories' entries, plus the
+/// listings of the directories on the current path and of their subdirectories.
 const LISTINGS_AHEAD: usize = 64;
 
 /// Walks `root` in the catalog's order (bytewise by relative path, the root first), so that a
@@ -188,7 +188,7 @@ struct Ahead {
     /// Directories to list, by key: the smallest is the walk's next.
     queue: BTreeMap<Vec<u8>, Dir>,
     listing: HashSet<Vec<u8>>,
-    ready: HashMap<Vec<u8>, Vec<Item>>,
+    ready: BTreeMap<Vec<u8>, Vec<Item>>,
     done: bool,
 }
 
@@ -212,7 +212,13 @@ impl Shared {
                     if ahead.done {
                         return;
                     }
-                    if ahead.ready.len() + ahead.listing.len() < LISTINGS_AHEAD
+                    // Past the limit, only what the walk needs before a listing already made:
+                    // the subdirectories of where it is now come before siblings listed ahead.
+                    let room = ahead.ready.len() + ahead.listing.len() < LISTINGS_AHEAD;
+                    let sooner = |key: &Vec<u8>| {
+                        ahead.ready.last_key_value().is_some_and(|(last, _)| key < last)
+                    };
+                    if ahead.queue.first_key_value().is_some_and(|(key, _)| room || sooner(key))
                         && let Some((key, dir)) = ahead.queue.pop_first()
                     {
                         ahead.listing.insert(key.clone());

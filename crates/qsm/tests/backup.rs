@@ -669,3 +669,31 @@ fn files_vanishing_during_the_walk_never_fail_the_backup_or_the_next_one() {
         }
     }
 }
+
+#[test]
+fn names_around_the_separator_merge_with_the_inventory() {
+    // '-' and '.' sort before '/', so the catalog holds a, a-b, a.txt, a/b: the walk must come
+    // in that order too, or unchanged files would be sent again and present ones deactivated.
+    let (home, dir) = (TempDir::new().unwrap(), TempDir::new().unwrap());
+    let src = dir.path().join("src");
+    for d in ["a/b", "a-b", "a.d/x"] {
+        fs::create_dir_all(src.join(d)).unwrap();
+    }
+    for f in ["a.txt", "a/b/c", "a-b/f", "a.d/x/y", "a0"] {
+        fs::write(src.join(f), f).unwrap();
+    }
+    qsm(home.path()).arg("backup").arg(&src).assert().success();
+    qsm(home.path())
+        .arg("backup")
+        .arg(&src)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("backed up 0, unchanged 11"));
+    fs::remove_file(src.join("a.txt")).unwrap();
+    fs::remove_file(src.join("a/b/c")).unwrap();
+    // Sent: the root and a/b (their entries changed); gone: a.txt and a/b/c.
+    qsm(home.path()).arg("backup").arg(&src).assert().success().stdout(
+        predicate::str::contains("examined 9, backed up 2, unchanged 7")
+            .and(predicate::str::contains("marked inactive 2")),
+    );
+}
