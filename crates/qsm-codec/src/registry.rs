@@ -4,10 +4,10 @@
 use std::fmt;
 
 use crate::codec::{Codec, CodecId};
-use crate::codecs::{Gzip, Lz4, Lzw, NoCompression, Zlib, Zstd};
+use crate::codecs::{Gzip, Lz4, Lzo, Lzw, NoCompression, QuickLz, Zlib, Zstd};
 use crate::error::{CodecError, Error};
 
-static CODECS: [&dyn Codec; 6] = [&NoCompression, &Lz4, &Zstd, &Zlib, &Gzip, &Lzw];
+static CODECS: [&dyn Codec; 8] = [&NoCompression, &Lz4, &Zstd, &Zlib, &Gzip, &Lzw, &Lzo, &QuickLz];
 
 /// Every codec of this build, in id order.
 pub fn all() -> &'static [&'static dyn Codec] {

@@ -19,13 +19,15 @@ use qsm_codec::frame::{FRAME_HEADER_LEN, FrameHeader};
 use qsm_codec::stream::StreamIndex;
 use qsm_codec::{CompressOptions, Compression, Error, compress, decompress, decompress_quanta};
 
-const SETTINGS: [(&str, &str); 6] = [
+const SETTINGS: [(&str, &str); 8] = [
     ("none", "none"),
     ("lz4", "lz4"),
     ("zstd", "zstd:3"),
     ("zlib", "zlib:6"),
     ("gzip", "gzip:6"),
     ("lzw", "lzw"),
+    ("lzo", "lzo"),
+    ("quicklz", "quicklz"),
 ];
 
 fn dir() -> PathBuf {

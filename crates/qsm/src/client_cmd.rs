@@ -688,13 +688,25 @@ impl ProgressLine {
     fn show(&mut self, s: &qsm_client::BackupSummary) {
         let Some(bar) = &self.bar else { return };
         let secs = self.started.elapsed().as_secs_f64().max(1e-3);
+        let rate = s.bytes_read as f64 / secs;
+        // The total is known once the walk has ended; until then there is no honest ETA.
+        let eta = if !s.scan_done {
+            "scanning".to_owned()
+        } else if rate > 0.0 {
+            let left = s.queued_bytes.saturating_sub(s.bytes_read) as f64 / rate;
+            format!("ETA {}:{:02}", left as u64 / 60, left as u64 % 60)
+        } else {
+            String::new()
+        };
         bar.set_message(format!(
-            "{} objects sent, {:.1} MB read, {:.1} MB stored ({:.2}:1), {:.1} MB/s",
+            "{} examined, {} sent, {:.1} of {:.1} MB read, {:.1} MB stored ({:.2}:1), {:.1} MB/s, {eta}",
+            s.examined,
             s.backed_up,
             mb(s.bytes_read),
+            mb(s.queued_bytes),
             mb(s.bytes_stored),
             s.bytes_read as f64 / s.bytes_stored.max(1) as f64,
-            mb(s.bytes_read) / secs
+            rate / 1e6
         ));
     }
 

@@ -40,7 +40,9 @@ fn file_round_trip_with_every_codec() {
     let dir = TempDir::new().unwrap_or_else(|e| panic!("{e}"));
     let data = text(300_000);
     let input = write(&dir, "in.txt", &data);
-    for codec in ["auto", "none", "lz4", "zstd:-5", "zstd:19", "zlib:1", "gzip", "lzw"] {
+    for codec in
+        ["auto", "none", "lz4", "zstd:-5", "zstd:19", "zlib:1", "gzip", "lzw", "lzo", "quicklz"]
+    {
         let packed = dir.path().join(format!("{codec}.qsm"));
         let back = dir.path().join(format!("{codec}.out"));
         qsm()
@@ -279,6 +281,15 @@ fn codecs_lists_permanent_ids() {
                 .collect()
         })
         .unwrap_or_default();
-    let expected = [(0, "none"), (1, "lz4"), (2, "zstd"), (3, "zlib"), (4, "gzip"), (5, "lzw")];
+    let expected = [
+        (0, "none"),
+        (1, "lz4"),
+        (2, "zstd"),
+        (3, "zlib"),
+        (4, "gzip"),
+        (5, "lzw"),
+        (6, "lzo"),
+        (7, "quicklz"),
+    ];
     assert_eq!(ids, expected.map(|(i, n)| (i, n.to_owned())));
 }

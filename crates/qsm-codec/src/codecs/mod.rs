@@ -3,12 +3,16 @@
 
 mod deflate;
 mod lz4;
+mod lzo;
 mod lzw;
 mod none;
+mod quicklz;
 mod zstd;
 
 pub use deflate::{Gzip, Zlib};
 pub use lz4::Lz4;
+pub use lzo::Lzo;
 pub use lzw::Lzw;
 pub use none::NoCompression;
+pub use quicklz::QuickLz;
 pub use zstd::Zstd;
