@@ -5,6 +5,7 @@ mod codec_cmd;
 mod conn;
 mod output;
 mod server_cmd;
+mod stand_cmd;
 
 use std::process::ExitCode;
 
@@ -43,6 +44,9 @@ enum Command {
     Info(codec_cmd::InfoArgs),
     /// List the codecs of this build with their permanent ids and levels.
     Codecs(codec_cmd::CodecsArgs),
+    /// Measure block algorithms block by block (min, mean, percentiles, max).
+    #[command(subcommand)]
+    Stand(stand_cmd::StandCommand),
 }
 
 /// Exit code when an operation completed but skipped some files (TSM uses 4 likewise).
@@ -62,6 +66,7 @@ fn main() -> ExitCode {
         Command::Decompress(args) => codec_cmd::decompress(args).map(|()| true),
         Command::Info(args) => codec_cmd::info(args).map(|()| true),
         Command::Codecs(args) => codec_cmd::codecs(args).map(|()| true),
+        Command::Stand(cmd) => stand_cmd::stand(cmd),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

@@ -293,3 +293,45 @@ fn codecs_lists_permanent_ids() {
     ];
     assert_eq!(ids, expected.map(|(i, n)| (i, n.to_owned())));
 }
+
+#[test]
+fn stand_measures_a_plan_and_writes_json_and_csv() {
+    let dir = TempDir::new().unwrap_or_else(|e| panic!("{e}"));
+    let plan = dir.path().join("plan.toml");
+    fs::write(
+        &plan,
+        "algorithms = [\"lz4\", \"quicklz\"]\nblock_sizes = [\"4K\", \"16K\"]\npatterns = [\"compressible:50\"]\nloads = [\"none\", \"cpu:1\"]\nbytes_per_cell = \"64K\"\nwarmup = 0\nrepetitions = 2\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let (json, csv) = (dir.path().join("out.json"), dir.path().join("out.csv"));
+    qsm()
+        .args(["stand", "run"])
+        .arg(&plan)
+        .arg("--json")
+        .arg(&json)
+        .arg("--csv")
+        .arg(&csv)
+        .assert()
+        .success()
+        .stdout(
+            predicate::str::contains("timer overhead").and(predicate::str::contains("quicklz")),
+        );
+    let report: serde_json::Value =
+        serde_json::from_slice(&read(&json)).unwrap_or_else(|e| panic!("{e}"));
+    let cells = report["cells"].as_array().map(Vec::len).unwrap_or(0);
+    // 2 algorithms x 2 operations x 2 block sizes x 2 loads.
+    assert_eq!(cells, 16, "{report}");
+    assert_eq!(report["cells"][1]["load"], "cpu:1@other");
+    assert!(report["cells"][1]["slowdown"].as_f64().is_some(), "{report}");
+    assert_eq!(report["cells"][0]["stats"]["samples"], 32, "16 blocks x 2 passes");
+    let csv = String::from_utf8(read(&csv)).unwrap_or_default();
+    assert_eq!(csv.lines().count(), 17, "{csv}");
+    fs::write(&plan, "algorithms = [\"lz4\"]\nblock_sizes = [\"0\"]\npatterns = [\"random\"]\n")
+        .unwrap_or_else(|e| panic!("{e}"));
+    qsm()
+        .args(["stand", "run"])
+        .arg(&plan)
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("block_sizes[0]: \"0\" is not a block size"));
+}

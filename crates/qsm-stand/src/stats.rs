@@ -1,0 +1,67 @@
+//! Statistics of one cell's per-block times.
+
+use serde::Serialize;
+
+/// Summary of a cell's samples (nanoseconds per block).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Stats {
+    /// Samples (blocks timed).
+    pub samples: usize,
+    /// Fastest block.
+    pub min_ns: u64,
+    /// Mean.
+    pub mean_ns: f64,
+    /// Percentiles, nearest-rank.
+    pub p50_ns: u64,
+    pub p90_ns: u64,
+    pub p99_ns: u64,
+    pub p999_ns: u64,
+    /// Slowest block.
+    pub max_ns: u64,
+    /// Population standard deviation.
+    pub stddev_ns: f64,
+}
+
+impl Stats {
+    /// The statistics of `samples` (reordered in place); all zero when empty.
+    pub fn of(samples: &mut [u64]) -> Stats {
+        if samples.is_empty() {
+            return Stats::default();
+        }
+        samples.sort_unstable();
+        let n = samples.len();
+        let mean = samples.iter().map(|&s| s as f64).sum::<f64>() / n as f64;
+        let var = samples.iter().map(|&s| (s as f64 - mean).powi(2)).sum::<f64>() / n as f64;
+        // Nearest rank: the smallest sample with at least q of the samples at or below it.
+        let rank = |q: f64| samples[((q * n as f64).ceil() as usize).clamp(1, n) - 1];
+        Stats {
+            samples: n,
+            min_ns: samples[0],
+            mean_ns: mean,
+            p50_ns: rank(0.50),
+            p90_ns: rank(0.90),
+            p99_ns: rank(0.99),
+            p999_ns: rank(0.999),
+            max_ns: samples[n - 1],
+            stddev_ns: var.sqrt(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_are_nearest_rank_and_moments_exact() {
+        let mut s: Vec<u64> = (1..=1000).rev().collect();
+        let st = Stats::of(&mut s);
+        assert_eq!((st.min_ns, st.max_ns, st.samples), (1, 1000, 1000));
+        assert_eq!((st.p50_ns, st.p90_ns, st.p99_ns, st.p999_ns), (500, 900, 990, 999));
+        assert!((st.mean_ns - 500.5).abs() < 1e-9);
+        assert!((st.stddev_ns - 288.674_990_1).abs() < 1e-6, "{}", st.stddev_ns);
+        let one = Stats::of(&mut [42]);
+        assert_eq!((one.p50_ns, one.p999_ns, one.stddev_ns), (42, 42, 0.0));
+        assert_eq!(Stats::of(&mut []), Stats::default());
+    }
+}
