@@ -147,8 +147,9 @@ pub fn siblings(cpu: usize) -> Vec<usize> {
 }
 
 /// Starts `load` around a measurement on core `measured` (the core the measuring thread is
-/// pinned to, if any).
-pub fn start(load: &Load, measured: Option<usize>) -> Result<Running, String> {
+/// pinned to, if any); `cpus` are the cores the process may use, read before pinning (a pinned
+/// thread sees only its own core).
+pub fn start(load: &Load, measured: Option<usize>, cpus: &[usize]) -> Result<Running, String> {
     let stop = Arc::new(AtomicBool::new(false));
     let work = Arc::new(AtomicU64::new(0));
     let mut running =
@@ -162,12 +163,19 @@ pub fn start(load: &Load, measured: Option<usize>) -> Result<Running, String> {
         };
         running.threads.push(std::thread::spawn(body));
     };
+    // Memory-system loads stay off the measured core when there is one: sharing it would
+    // measure the scheduler's time slices (milliseconds), not the TLB or the memory bus.
+    let off_core = |i: usize| -> Option<usize> {
+        let m = measured?;
+        let others: Vec<usize> = cpus.iter().copied().filter(|&c| c != m).collect();
+        others.get(i % others.len().max(1)).copied()
+    };
     match *load {
         Load::None => {}
         Load::Cpu { threads, placement } => {
             let targets: Vec<Option<usize>> = match (placement, measured) {
                 (Placement::Other, Some(m)) => {
-                    let others: Vec<usize> = cpus().into_iter().filter(|&c| c != m).collect();
+                    let others: Vec<usize> = cpus.iter().copied().filter(|&c| c != m).collect();
                     if others.is_empty() {
                         return Err(format!("cpu load on other cores: core {m} is the only one"));
                     }
@@ -195,12 +203,13 @@ pub fn start(load: &Load, measured: Option<usize>) -> Result<Running, String> {
         }
         Load::Tlb { mib } => {
             let (stop, work) = (Arc::clone(&stop), Arc::clone(&work));
-            spawn(&mut running, None, Box::new(move || tlb_walk(mib << 20, &stop, &work)));
+            spawn(&mut running, off_core(0), Box::new(move || tlb_walk(mib << 20, &stop, &work)));
         }
         Load::Memory { threads } => {
-            for _ in 0..threads {
+            for i in 0..threads {
                 let (stop, work) = (Arc::clone(&stop), Arc::clone(&work));
-                spawn(&mut running, None, Box::new(move || memory_stream(64 << 20, &stop, &work)));
+                let body = Box::new(move || memory_stream(64 << 20, &stop, &work));
+                spawn(&mut running, off_core(i), body);
             }
         }
     }
@@ -269,7 +278,7 @@ mod tests {
     fn every_emulator_starts_works_and_stops() {
         for text in ["cpu:2", "tlb:16", "memory:1"] {
             let load = Load::parse(text).unwrap();
-            let running = start(&load, None).unwrap();
+            let running = start(&load, None, &cpus()).unwrap();
             let t = std::time::Instant::now();
             while running.work() == 0 {
                 assert!(t.elapsed().as_secs() < 60, "{text} did no work");
@@ -286,6 +295,8 @@ mod tests {
         for bad in ["cpu:0", "cpu:1@nowhere", "disk:1", "tlb:1"] {
             assert!(Load::parse(bad).unwrap_err().contains(bad), "{bad}");
         }
-        assert!(start(&Load::parse("cpu:1@same").unwrap(), None).is_err());
+        assert!(start(&Load::parse("cpu:1@same").unwrap(), None, &cpus()).is_err());
+        let e = start(&Load::parse("cpu:1").unwrap(), Some(0), &[0]).unwrap_err();
+        assert!(e.contains("core 0 is the only one"), "{e}");
     }
 }

@@ -84,6 +84,7 @@ pub fn timer_overhead() -> u64 {
 
 /// Runs `plan`, calling `on_cell` as each cell completes.
 pub fn run(plan: &Plan, on_cell: &mut dyn FnMut(&Cell)) -> Result<Report, MeasureError> {
+    let cpus = load::cpus();
     if let Some(core) = plan.core {
         load::pin(core).map_err(|e| MeasureError::Load(format!("pinning to core {core}: {e}")))?;
     }
@@ -100,7 +101,8 @@ pub fn run(plan: &Plan, on_cell: &mut dyn FnMut(&Cell)) -> Result<Report, Measur
                 for (&op, load) in
                     plan.operations.iter().flat_map(|op| plan.loads.iter().map(move |l| (op, l)))
                 {
-                    let running = load::start(load, plan.core).map_err(MeasureError::Load)?;
+                    let running =
+                        load::start(load, plan.core, &cpus).map_err(MeasureError::Load)?;
                     if *load != Load::None {
                         // Let the load reach its steady state before the first block.
                         std::thread::sleep(std::time::Duration::from_millis(50));
