@@ -7,6 +7,7 @@
 //! sizes, data patterns and emulated loads (CPU, TLB, memory) from a TOML plan. Ciphers and
 //! hashes, plugins, histograms and plots come next (issue 5).
 
+pub mod env;
 pub mod load;
 pub mod measure;
 pub mod pattern;

@@ -35,6 +35,8 @@ pub struct Cell {
 /// A run's results.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
+    /// The machine.
+    pub environment: crate::env::Environment,
     /// The median cost of reading the clock twice, in ns: part of every sample.
     pub timer_overhead_ns: u64,
     /// Cells in plan order.
@@ -148,7 +150,12 @@ pub fn run(plan: &Plan, on_cell: &mut dyn FnMut(&Cell)) -> Result<Report, Measur
             }
         }
     }
-    Ok(Report { timer_overhead_ns: overhead, cells, warnings })
+    Ok(Report {
+        environment: crate::env::Environment::probe(),
+        timer_overhead_ns: overhead,
+        cells,
+        warnings,
+    })
 }
 
 /// One cell to measure, on any codec (tests pass a broken one to prove verification).

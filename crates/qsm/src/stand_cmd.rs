@@ -84,6 +84,7 @@ pub fn stand(cmd: StandCommand) -> Result<bool> {
         "timer overhead {} ns per sample (two clock reads); every output verified",
         report.timer_overhead_ns
     );
+    println!("machine: {}", report.environment.line());
     for w in &report.warnings {
         eprintln!("qsm: warning: {w}");
     }

@@ -314,7 +314,9 @@ fn stand_measures_a_plan_and_writes_json_and_csv() {
         .assert()
         .success()
         .stdout(
-            predicate::str::contains("timer overhead").and(predicate::str::contains("quicklz")),
+            predicate::str::contains("timer overhead")
+                .and(predicate::str::contains("quicklz"))
+                .and(predicate::str::contains("machine: ")),
         );
     let report: serde_json::Value =
         serde_json::from_slice(&read(&json)).unwrap_or_else(|e| panic!("{e}"));
@@ -322,6 +324,7 @@ fn stand_measures_a_plan_and_writes_json_and_csv() {
     // 2 algorithms x 2 operations x 2 block sizes x 2 loads.
     assert_eq!(cells, 16, "{report}");
     assert_eq!(report["cells"][1]["load"], "cpu:1@other");
+    assert!(report["environment"]["cores"].as_u64().unwrap_or(0) >= 1, "{report}");
     assert!(report["cells"][1]["slowdown"].as_f64().is_some(), "{report}");
     assert_eq!(report["cells"][0]["stats"]["samples"], 32, "16 blocks x 2 passes");
     let csv = String::from_utf8(read(&csv)).unwrap_or_default();
