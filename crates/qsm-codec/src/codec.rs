@@ -82,6 +82,19 @@ pub(crate) fn check_level(codec: &dyn Codec, level: i32) -> Result<(), CodecErro
     }
 }
 
+/// Copies a block a library compressed into its own vector to the front of `dst`: for crates
+/// that return a new vector rather than write into the caller's buffer.
+pub(crate) fn copy_out(
+    codec: &'static str,
+    packed: &[u8],
+    dst: &mut [u8],
+) -> Result<usize, CodecError> {
+    let capacity = dst.len();
+    let out = dst.get_mut(..packed.len()).ok_or(CodecError::OutputTooSmall { codec, capacity })?;
+    out.copy_from_slice(packed);
+    Ok(packed.len())
+}
+
 /// The error for a decompressor that produced a different length than the frame declares.
 pub(crate) fn length_mismatch(codec: &'static str, expected: usize, got: usize) -> CodecError {
     CodecError::Corrupt { codec, detail: format!("decoded {got} bytes, expected {expected}") }

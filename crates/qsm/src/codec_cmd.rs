@@ -84,17 +84,7 @@ pub struct CodecsArgs {
 }
 
 fn parse_size(text: &str) -> Result<usize, String> {
-    let t = text.trim().to_ascii_lowercase();
-    let t = t.trim_end_matches("ib").trim_end_matches('b');
-    let (digits, shift) = match t.chars().last() {
-        Some('k') => (&t[..t.len() - 1], 10),
-        Some('m') => (&t[..t.len() - 1], 20),
-        _ => (t, 0),
-    };
-    digits
-        .parse::<usize>()
-        .ok()
-        .and_then(|n| n.checked_mul(1 << shift))
+    qsm_stand::plan::parse_size(text)
         .ok_or_else(|| format!("invalid size {text:?} (e.g. 65536, 64K, 1M)"))
 }
 

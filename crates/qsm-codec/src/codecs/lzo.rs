@@ -50,12 +50,7 @@ impl Compressor for LzoCompressor {
         // keeps the contract (compress into the caller's buffer).
         let packed = lzokay_native::compress_with_dict(src, &mut self.0)
             .map_err(|e| CodecError::Internal { codec: "lzo", detail: e.to_string() })?;
-        let capacity = dst.len();
-        let out = dst
-            .get_mut(..packed.len())
-            .ok_or(CodecError::OutputTooSmall { codec: "lzo", capacity })?;
-        out.copy_from_slice(&packed);
-        Ok(packed.len())
+        crate::codec::copy_out("lzo", &packed, dst)
     }
 }
 

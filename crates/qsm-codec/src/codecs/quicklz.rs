@@ -55,12 +55,7 @@ impl Compressor for QuickLzCompressor {
             });
         }
         let packed = quicklz::compress(src, quicklz::CompressionLevel::Lvl1);
-        let capacity = dst.len();
-        let out = dst
-            .get_mut(..packed.len())
-            .ok_or(CodecError::OutputTooSmall { codec: "quicklz", capacity })?;
-        out.copy_from_slice(&packed);
-        Ok(packed.len())
+        crate::codec::copy_out("quicklz", &packed, dst)
     }
 }
 
