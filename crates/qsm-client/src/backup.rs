@@ -237,7 +237,6 @@ fn run(
                 next: None,
                 last_inventory: None,
                 kept: Vec::new(),
-                examined: 0,
                 unchanged: 0,
                 warnings: Vec::new(),
             };
@@ -256,7 +255,7 @@ fn run(
             })
             .and_then(|r| r);
             scan.done.store(true, Ordering::Relaxed);
-            (result, merge.examined, merge.unchanged, merge.warnings)
+            (result, scan.examined.load(Ordering::Relaxed), merge.unchanged, merge.warnings)
         });
 
         let mut reader = Reader { rx, file: None, quantum };
@@ -333,7 +332,6 @@ struct Merge<'a> {
     last_inventory: Option<Vec<u8>>,
     /// Paths that could not be examined: their active versions, and those below, are kept.
     kept: Vec<Vec<u8>>,
-    examined: u64,
     unchanged: u64,
     warnings: Vec<String>,
 }
@@ -350,8 +348,7 @@ impl Merge<'_> {
         self.tx.send(work).map_err(|_| ClientError::Invalid("backup stopped".into()))
     }
 
-    fn examine(&mut self) {
-        self.examined += 1;
+    fn examine(&self) {
         self.scan.examined.fetch_add(1, Ordering::Relaxed);
     }
 

@@ -153,7 +153,7 @@ pub fn walk_sorted<R>(
 }
 
 /// A directory to list.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Dir {
     path: PathBuf,
     rel: Vec<u8>,
@@ -251,10 +251,7 @@ impl SortedWalk<'_> {
         let mut queued = false;
         for item in &items {
             if let Item::Subtree(dir) = item {
-                ahead.queue.insert(
-                    dir.key(),
-                    Dir { path: dir.path.clone(), rel: dir.rel.clone(), included: dir.included },
-                );
+                ahead.queue.insert(dir.key(), dir.clone());
                 queued = true;
             }
         }

@@ -93,12 +93,15 @@ pub fn run(plan: &Plan, on_cell: &mut dyn FnMut(&Cell)) -> Result<Report, Measur
     let overhead = timer_overhead();
     let mut cells = Vec::new();
     let mut warnings = Vec::new();
+    // Each block size takes a whole number of blocks from the front of one buffer per
+    // pattern (a pattern's bytes do not depend on the length asked), so a file is read once.
+    let longest = plan.block_sizes.iter().map(|&b| plan.bytes_per_cell.max(b)).max().unwrap_or(0);
     for pattern in &plan.patterns {
+        let all = pattern
+            .generate(longest, 0x5741_4e44)
+            .map_err(|source| MeasureError::Pattern { pattern: pattern.name(), source })?;
         for &block_size in &plan.block_sizes {
-            let len = plan.bytes_per_cell.max(block_size) / block_size * block_size;
-            let data = pattern
-                .generate(len, 0x5741_4e44)
-                .map_err(|source| MeasureError::Pattern { pattern: pattern.name(), source })?;
+            let data = &all[..plan.bytes_per_cell.max(block_size) / block_size * block_size];
             for (label, setting) in &plan.algorithms {
                 for (&op, load) in
                     plan.operations.iter().flat_map(|op| plan.loads.iter().map(move |l| (op, l)))
@@ -119,7 +122,7 @@ pub fn run(plan: &Plan, on_cell: &mut dyn FnMut(&Cell)) -> Result<Report, Measur
                         warmup: plan.warmup,
                         repetitions: plan.repetitions,
                     }
-                    .measure(&data);
+                    .measure(data);
                     running.stop();
                     let mut cell = cell?;
                     cell.load = load.name();
