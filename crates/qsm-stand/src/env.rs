@@ -1,10 +1,10 @@
 //! The machine a run measured, recorded with every result: figures from different machines,
 //! or from one machine whose frequency governor changed, must not be compared blindly.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// What is known of this machine; fields that cannot be read say so.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Environment {
     /// `model name` from /proc/cpuinfo.
     pub cpu_model: String,
@@ -19,8 +19,14 @@ pub struct Environment {
     pub page_size: u64,
     /// Kernel release.
     pub kernel: String,
-    /// qsm-stand's version (the codecs' crate versions are in Cargo.lock at that version).
-    pub version: &'static str,
+    /// qsm-stand's version.
+    pub version: String,
+    /// The crates whose code was measured, with their versions (from Cargo.lock at build).
+    pub crates: std::collections::BTreeMap<String, String>,
+}
+
+mod built {
+    include!(concat!(env!("OUT_DIR"), "/crates.rs"));
 }
 
 fn read(path: &str) -> Option<String> {
@@ -38,18 +44,7 @@ impl Environment {
                     .map(|(_, v)| v.trim().to_owned())
             })
             .unwrap_or_else(|| "unknown".into());
-        let numa_nodes = std::fs::read_dir("/sys/devices/system/node")
-            .map(|d| {
-                d.filter_map(Result::ok)
-                    .filter(|e| {
-                        let name = e.file_name();
-                        let name = name.to_string_lossy();
-                        name.strip_prefix("node").is_some_and(|n| n.parse::<u32>().is_ok())
-                    })
-                    .count()
-            })
-            .unwrap_or(0)
-            .max(1);
+        let numa_nodes = crate::numa::nodes().len();
         Environment {
             cpu_model,
             cores: crate::load::cpus().len(),
@@ -58,7 +53,8 @@ impl Environment {
             numa_nodes,
             page_size: rustix::param::page_size() as u64,
             kernel: read("/proc/sys/kernel/osrelease").unwrap_or_else(|| "unknown".into()),
-            version: env!("CARGO_PKG_VERSION"),
+            version: env!("CARGO_PKG_VERSION").into(),
+            crates: built::CRATES.iter().map(|&(n, v)| (n.into(), v.into())).collect(),
         }
     }
 
@@ -88,5 +84,6 @@ mod tests {
         assert!(e.cores >= 1 && e.numa_nodes >= 1);
         assert!(e.page_size.is_power_of_two() && e.page_size >= 4096, "{}", e.page_size);
         assert!(!e.kernel.is_empty() && e.line().contains("cores"), "{}", e.line());
+        assert!(e.crates.contains_key("aws-lc-rs") && e.crates.contains_key("zstd"), "{e:?}");
     }
 }

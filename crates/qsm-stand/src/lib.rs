@@ -3,15 +3,20 @@
 //! cell reports min, mean, percentiles and max rather than one average, and every output is
 //! verified so a wrong algorithm cannot look fast.
 //!
-//! This first part measures the codec registry's algorithms (compress, decompress) over block
-//! sizes, data patterns and emulated loads (CPU, TLB, memory) from a TOML plan. Ciphers and
-//! hashes, plugins, histograms and plots come next (issue 5).
+//! A TOML plan names algorithms (codecs, ciphers, hashes, plugins), operations, block sizes,
+//! data patterns and emulated loads (CPU, TLB, memory); [`run`] measures every cell and
+//! returns a [`Report`](measure::Report) that [`plot`] draws and [`compare`] diffs.
 
+pub mod algo;
+pub mod compare;
 pub mod env;
 pub mod load;
 pub mod measure;
+pub mod numa;
 pub mod pattern;
 pub mod plan;
+pub mod plot;
+pub mod plugin;
 pub mod stats;
 
 pub use measure::{Cell, run};

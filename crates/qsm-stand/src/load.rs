@@ -27,17 +27,19 @@ pub enum Load {
     /// One thread touching one byte per 4 KiB page of a working set of this many MiB, in a
     /// random page order: far beyond the TLB's reach, so nearly every touch misses it.
     Tlb { mib: usize },
-    /// Threads streaming reads and writes through 64 MiB buffers each: on a single-node
-    /// machine this is a memory-bandwidth load, not an interconnect one.
-    Memory { threads: usize },
+    /// Threads streaming reads and writes through 64 MiB buffers each, on the CPUs (and so,
+    /// by first touch, the memory) of `node` when given: with the measured data on another
+    /// node that loads the interconnect (the paper's QPI load). On a single-node machine it
+    /// is a memory-bandwidth load, not an interconnect one.
+    Memory { threads: usize, node: Option<usize> },
 }
 
 impl Load {
-    /// Parses `none`, `cpu:N[@other|@same|@sibling]`, `tlb[:MIB]`, `memory:N`.
+    /// Parses `none`, `cpu:N[@other|@same|@sibling]`, `tlb[:MIB]`, `memory:N[@nodeK]`.
     pub fn parse(text: &str) -> Result<Load, String> {
         let bad = || {
             format!(
-                "unknown load {text:?} (known: none, cpu:N[@other|@same|@sibling], tlb[:MIB], memory:N)"
+                "unknown load {text:?} (known: none, cpu:N[@other|@same|@sibling], tlb[:MIB], memory:N[@nodeK])"
             )
         };
         let count = |n: &str| n.parse::<usize>().ok().filter(|&n| (1..=256).contains(&n));
@@ -48,7 +50,19 @@ impl Load {
                 Ok(m) if (16..=16384).contains(&m) => Ok(Load::Tlb { mib: m }),
                 _ => Err(format!("{text:?}: the working set must be 16 to 16384 MiB")),
             },
-            Some(("memory", n)) => count(n).map(|threads| Load::Memory { threads }).ok_or_else(bad),
+            Some(("memory", spec)) => {
+                let (n, node) = match spec.split_once("@node") {
+                    None => (spec, None),
+                    Some((n, k)) => {
+                        let k = k.parse::<usize>().map_err(|_| bad())?;
+                        if !crate::numa::nodes().iter().any(|node| node.id == k) {
+                            return Err(format!("{text:?}: this machine has no NUMA node {k}"));
+                        }
+                        (n, Some(k))
+                    }
+                };
+                count(n).map(|threads| Load::Memory { threads, node }).ok_or_else(bad)
+            }
             Some(("cpu", spec)) => {
                 let (n, placement) = match spec.split_once('@') {
                     None => (spec, Placement::Other),
@@ -76,7 +90,8 @@ impl Load {
                 }
             ),
             Load::Tlb { mib } => format!("tlb:{mib}"),
-            Load::Memory { threads } => format!("memory:{threads}"),
+            Load::Memory { threads, node: None } => format!("memory:{threads}"),
+            Load::Memory { threads, node: Some(k) } => format!("memory:{threads}@node{k}"),
         }
     }
 }
@@ -133,17 +148,7 @@ pub fn cpus() -> Vec<usize> {
 pub fn siblings(cpu: usize) -> Vec<usize> {
     let path = format!("/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list");
     let Ok(text) = std::fs::read_to_string(path) else { return Vec::new() };
-    let mut out = Vec::new();
-    for part in text.trim().split(',') {
-        let range = match part.split_once('-') {
-            Some((a, b)) => a.parse::<usize>().ok().zip(b.parse::<usize>().ok()),
-            None => part.parse::<usize>().ok().map(|a| (a, a)),
-        };
-        if let Some((a, b)) = range {
-            out.extend((a..=b).filter(|&c| c != cpu));
-        }
-    }
-    out
+    crate::numa::parse_cpulist(&text).into_iter().filter(|&c| c != cpu).collect()
 }
 
 /// Starts `load` around a measurement on core `measured` (the core the measuring thread is
@@ -205,11 +210,24 @@ pub fn start(load: &Load, measured: Option<usize>, cpus: &[usize]) -> Result<Run
             let (stop, work) = (Arc::clone(&stop), Arc::clone(&work));
             spawn(&mut running, off_core(0), Box::new(move || tlb_walk(mib << 20, &stop, &work)));
         }
-        Load::Memory { threads } => {
+        Load::Memory { threads, node } => {
+            let on_node: Vec<usize> = node
+                .map(|k| {
+                    let mut c = crate::numa::cpus_of(k, cpus);
+                    if c.len() > 1 {
+                        c.retain(|&c| Some(c) != measured);
+                    }
+                    c
+                })
+                .unwrap_or_default();
             for i in 0..threads {
                 let (stop, work) = (Arc::clone(&stop), Arc::clone(&work));
+                // The buffers are made inside the thread, after pinning: first touch puts
+                // them on the thread's node.
                 let body = Box::new(move || memory_stream(64 << 20, &stop, &work));
-                spawn(&mut running, off_core(i), body);
+                let cpu =
+                    if on_node.is_empty() { off_core(i) } else { Some(on_node[i % on_node.len()]) };
+                spawn(&mut running, cpu, body);
             }
         }
     }
@@ -276,7 +294,7 @@ mod tests {
 
     #[test]
     fn every_emulator_starts_works_and_stops() {
-        for text in ["cpu:2", "tlb:16", "memory:1"] {
+        for text in ["cpu:2", "tlb:16", "memory:1", "memory:1@node0"] {
             let load = Load::parse(text).unwrap();
             let running = start(&load, None, &cpus()).unwrap();
             let t = std::time::Instant::now();
@@ -292,7 +310,9 @@ mod tests {
     fn loads_parse_and_bad_ones_are_named() {
         assert_eq!(Load::parse("cpu:1@same").unwrap().name(), "cpu:1@same");
         assert_eq!(Load::parse("tlb").unwrap(), Load::Tlb { mib: 256 });
-        for bad in ["cpu:0", "cpu:1@nowhere", "disk:1", "tlb:1"] {
+        assert_eq!(Load::parse("memory:2@node0").unwrap().name(), "memory:2@node0");
+        for bad in ["cpu:0", "cpu:1@nowhere", "disk:1", "tlb:1", "memory:1@node4096", "memory:1@x"]
+        {
             assert!(Load::parse(bad).unwrap_err().contains(bad), "{bad}");
         }
         assert!(start(&Load::parse("cpu:1@same").unwrap(), None, &cpus()).is_err());

@@ -2,20 +2,21 @@
 
 use std::time::Instant;
 
-use qsm_codec::{Codec, CodecError};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+
+use crate::algo::{Algorithm, Failure, Runner};
 
 use crate::load::{self, Load};
 use crate::plan::{Operation, Plan};
 use crate::stats::Stats;
 
-/// One cell's result: an algorithm, an operation, a block size and a pattern.
-#[derive(Debug, Clone, Serialize)]
+/// One cell's result: an algorithm, an operation, a block size, a pattern and a load.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Cell {
     /// As written in the plan (`zstd:3`).
     pub algorithm: String,
-    /// `compress` or `decompress`.
-    pub operation: &'static str,
+    /// `compress`, `decrypt`, `hash`...
+    pub operation: String,
     /// Bytes per block.
     pub block_size: usize,
     /// Pattern name.
@@ -28,12 +29,12 @@ pub struct Cell {
     pub stats: Stats,
     /// Original bytes per second of block time, in MB/s (10^6).
     pub mb_per_s: f64,
-    /// Original over compressed bytes.
-    pub ratio: f64,
+    /// Original over compressed bytes, for compressors.
+    pub ratio: Option<f64>,
 }
 
 /// A run's results.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Report {
     /// The machine.
     pub environment: crate::env::Environment,
@@ -41,29 +42,30 @@ pub struct Report {
     pub timer_overhead_ns: u64,
     /// Cells in plan order.
     pub cells: Vec<Cell>,
-    /// Cells whose fastest block took less than 100 times the timer's overhead, where the
-    /// clock's own cost exceeds 1% of the measurement.
+    /// What a reader must know to trust the figures: cells whose fastest block took less than
+    /// 100 times the timer's overhead (where the clock's own cost exceeds 1%), placement that
+    /// cannot matter on this machine.
     pub warnings: Vec<String>,
 }
 
 /// Why a run stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum MeasureError {
-    /// The algorithm failed.
-    #[error("{cell}, block {block}: {source}")]
-    Codec {
+    /// The algorithm reported an error.
+    #[error("{cell}, block {block}: {detail}")]
+    Failed {
         /// Algorithm, operation, pattern and block size.
         cell: String,
         block: usize,
-        source: CodecError,
+        detail: String,
     },
-    /// An output did not decode back to its input: the algorithm is wrong, and its times
-    /// mean nothing.
-    #[error("{cell}, block {block}: verification failed, the output does not give back the input")]
+    /// An output was wrong: the algorithm is broken, and its times mean nothing.
+    #[error("{cell}, block {block}: verification failed, {detail}")]
     Verify {
         /// Algorithm, operation, pattern and block size.
         cell: String,
         block: usize,
+        detail: String,
     },
     /// A load could not be started, or the measuring thread not pinned.
     #[error("{0}")]
@@ -84,54 +86,94 @@ pub fn timer_overhead() -> u64 {
     Stats::of(&mut samples).p50_ns
 }
 
+/// Runs `make` on a thread pinned to a CPU of `node` (when given), so that the memory it
+/// allocates and touches lives on that node (first touch), and returns what it made.
+fn placed<T: Send>(node: Option<(usize, usize)>, make: impl FnOnce() -> T + Send) -> T {
+    match node {
+        None => make(),
+        Some((_, cpu)) => std::thread::scope(|s| {
+            let t = s.spawn(move || {
+                let _ = load::pin(cpu);
+                make()
+            });
+            match t.join() {
+                Ok(v) => v,
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }),
+    }
+}
+
 /// Runs `plan`, calling `on_cell` as each cell completes.
 pub fn run(plan: &Plan, on_cell: &mut dyn FnMut(&Cell)) -> Result<Report, MeasureError> {
+    // Before pinning: a pinned thread sees one core.
     let cpus = load::cpus();
+    let environment = crate::env::Environment::probe();
+    let mut warnings = Vec::new();
+    // The node and the CPU whose first touches place the measured memory.
+    let node = plan.memory_node.map(|n| {
+        let on_node = crate::numa::cpus_of(n, &cpus);
+        let cpu = on_node
+            .iter()
+            .copied()
+            .find(|&c| Some(c) != plan.core)
+            .or(on_node.first().copied())
+            .unwrap_or(0);
+        (n, cpu)
+    });
+    if let Some((n, _)) = node
+        && crate::numa::nodes().len() == 1
+    {
+        warnings.push(format!(
+            "memory_node {n}: this machine has one NUMA node, so placement changes nothing"
+        ));
+    }
     if let Some(core) = plan.core {
         load::pin(core).map_err(|e| MeasureError::Load(format!("pinning to core {core}: {e}")))?;
     }
     let overhead = timer_overhead();
-    let mut cells = Vec::new();
-    let mut warnings = Vec::new();
+    let mut cells: Vec<Cell> = Vec::new();
     // Each block size takes a whole number of blocks from the front of one buffer per
     // pattern (a pattern's bytes do not depend on the length asked), so a file is read once.
-    let longest = plan.block_sizes.iter().map(|&b| plan.bytes_per_cell.max(b)).max().unwrap_or(0);
+    let longest = plan.block_sizes.iter().map(|&b| plan.cell_bytes(b)).max().unwrap_or(0);
     for pattern in &plan.patterns {
-        let all = pattern
-            .generate(longest, 0x5741_4e44)
+        let all = placed(node, || pattern.generate(longest, 0x5741_4e44))
             .map_err(|source| MeasureError::Pattern { pattern: pattern.name(), source })?;
         for &block_size in &plan.block_sizes {
-            let data = &all[..plan.bytes_per_cell.max(block_size) / block_size * block_size];
-            for (label, setting) in &plan.algorithms {
-                for (&op, load) in
-                    plan.operations.iter().flat_map(|op| plan.loads.iter().map(move |l| (op, l)))
-                {
+            let data = &all[..plan.cell_bytes(block_size)];
+            for (label, alg) in &plan.algorithms {
+                let ops = plan.operations.iter().filter(|op| alg.operations().contains(op));
+                for (&op, load) in ops.flat_map(|op| plan.loads.iter().map(move |l| (op, l))) {
+                    let spec = CellSpec {
+                        algorithm: label,
+                        alg,
+                        operation: op,
+                        pattern: pattern.name(),
+                        block_size,
+                        warmup: plan.warmup,
+                        repetitions: plan.repetitions,
+                        node: node.map_or(0, |(n, _)| n as u32),
+                    };
+                    let blocks: Vec<&[u8]> = data.chunks(block_size).collect();
+                    let mut runner = placed(node, || spec.alg.runner(op, &blocks, spec.node))
+                        .map_err(|f| spec.error(0, f))?;
                     let running =
                         load::start(load, plan.core, &cpus).map_err(MeasureError::Load)?;
                     if *load != Load::None {
                         // Let the load reach its steady state before the first block.
                         std::thread::sleep(std::time::Duration::from_millis(50));
                     }
-                    let cell = CellSpec {
-                        algorithm: label,
-                        codec: setting.codec,
-                        level: setting.level,
-                        operation: op,
-                        pattern: pattern.name(),
-                        block_size,
-                        warmup: plan.warmup,
-                        repetitions: plan.repetitions,
-                    }
-                    .measure(data);
+                    let cell = spec.measure_with(runner.as_mut(), data);
                     running.stop();
                     let mut cell = cell?;
                     cell.load = load.name();
                     cell.slowdown = cells
                         .iter()
-                        .find(|c: &&Cell| {
+                        .find(|c| {
                             c.load == "none"
-                                && (c.algorithm.as_str(), c.operation, c.block_size)
-                                    == (cell.algorithm.as_str(), cell.operation, cell.block_size)
+                                && c.algorithm == cell.algorithm
+                                && c.operation == cell.operation
+                                && c.block_size == cell.block_size
                                 && c.pattern == cell.pattern
                         })
                         .filter(|base| base.stats.mean_ns > 0.0)
@@ -153,25 +195,21 @@ pub fn run(plan: &Plan, on_cell: &mut dyn FnMut(&Cell)) -> Result<Report, Measur
             }
         }
     }
-    Ok(Report {
-        environment: crate::env::Environment::probe(),
-        timer_overhead_ns: overhead,
-        cells,
-        warnings,
-    })
+    Ok(Report { environment, timer_overhead_ns: overhead, cells, warnings })
 }
 
-/// One cell to measure, on any codec (tests pass a broken one to prove verification).
+/// One cell to measure.
 #[derive(Debug)]
 pub struct CellSpec<'a> {
     pub algorithm: &'a str,
-    pub codec: &'a dyn Codec,
-    pub level: i32,
+    pub alg: &'a Algorithm,
     pub operation: Operation,
     pub pattern: String,
     pub block_size: usize,
     pub warmup: u32,
     pub repetitions: u32,
+    /// The NUMA node handed to plugins.
+    pub node: u32,
 }
 
 impl CellSpec<'_> {
@@ -185,50 +223,36 @@ impl CellSpec<'_> {
         )
     }
 
-    fn fail(&self, block: usize, source: CodecError) -> MeasureError {
-        MeasureError::Codec { cell: self.describe(), block, source }
-    }
-
-    fn wrong(&self, block: usize) -> MeasureError {
-        MeasureError::Verify { cell: self.describe(), block }
+    fn error(&self, block: usize, f: Failure) -> MeasureError {
+        match f {
+            Failure::Failed(detail) => {
+                MeasureError::Failed { cell: self.describe(), block, detail }
+            }
+            Failure::Wrong(detail) => MeasureError::Verify { cell: self.describe(), block, detail },
+        }
     }
 
     /// Times every block of `data` (a whole number of blocks) `warmup + repetitions` times,
     /// keeping the timed passes; verifies every output of every pass.
     pub fn measure(&self, data: &[u8]) -> Result<Cell, MeasureError> {
-        let codec = self.codec;
-        let mut c = codec.compressor(self.level).map_err(|e| self.fail(0, e))?;
-        let mut d = codec.decompressor().map_err(|e| self.fail(0, e))?;
         let blocks: Vec<&[u8]> = data.chunks(self.block_size).collect();
-        let mut packed_buf = vec![0u8; codec.max_compressed_len(self.block_size)];
-        let mut raw_buf = vec![0u8; self.block_size];
-        // Compressed forms, for decompression and for the ratio (untimed).
-        let mut packed: Vec<Vec<u8>> = Vec::with_capacity(blocks.len());
-        for (i, block) in blocks.iter().enumerate() {
-            let n = c.compress(block, &mut packed_buf).map_err(|e| self.fail(i, e))?;
-            packed.push(packed_buf[..n].to_vec());
-        }
-        let mut samples = Vec::with_capacity(blocks.len() * self.repetitions as usize);
+        let mut runner =
+            self.alg.runner(self.operation, &blocks, self.node).map_err(|f| self.error(0, f))?;
+        self.measure_with(runner.as_mut(), data)
+    }
+
+    /// [`CellSpec::measure`] with a runner made beforehand (on the chosen node).
+    pub fn measure_with(&self, r: &mut dyn Runner, data: &[u8]) -> Result<Cell, MeasureError> {
+        let blocks = data.len().div_ceil(self.block_size);
+        let mut samples = Vec::with_capacity(blocks * self.repetitions as usize);
         for pass in 0..self.warmup + self.repetitions {
-            for (i, block) in blocks.iter().enumerate() {
-                let raw = &mut raw_buf[..block.len()];
-                let ns = match self.operation {
-                    Operation::Compress => {
-                        let t = Instant::now();
-                        let n = c.compress(block, &mut packed_buf).map_err(|e| self.fail(i, e))?;
-                        let ns = t.elapsed().as_nanos() as u64;
-                        d.decompress(&packed_buf[..n], raw).map_err(|_| self.wrong(i))?;
-                        ns
-                    }
-                    Operation::Decompress => {
-                        let t = Instant::now();
-                        d.decompress(&packed[i], raw).map_err(|e| self.fail(i, e))?;
-                        t.elapsed().as_nanos() as u64
-                    }
-                };
-                if raw != *block {
-                    return Err(self.wrong(i));
-                }
+            for i in 0..blocks {
+                r.stage(i).map_err(|f| self.error(i, f))?;
+                let t = Instant::now();
+                let done = r.run(i);
+                let ns = t.elapsed().as_nanos() as u64;
+                done.map_err(|f| self.error(i, f))?;
+                r.check(i).map_err(|f| self.error(i, f))?;
                 if pass >= self.warmup {
                     samples.push(ns);
                 }
@@ -236,17 +260,16 @@ impl CellSpec<'_> {
         }
         let total_ns: u64 = samples.iter().sum();
         let bytes = data.len() as f64 * f64::from(self.repetitions);
-        let stored: usize = packed.iter().map(Vec::len).sum();
         Ok(Cell {
             algorithm: self.algorithm.to_owned(),
-            operation: self.operation.name(),
+            operation: self.operation.name().into(),
             block_size: self.block_size,
             pattern: self.pattern.clone(),
             load: "none".into(),
             slowdown: None,
             stats: Stats::of(&mut samples),
             mb_per_s: if total_ns > 0 { bytes / total_ns as f64 * 1e3 } else { 0.0 },
-            ratio: data.len() as f64 / stored.max(1) as f64,
+            ratio: self.alg.compresses().then(|| data.len() as f64 / r.stored().max(1) as f64),
         })
     }
 }
@@ -255,7 +278,7 @@ impl CellSpec<'_> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use qsm_codec::{Compressor, Decompressor, LevelRange};
+    use qsm_codec::{Codec, CodecError, Compression, Compressor, Decompressor, LevelRange};
 
     /// A codec whose decompressor gets one byte wrong: it must never produce a result.
     #[derive(Debug)]
@@ -298,24 +321,31 @@ mod tests {
         }
     }
 
-    fn spec(codec: &dyn Codec, operation: Operation) -> CellSpec<'_> {
+    static OFF_BY_ONE: OffByOne = OffByOne;
+
+    fn spec(alg: &Algorithm, operation: Operation) -> CellSpec<'_> {
         CellSpec {
             algorithm: "x",
-            codec,
-            level: codec.levels().default,
+            alg,
             operation,
             pattern: "random".into(),
             block_size: 4096,
             warmup: 0,
             repetitions: 2,
+            node: 0,
         }
     }
 
     #[test]
     fn a_wrong_algorithm_never_gets_a_time() {
         let data = crate::pattern::Pattern::Random.generate(16384, 1).unwrap();
+        let alg = Algorithm::Codec(Compression {
+            codec: &OFF_BY_ONE,
+            level: 0,
+            skip_incompressible: false,
+        });
         for op in [Operation::Compress, Operation::Decompress] {
-            let e = spec(&OffByOne, op).measure(&data).unwrap_err();
+            let e = spec(&alg, op).measure(&data).unwrap_err();
             assert!(matches!(e, MeasureError::Verify { block: 0, .. }), "{e}");
             assert!(e.to_string().contains("verification failed"), "{e}");
         }
@@ -324,12 +354,13 @@ mod tests {
     #[test]
     fn every_block_of_every_timed_pass_is_a_sample() {
         let data = crate::pattern::Pattern::Compressible(50).generate(16384, 1).unwrap();
-        let lz4 = qsm_codec::registry::by_name("lz4").unwrap();
+        let lz4 = Algorithm::parse("lz4", std::path::Path::new(".")).unwrap();
         for op in [Operation::Compress, Operation::Decompress] {
-            let cell = spec(lz4, op).measure(&data).unwrap();
+            let cell = spec(&lz4, op).measure(&data).unwrap();
             assert_eq!(cell.stats.samples, 8, "4 blocks, 2 passes");
             assert!(cell.stats.min_ns > 0 && cell.stats.min_ns <= cell.stats.max_ns);
-            assert!(cell.ratio > 1.5 && cell.ratio < 2.5, "half zeros: {}", cell.ratio);
+            let ratio = cell.ratio.unwrap();
+            assert!(ratio > 1.5 && ratio < 2.5, "half zeros: {ratio}");
             assert!(cell.mb_per_s > 0.0);
         }
     }

@@ -1,19 +1,26 @@
 //! Plans: what to measure. A TOML file, or [`Plan::quick`] for `qsm stand quick`.
 //!
 //! ```toml
-//! algorithms = ["lz4", "zstd:3", "lzo", "quicklz"]
-//! operations = ["compress", "decompress"]
+//! algorithms = ["lz4", "zstd:3", "lzo", "quicklz", "aes-256-gcm", "blake3"]
+//! operations = ["compress", "decompress", "encrypt", "decrypt", "hash"]
 //! block_sizes = ["4K", "16K", "64K"]
-//! patterns = ["random", "zeros", "compressible:50", "file:../shared/corpus/dickens.xz"]
-//! bytes_per_cell = "8M"
+//! patterns = ["random", "zeros", "compressible:50", "recs4:../shared/corpus"]
+//! bytes_per_cell = "8M"        # or iterations = 2000 (blocks per cell and repetition)
 //! warmup = 1
 //! repetitions = 3
+//! loads = ["none", "cpu:1@other", "tlb:256", "memory:1"]
+//! core = 0
+//! memory_node = 0
 //! ```
+//!
+//! Each algorithm runs the listed operations it supports (codecs compress and decompress,
+//! ciphers encrypt and decrypt, hashes hash).
 
 use std::path::PathBuf;
 
-use qsm_codec::Compression;
 use serde::Deserialize;
+
+use crate::algo::Algorithm;
 
 use crate::load::Load;
 use crate::pattern::Pattern;
@@ -25,7 +32,21 @@ pub enum Operation {
     Compress,
     /// Decompress each block (compressed beforehand, untimed).
     Decompress,
+    /// Encrypt each block.
+    Encrypt,
+    /// Decrypt each block (encrypted beforehand, untimed).
+    Decrypt,
+    /// Hash each block.
+    Hash,
 }
+
+const OPERATIONS: [Operation; 5] = [
+    Operation::Compress,
+    Operation::Decompress,
+    Operation::Encrypt,
+    Operation::Decrypt,
+    Operation::Hash,
+];
 
 impl Operation {
     /// Its name in plans and reports.
@@ -33,6 +54,9 @@ impl Operation {
         match self {
             Operation::Compress => "compress",
             Operation::Decompress => "decompress",
+            Operation::Encrypt => "encrypt",
+            Operation::Decrypt => "decrypt",
+            Operation::Hash => "hash",
         }
     }
 }
@@ -40,8 +64,8 @@ impl Operation {
 /// A checked plan.
 #[derive(Debug, Clone)]
 pub struct Plan {
-    /// Codec settings, as written in the plan (`zstd:3`).
-    pub algorithms: Vec<(String, Compression)>,
+    /// Algorithms, each with its name as written in the plan (`zstd:3`).
+    pub algorithms: Vec<(String, Algorithm)>,
     /// Operations.
     pub operations: Vec<Operation>,
     /// Block sizes in bytes.
@@ -50,6 +74,8 @@ pub struct Plan {
     pub patterns: Vec<Pattern>,
     /// Bytes of data per cell and repetition (a whole number of blocks, at least one).
     pub bytes_per_cell: usize,
+    /// Blocks per cell and repetition, whatever their size, instead of `bytes_per_cell`.
+    pub iterations: Option<usize>,
     /// Untimed passes over a cell's blocks first.
     pub warmup: u32,
     /// Timed passes; every block of every pass is one sample.
@@ -58,6 +84,8 @@ pub struct Plan {
     pub loads: Vec<Load>,
     /// The core the measuring thread is pinned to.
     pub core: Option<usize>,
+    /// The NUMA node whose memory holds the measured algorithm's data and buffers.
+    pub memory_node: Option<usize>,
 }
 
 /// A plan that cannot be run, naming the field and the value.
@@ -81,6 +109,9 @@ pub enum PlanError {
     },
 }
 
+/// The most data one cell may hold.
+pub const MAX_CELL: usize = 1 << 30;
+
 /// The smallest and largest block a plan may ask for.
 pub const MIN_BLOCK: usize = 64;
 /// The frame format's largest quantum.
@@ -96,6 +127,7 @@ struct PlanFile {
     patterns: Vec<String>,
     #[serde(default = "default_bytes")]
     bytes_per_cell: String,
+    iterations: Option<usize>,
     #[serde(default = "default_warmup")]
     warmup: u32,
     #[serde(default = "default_repetitions")]
@@ -103,6 +135,7 @@ struct PlanFile {
     #[serde(default = "default_loads")]
     loads: Vec<String>,
     core: Option<usize>,
+    memory_node: Option<usize>,
 }
 
 fn default_loads() -> Vec<String> {
@@ -148,29 +181,53 @@ impl Plan {
         if file.algorithms.is_empty() {
             return Err(value("algorithms".into(), "empty: name at least one"));
         }
-        let algorithms = file
+        let algorithms: Vec<(String, Algorithm)> = file
             .algorithms
             .iter()
             .enumerate()
             .map(|(i, a)| {
-                Compression::parse(a)
-                    .map(|c| (a.clone(), Compression { skip_incompressible: false, ..c }))
-                    .map_err(|e| value(format!("algorithms[{i}]"), format!("{a:?}: {e}")))
+                Algorithm::parse(a, &base)
+                    .map(|alg| (a.clone(), alg))
+                    .map_err(|e| value(format!("algorithms[{i}]"), e))
             })
             .collect::<Result<_, _>>()?;
-        let operations = file
+        let operations: Vec<Operation> = file
             .operations
             .iter()
             .enumerate()
-            .map(|(i, o)| match o.as_str() {
-                "compress" => Ok(Operation::Compress),
-                "decompress" => Ok(Operation::Decompress),
-                other => Err(value(
-                    format!("operations[{i}]"),
-                    format!("unknown operation {other:?} (known: compress, decompress)"),
-                )),
+            .map(|(i, o)| {
+                OPERATIONS.into_iter().find(|op| op.name() == o).ok_or_else(|| {
+                    value(
+                        format!("operations[{i}]"),
+                        format!(
+                            "unknown operation {o:?} (known: {})",
+                            OPERATIONS.map(Operation::name).join(", ")
+                        ),
+                    )
+                })
             })
             .collect::<Result<_, _>>()?;
+        // Every algorithm must be measured by something, and every operation measure something:
+        // a plan that silently drops half of itself would mislead.
+        for (i, (name, alg)) in algorithms.iter().enumerate() {
+            if !alg.operations().iter().any(|op| operations.contains(op)) {
+                return Err(value(
+                    format!("algorithms[{i}]"),
+                    format!(
+                        "{name:?} supports {}, and operations lists none of them",
+                        alg.operations().iter().map(|o| o.name()).collect::<Vec<_>>().join(", ")
+                    ),
+                ));
+            }
+        }
+        for (i, op) in operations.iter().enumerate() {
+            if !algorithms.iter().any(|(_, a)| a.operations().contains(op)) {
+                return Err(value(
+                    format!("operations[{i}]"),
+                    format!("no algorithm of the plan can {}", op.name()),
+                ));
+            }
+        }
         let block_sizes = file
             .block_sizes
             .iter()
@@ -221,6 +278,32 @@ impl Plan {
                 ));
             }
         }
+        if let Some(node) = file.memory_node {
+            let nodes = crate::numa::nodes();
+            if !nodes.iter().any(|n| n.id == node) {
+                return Err(value(
+                    "memory_node".into(),
+                    format!(
+                        "{node}: this machine has NUMA node{} {:?}",
+                        if nodes.len() == 1 { "" } else { "s" },
+                        nodes.iter().map(|n| n.id).collect::<Vec<_>>()
+                    ),
+                ));
+            }
+        }
+        match file.iterations {
+            Some(0) => return Err(value("iterations".into(), "0: at least one block")),
+            Some(n) => {
+                let largest = block_sizes.iter().copied().max().unwrap_or(0);
+                if n.saturating_mul(largest) > MAX_CELL {
+                    return Err(value(
+                        "iterations".into(),
+                        format!("{n} blocks of {largest} bytes exceed the 1G a cell may hold"),
+                    ));
+                }
+            }
+            None => {}
+        }
         if file.repetitions == 0 {
             return Err(value("repetitions".into(), "0: at least one timed pass"));
         }
@@ -234,14 +317,27 @@ impl Plan {
             repetitions: file.repetitions,
             loads,
             core: file.core,
+            iterations: file.iterations,
+            memory_node: file.memory_node,
         })
     }
 
-    /// `qsm stand quick`: the fast codecs and zstd over the paper's 4 to 64 KiB blocks, on
-    /// random, zero and half-compressible data, 2 MiB per cell: under a minute on 2 cores.
+    /// The bytes one cell of `block_size` measures per repetition: `iterations` blocks, or
+    /// the whole blocks of `bytes_per_cell` (one at least).
+    pub fn cell_bytes(&self, block_size: usize) -> usize {
+        match self.iterations {
+            Some(n) => n * block_size,
+            None => self.bytes_per_cell.max(block_size) / block_size * block_size,
+        }
+    }
+
+    /// `qsm stand quick`: the fast codecs and zstd, the AEAD ciphers and two hashes, over the
+    /// paper's 4 to 64 KiB blocks, on random, zero and half-compressible data, 2 MiB per cell.
     pub fn quick() -> Plan {
         let text = r#"
-            algorithms = ["lz4", "zstd:1", "zstd:3", "lzo", "quicklz"]
+            algorithms = ["lz4", "zstd:1", "zstd:3", "lzo", "quicklz", "aes-256-gcm",
+                          "chacha20-poly1305", "crc32c", "blake3"]
+            operations = ["compress", "decompress", "encrypt", "decrypt", "hash"]
             block_sizes = ["4K", "16K", "64K"]
             patterns = ["random", "zeros", "compressible:50"]
             bytes_per_cell = "2M"
@@ -262,7 +358,8 @@ mod tests {
     fn the_quick_plan_is_valid() {
         let p = Plan::quick();
         assert_eq!(p.block_sizes, [4096, 16384, 65536]);
-        assert_eq!(p.operations, [Operation::Compress, Operation::Decompress]);
+        assert_eq!(p.operations, OPERATIONS);
+        assert_eq!(p.algorithms.len(), 9);
     }
 
     #[test]
@@ -298,8 +395,23 @@ mod tests {
                 "/nonexistent/x",
             ),
             (
+                &format!("{base}operations = [\"sing\"]"),
+                "operations[0]: unknown operation \"sing\"",
+            ),
+            (
                 &format!("{base}operations = [\"encrypt\"]"),
-                "operations[0]: unknown operation \"encrypt\"",
+                "algorithms[0]: \"lz4\" supports compress, decompress",
+            ),
+            (
+                "algorithms = [\"lz4\", \"blake3\"]\nblock_sizes = [\"4K\"]\npatterns = [\"random\"]\noperations = [\"compress\", \"hash\", \"decrypt\"]",
+                "operations[2]: no algorithm of the plan can decrypt",
+            ),
+            (&format!("{base}memory_node = 4096"), "memory_node: 4096"),
+            (&format!("{base}iterations = 0"), "iterations: 0"),
+            (&format!("{base}iterations = 1000000"), "exceed the 1G"),
+            (
+                "algorithms = [\"plugin:/nonexistent/libx.so\"]\nblock_sizes = [\"4K\"]\npatterns = [\"random\"]",
+                "algorithms[0]: plugin /nonexistent/libx.so: no such file",
             ),
             (&format!("{base}repetitions = 0"), "repetitions"),
             (&format!("{base}colour = 1"), "unknown field `colour`"),

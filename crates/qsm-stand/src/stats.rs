@@ -1,9 +1,9 @@
 //! Statistics of one cell's per-block times.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Summary of a cell's samples (nanoseconds per block).
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Stats {
     /// Samples (blocks timed).
     pub samples: usize,
@@ -20,6 +20,22 @@ pub struct Stats {
     pub max_ns: u64,
     /// Population standard deviation.
     pub stddev_ns: f64,
+    /// The latency distribution: `[upper bound ns, samples]` for each non-empty bucket of an
+    /// HDR histogram (3 significant digits), buckets growing by 2^(1/8) (about 9%).
+    pub histogram: Vec<[u64; 2]>,
+}
+
+/// HDR histogram buckets of `sorted` samples.
+fn histogram(sorted: &[u64]) -> Vec<[u64; 2]> {
+    let Ok(mut h) = hdrhistogram::Histogram::<u64>::new(3) else { return Vec::new() };
+    for &s in sorted {
+        // Auto-resizing: recording fails only for values beyond u64's range.
+        let _ = h.record(s.max(1));
+    }
+    h.iter_log(1, 2f64.powf(0.125))
+        .filter(|v| v.count_since_last_iteration() > 0)
+        .map(|v| [v.value_iterated_to(), v.count_since_last_iteration()])
+        .collect()
 }
 
 impl Stats {
@@ -44,12 +60,14 @@ impl Stats {
             p999_ns: rank(0.999),
             max_ns: samples[n - 1],
             stddev_ns: var.sqrt(),
+            histogram: histogram(samples),
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]
@@ -63,5 +81,10 @@ mod tests {
         let one = Stats::of(&mut [42]);
         assert_eq!((one.p50_ns, one.p999_ns, one.stddev_ns), (42, 42, 0.0));
         assert_eq!(Stats::of(&mut []), Stats::default());
+        let total: u64 = st.histogram.iter().map(|b| b[1]).sum();
+        assert_eq!(total, 1000, "every sample in one bucket");
+        assert!(st.histogram.windows(2).all(|w| w[0][0] < w[1][0]));
+        let last = st.histogram.last().unwrap()[0];
+        assert!((1000..1100).contains(&last), "the top bucket holds 1000: {last}");
     }
 }

@@ -1,11 +1,13 @@
-//! `qsm stand run PLAN.toml` and `qsm stand quick`: block algorithms measured block by block.
+//! `qsm stand run PLAN.toml`, `qsm stand quick`, `qsm stand compare A.json B.json` and
+//! `qsm stand plot REPORT.json`: block algorithms measured block by block.
 
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use qsm_stand::Plan;
-use qsm_stand::measure::Cell;
+use qsm_stand::compare::Comparison;
+use qsm_stand::measure::{Cell, Report};
 
 #[derive(Debug, Subcommand)]
 pub enum StandCommand {
@@ -16,11 +18,33 @@ pub enum StandCommand {
         #[command(flatten)]
         out: Outputs,
     },
-    /// Run the built-in plan: lz4, zstd:1, zstd:3, lzo and quicklz over 4, 16 and 64 KiB
-    /// blocks of random, zero and half-compressible data.
+    /// Run the built-in plan: lz4, zstd:1, zstd:3, lzo, quicklz, AES-256-GCM,
+    /// ChaCha20-Poly1305, CRC32C and BLAKE3 over 4, 16 and 64 KiB blocks of random, zero and
+    /// half-compressible data.
     Quick {
         #[command(flatten)]
         out: Outputs,
+    },
+    /// Show what changed between two runs (their --json reports), cell by cell.
+    Compare {
+        /// The earlier run.
+        a: PathBuf,
+        /// The later run.
+        b: PathBuf,
+        /// Cells whose median moved by more than this percentage are listed.
+        #[arg(long, default_value_t = 5.0)]
+        threshold: f64,
+        /// Exit with status 1 when a cell got slower by more than the threshold.
+        #[arg(long)]
+        fail_on_slower: bool,
+    },
+    /// Draw the plots of a run from its --json report.
+    Plot {
+        /// The report.
+        report: PathBuf,
+        /// The directory for the SVG and PNG files.
+        #[arg(long)]
+        out: PathBuf,
     },
 }
 
@@ -32,6 +56,23 @@ pub struct Outputs {
     /// Also write every cell as CSV to this file.
     #[arg(long)]
     csv: Option<PathBuf>,
+    /// Also draw the plots (SVG and PNG) into this directory: time per block against block
+    /// size for each algorithm, operation, pattern and load, and latency histograms.
+    #[arg(long)]
+    plots: Option<PathBuf>,
+}
+
+fn read_report(path: &std::path::Path) -> Result<Report> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_str(&text)
+        .with_context(|| format!("{}: not a qsm stand --json report", path.display()))
+}
+
+fn plots(report: &Report, dir: &std::path::Path) -> Result<()> {
+    let files = qsm_stand::plot::all(report, dir)?;
+    println!("{} plot files written to {}", files.len(), dir.display());
+    Ok(())
 }
 
 pub fn stand(cmd: StandCommand) -> Result<bool> {
@@ -42,6 +83,13 @@ pub fn stand(cmd: StandCommand) -> Result<bool> {
             (Plan::parse(&text, &plan.to_string_lossy())?, out)
         }
         StandCommand::Quick { out } => (Plan::quick(), out),
+        StandCommand::Compare { a, b, threshold, fail_on_slower } => {
+            return compare(&read_report(&a)?, &read_report(&b)?, threshold, fail_on_slower);
+        }
+        StandCommand::Plot { report, out } => {
+            plots(&read_report(&report)?, &out)?;
+            return Ok(true);
+        }
     };
     println!(
         "{:<10} {:<10} {:>6} {:<16} {:<14} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>6} {:>8}",
@@ -63,7 +111,7 @@ pub fn stand(cmd: StandCommand) -> Result<bool> {
     let us = |ns: f64| ns / 1e3;
     let report = qsm_stand::run(&plan, &mut |c: &Cell| {
         println!(
-            "{:<10} {:<10} {:>6} {:<16} {:<14} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>8.0} {:>6.2} {:>8}",
+            "{:<10} {:<10} {:>6} {:<16} {:<14} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>8.0} {:>6} {:>8}",
             c.algorithm,
             c.operation,
             size(c.block_size),
@@ -76,7 +124,7 @@ pub fn stand(cmd: StandCommand) -> Result<bool> {
             us(c.stats.p999_ns as f64),
             us(c.stats.max_ns as f64),
             c.mb_per_s,
-            c.ratio,
+            c.ratio.map(|r| format!("{r:.2}")).unwrap_or_else(|| "-".into()),
             c.slowdown.map(|x| format!("{x:.2}x")).unwrap_or_else(|| "-".into())
         );
     })?;
@@ -99,7 +147,7 @@ pub fn stand(cmd: StandCommand) -> Result<bool> {
         for c in &report.cells {
             let s = &c.stats;
             csv.push_str(&format!(
-                "{},{},{},{},{},{},{},{},{:.1},{},{},{},{},{},{:.1},{:.2},{:.4}\n",
+                "{},{},{},{},{},{},{},{},{:.1},{},{},{},{},{},{:.1},{:.2},{}\n",
                 c.algorithm,
                 c.operation,
                 c.block_size,
@@ -116,10 +164,51 @@ pub fn stand(cmd: StandCommand) -> Result<bool> {
                 s.max_ns,
                 s.stddev_ns,
                 c.mb_per_s,
-                c.ratio
+                c.ratio.map(|r| format!("{r:.4}")).unwrap_or_default()
             ));
         }
         std::fs::write(path, csv).with_context(|| format!("writing {}", path.display()))?;
+    }
+    if let Some(dir) = &out.plots {
+        plots(&report, dir)?;
+    }
+    Ok(true)
+}
+
+fn compare(a: &Report, b: &Report, threshold: f64, fail_on_slower: bool) -> Result<bool> {
+    let c = Comparison::of(a, b);
+    for e in &c.environment {
+        println!("machine changed: {e}");
+    }
+    let beyond = c.beyond(threshold);
+    if !beyond.is_empty() {
+        println!("{:<56} {:>10} {:>10} {:>8}", "cell (median per block)", "A µs", "B µs", "change");
+    }
+    for ch in &beyond {
+        println!(
+            "{:<56} {:>10.2} {:>10.2} {:>+7.1}%",
+            ch.cell,
+            ch.p50.0 as f64 / 1e3,
+            ch.p50.1 as f64 / 1e3,
+            ch.p50_change_pct
+        );
+    }
+    for k in &c.only_a {
+        println!("only in A: {k}");
+    }
+    for k in &c.only_b {
+        println!("only in B: {k}");
+    }
+    let (median, max) = c.spread();
+    let slower = beyond.iter().filter(|ch| ch.p50_change_pct > 0.0).count();
+    println!(
+        "{} cells in both: {} slower and {} faster by more than {threshold}%; medians moved by {median:.1}% (median) and {max:.1}% (largest)",
+        c.changes.len(),
+        slower,
+        beyond.len() - slower
+    );
+    if fail_on_slower && slower > 0 {
+        anyhow::bail!("{slower} cells slower by more than {threshold}% (--fail-on-slower)");
     }
     Ok(true)
 }

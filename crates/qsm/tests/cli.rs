@@ -338,3 +338,87 @@ fn stand_measures_a_plan_and_writes_json_and_csv() {
         .failure()
         .stderr(predicate::str::contains("block_sizes[0]: \"0\" is not a block size"));
 }
+
+#[test]
+fn stand_plots_a_report_and_compares_two() {
+    let dir = TempDir::new().unwrap_or_else(|e| panic!("{e}"));
+    let plan = dir.path().join("plan.toml");
+    fs::write(
+        &plan,
+        "algorithms = [\"aes-256-gcm\", \"blake3\"]\noperations = [\"encrypt\", \"decrypt\", \"hash\"]\nblock_sizes = [\"4K\", \"16K\"]\npatterns = [\"random\"]\nbytes_per_cell = \"64K\"\nwarmup = 0\nrepetitions = 2\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let (json, plots) = (dir.path().join("a.json"), dir.path().join("plots"));
+    qsm()
+        .args(["stand", "run"])
+        .arg(&plan)
+        .arg("--json")
+        .arg(&json)
+        .arg("--plots")
+        .arg(&plots)
+        .assert()
+        .success()
+        .stdout(
+            predicate::str::contains("aes-256-gcm").and(predicate::str::contains("plot files")),
+        );
+    // Per algorithm, operation, pattern and load: the block-size figure and one histogram,
+    // each as SVG and PNG.
+    let mut files: Vec<String> = fs::read_dir(&plots)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()).unwrap_or_default())
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 3 * 4, "{files:?}");
+    assert!(files.contains(&"aes-256-gcm-encrypt-random-none.svg".to_owned()), "{files:?}");
+    assert!(files.contains(&"blake3-hash-random-none-4096-histogram.png".to_owned()), "{files:?}");
+    for f in &files {
+        let bytes = read(&plots.join(f));
+        if f.ends_with(".png") {
+            assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "{f}");
+        } else {
+            let text = String::from_utf8_lossy(&bytes);
+            assert!(text.contains("<svg") && text.contains("</svg>"), "{f}");
+        }
+    }
+    let svg = String::from_utf8(read(&plots.join("aes-256-gcm-encrypt-random-none.svg")))
+        .unwrap_or_default();
+    for label in ["min", "avg", "max", "block size", "16K"] {
+        assert!(svg.contains(label), "{label} missing from the figure");
+    }
+    // The same report twice: nothing moved.
+    qsm()
+        .args(["stand", "compare"])
+        .arg(&json)
+        .arg(&json)
+        .arg("--fail-on-slower")
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("6 cells in both: 0 slower and 0 faster"));
+    // A later run whose AES-GCM encryption got twice as slow.
+    let mut report: serde_json::Value =
+        serde_json::from_slice(&read(&json)).unwrap_or_else(|e| panic!("{e}"));
+    let p50 = report["cells"][0]["stats"]["p50_ns"].as_u64().unwrap_or(0);
+    report["cells"][0]["stats"]["p50_ns"] = (p50 * 2).into();
+    let slower = dir.path().join("b.json");
+    fs::write(&slower, report.to_string()).unwrap_or_else(|e| panic!("{e}"));
+    qsm()
+        .args(["stand", "compare"])
+        .arg(&json)
+        .arg(&slower)
+        .arg("--fail-on-slower")
+        .assert()
+        .code(1)
+        .stdout(
+            predicate::str::contains("aes-256-gcm encrypt 4096 random none")
+                .and(predicate::str::contains("+100.0%"))
+                .and(predicate::str::contains("1 slower")),
+        );
+    qsm()
+        .args(["stand", "plot"])
+        .arg(dir.path().join("missing.json"))
+        .arg("--out")
+        .arg(&plots)
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("missing.json"));
+}
