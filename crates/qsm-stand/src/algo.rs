@@ -154,6 +154,29 @@ pub enum Failure {
     Wrong(String),
 }
 
+/// A zeroed buffer whose pages are written now, by the calling thread: `vec![0; n]` alone
+/// maps untouched zero pages, which would fault inside a timed call and land on whichever
+/// node the measuring thread is on, defeating placement by first touch.
+pub(crate) fn touched(n: usize) -> Vec<u8> {
+    let mut v = vec![0u8; n];
+    std::hint::black_box(&mut v[..]).fill(0);
+    v
+}
+
+/// Fills the front of `buf` with the complement of `block`, so a decoder that writes nothing
+/// cannot pass verification on what an earlier call left there.
+pub(crate) fn spoil(buf: &mut [u8], block: &[u8]) {
+    for (b, x) in buf.iter_mut().zip(block) {
+        *b = !x;
+    }
+}
+
+/// Whether a cipher's output begins as its input did (a cipher that copies would round-trip).
+pub(crate) fn looks_like(out: &[u8], block: &[u8]) -> bool {
+    let head = block.len().min(32);
+    head >= 16 && out.get(..head) == Some(&block[..head])
+}
+
 fn failed(what: impl fmt::Display) -> Failure {
     Failure::Failed(what.to_string())
 }
@@ -190,7 +213,7 @@ impl<'a> CodecRunner<'a> {
         let longest = blocks.iter().map(|b| b.len()).max().unwrap_or(0);
         let mut compressor = c.codec.compressor(c.level).map_err(failed)?;
         let decompressor = c.codec.decompressor().map_err(failed)?;
-        let mut out = vec![0u8; c.codec.max_compressed_len(longest)];
+        let mut out = touched(c.codec.max_compressed_len(longest));
         let mut packed = Vec::with_capacity(blocks.len());
         for block in blocks {
             let n = compressor.compress(block, &mut out).map_err(failed)?;
@@ -204,12 +227,22 @@ impl<'a> CodecRunner<'a> {
             packed,
             out,
             out_len: 0,
-            raw: vec![0u8; longest],
+            raw: touched(longest),
         })
     }
 }
 
 impl Runner for CodecRunner<'_> {
+    fn stage(&mut self, i: usize) -> Result<(), Failure> {
+        // What the last call left must not pass for this call's output.
+        if self.op == Operation::Decompress {
+            spoil(&mut self.raw, self.blocks[i]);
+        } else {
+            self.out.fill(0xa5);
+        }
+        Ok(())
+    }
+
     fn run(&mut self, i: usize) -> Result<(), Failure> {
         let block = self.blocks[i];
         match self.op {
@@ -227,6 +260,7 @@ impl Runner for CodecRunner<'_> {
         let block = self.blocks[i];
         let raw = &mut self.raw[..block.len()];
         if self.op == Operation::Compress {
+            spoil(raw, block);
             self.d
                 .decompress(&self.out[..self.out_len], raw)
                 .map_err(|e| Failure::Wrong(format!("the output does not decompress: {e}")))?;
@@ -318,13 +352,15 @@ impl<'a> CipherRunner<'a> {
             keys,
             sealed: Vec::new(),
             // Room for CBC's padding, so no timed call reallocates.
-            buf: Vec::with_capacity(longest + 32),
+            buf: touched(longest + 32),
             plain_len: 0,
             iv: [0; 16],
             tag: [0; 16],
             counter: 0,
-            scratch: Vec::with_capacity(longest + 32),
+            scratch: touched(longest + 32),
         };
+        r.buf.clear();
+        r.scratch.clear();
         if op == Operation::Decrypt {
             for i in 0..blocks.len() {
                 r.stage_encrypt(i);
@@ -407,8 +443,7 @@ impl Runner for CipherRunner<'_> {
             &self.buf[..self.plain_len]
         } else {
             // A "cipher" that leaves its input as it was would decrypt fine: refuse it.
-            let head = block.len().min(32);
-            if head >= 16 && self.buf[..head] == block[..head] {
+            if looks_like(&self.buf, block) {
                 return Err(Failure::Wrong("the ciphertext is the plaintext".into()));
             }
             self.scratch.clear();

@@ -12,6 +12,8 @@ pub struct Change {
     pub p50: (u64, u64),
     /// Mean time per block in A and B, ns.
     pub mean: (f64, f64),
+    /// Fastest block in A and B, ns.
+    pub min: (u64, u64),
     /// (B − A) / A of the median, in percent: positive is slower.
     pub p50_change_pct: f64,
 }
@@ -46,6 +48,7 @@ impl Comparison {
                         cell: k,
                         p50: (pa, pb),
                         mean: (ca.stats.mean_ns, cb.stats.mean_ns),
+                        min: (ca.stats.min_ns, cb.stats.min_ns),
                         p50_change_pct: if pa > 0 {
                             (pb as f64 - pa as f64) / pa as f64 * 100.0
                         } else {
@@ -86,7 +89,24 @@ impl Comparison {
     /// The median and the largest absolute change of the medians, in percent: how well two
     /// runs of one plan agree.
     pub fn spread(&self) -> (f64, f64) {
-        let mut abs: Vec<f64> = self.changes.iter().map(|c| c.p50_change_pct.abs()).collect();
+        self.spread_of(|c| c.p50_change_pct)
+    }
+
+    /// [`Comparison::spread`] of the fastest blocks: on a shared machine a neighbour slows
+    /// typical blocks for minutes at a time but rarely every one, so the minimums agree where
+    /// the medians do not, which tells noise from a real change.
+    pub fn min_spread(&self) -> (f64, f64) {
+        self.spread_of(|c| {
+            if c.min.0 == 0 {
+                0.0
+            } else {
+                (c.min.1 as f64 - c.min.0 as f64) / c.min.0 as f64 * 100.0
+            }
+        })
+    }
+
+    fn spread_of(&self, change: impl Fn(&Change) -> f64) -> (f64, f64) {
+        let mut abs: Vec<f64> = self.changes.iter().map(|c| change(c).abs()).collect();
         if abs.is_empty() {
             return (0.0, 0.0);
         }

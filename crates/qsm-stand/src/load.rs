@@ -211,15 +211,18 @@ pub fn start(load: &Load, measured: Option<usize>, cpus: &[usize]) -> Result<Run
             spawn(&mut running, off_core(0), Box::new(move || tlb_walk(mib << 20, &stop, &work)));
         }
         Load::Memory { threads, node } => {
-            let on_node: Vec<usize> = node
-                .map(|k| {
-                    let mut c = crate::numa::cpus_of(k, cpus);
-                    if c.len() > 1 {
-                        c.retain(|&c| Some(c) != measured);
-                    }
-                    c
-                })
-                .unwrap_or_default();
+            let mut on_node: Vec<usize> = Vec::new();
+            if let Some(k) = node {
+                on_node = crate::numa::cpus_of(k, cpus);
+                if on_node.is_empty() {
+                    return Err(format!(
+                        "memory load on node {k}: none of its CPUs is one this process may run on"
+                    ));
+                }
+                if on_node.len() > 1 {
+                    on_node.retain(|&c| Some(c) != measured);
+                }
+            }
             for i in 0..threads {
                 let (stop, work) = (Arc::clone(&stop), Arc::clone(&work));
                 // The buffers are made inside the thread, after pinning: first touch puts

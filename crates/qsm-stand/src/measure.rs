@@ -111,16 +111,19 @@ pub fn run(plan: &Plan, on_cell: &mut dyn FnMut(&Cell)) -> Result<Report, Measur
     let environment = crate::env::Environment::probe();
     let mut warnings = Vec::new();
     // The node and the CPU whose first touches place the measured memory.
-    let node = plan.memory_node.map(|n| {
-        let on_node = crate::numa::cpus_of(n, &cpus);
-        let cpu = on_node
-            .iter()
-            .copied()
-            .find(|&c| Some(c) != plan.core)
-            .or(on_node.first().copied())
-            .unwrap_or(0);
-        (n, cpu)
-    });
+    let node = match plan.memory_node {
+        None => None,
+        Some(n) => {
+            let on_node = crate::numa::cpus_of(n, &cpus);
+            // Placing by first touch needs a thread on the node.
+            let Some(&first) = on_node.first() else {
+                return Err(MeasureError::Load(format!(
+                    "memory_node {n}: none of its CPUs is one this process may run on"
+                )));
+            };
+            Some((n, on_node.iter().copied().find(|&c| Some(c) != plan.core).unwrap_or(first)))
+        }
+    };
     if let Some((n, _)) = node
         && crate::numa::nodes().len() == 1
     {
@@ -132,13 +135,18 @@ pub fn run(plan: &Plan, on_cell: &mut dyn FnMut(&Cell)) -> Result<Report, Measur
         load::pin(core).map_err(|e| MeasureError::Load(format!("pinning to core {core}: {e}")))?;
     }
     let overhead = timer_overhead();
-    let mut cells: Vec<Cell> = Vec::new();
     // Each block size takes a whole number of blocks from the front of one buffer per
     // pattern (a pattern's bytes do not depend on the length asked), so a file is read once.
     let longest = plan.block_sizes.iter().map(|&b| plan.cell_bytes(b)).max().unwrap_or(0);
+    let mut data = Vec::with_capacity(plan.patterns.len());
     for pattern in &plan.patterns {
-        let all = placed(node, || pattern.generate(longest, 0x5741_4e44))
-            .map_err(|source| MeasureError::Pattern { pattern: pattern.name(), source })?;
+        data.push(
+            placed(node, || pattern.generate(longest, 0x5741_4e44))
+                .map_err(|source| MeasureError::Pattern { pattern: pattern.name(), source })?,
+        );
+    }
+    let mut pending = Vec::new();
+    for (pattern, all) in plan.patterns.iter().zip(&data) {
         for &block_size in &plan.block_sizes {
             let data = &all[..plan.cell_bytes(block_size)];
             for (label, alg) in &plan.algorithms {
@@ -154,45 +162,58 @@ pub fn run(plan: &Plan, on_cell: &mut dyn FnMut(&Cell)) -> Result<Report, Measur
                         repetitions: plan.repetitions,
                         node: node.map_or(0, |(n, _)| n as u32),
                     };
-                    let blocks: Vec<&[u8]> = data.chunks(block_size).collect();
-                    let mut runner = placed(node, || spec.alg.runner(op, &blocks, spec.node))
-                        .map_err(|f| spec.error(0, f))?;
-                    let running =
-                        load::start(load, plan.core, &cpus).map_err(MeasureError::Load)?;
-                    if *load != Load::None {
-                        // Let the load reach its steady state before the first block.
-                        std::thread::sleep(std::time::Duration::from_millis(50));
-                    }
-                    let cell = spec.measure_with(runner.as_mut(), data);
-                    running.stop();
-                    let mut cell = cell?;
-                    cell.load = load.name();
-                    cell.slowdown = cells
-                        .iter()
-                        .find(|c| {
-                            c.load == "none"
-                                && c.algorithm == cell.algorithm
-                                && c.operation == cell.operation
-                                && c.block_size == cell.block_size
-                                && c.pattern == cell.pattern
-                        })
-                        .filter(|base| base.stats.mean_ns > 0.0)
-                        .map(|base| cell.stats.mean_ns / base.stats.mean_ns);
-                    if (cell.stats.min_ns as f64) < 100.0 * overhead as f64 {
-                        warnings.push(format!(
-                            "{} {} {} B {}: fastest block {} ns, under 100 times the timer's {} ns",
-                            cell.algorithm,
-                            cell.operation,
-                            cell.block_size,
-                            cell.pattern,
-                            cell.stats.min_ns,
-                            overhead
-                        ));
-                    }
-                    on_cell(&cell);
-                    cells.push(cell);
+                    pending.push((spec, load, data, Vec::new(), 0usize));
                 }
             }
+        }
+    }
+    // Rounds run the whole plan again, so a slow minute on a shared machine is spread over
+    // every cell rather than landing on a few; a cell's samples are pooled over the rounds.
+    let mut cells: Vec<Cell> = Vec::new();
+    for round in 0..plan.rounds {
+        for (spec, load, data, samples, stored) in &mut pending {
+            let blocks: Vec<&[u8]> = data.chunks(spec.block_size).collect();
+            let mut runner = placed(node, || spec.alg.runner(spec.operation, &blocks, spec.node))
+                .map_err(|f| spec.error(0, f))?;
+            let running = load::start(load, plan.core, &cpus).map_err(MeasureError::Load)?;
+            if **load != Load::None {
+                // Let the load reach its steady state before the first block.
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            let taken = spec.samples(runner.as_mut(), data);
+            running.stop();
+            samples.extend(taken?);
+            *stored = runner.stored();
+            if round + 1 < plan.rounds {
+                continue;
+            }
+            let passes = plan.repetitions * plan.rounds;
+            let mut cell = spec.cell(std::mem::take(samples), data.len(), *stored, passes);
+            cell.load = load.name();
+            cell.slowdown = cells
+                .iter()
+                .find(|c| {
+                    c.load == "none"
+                        && c.algorithm == cell.algorithm
+                        && c.operation == cell.operation
+                        && c.block_size == cell.block_size
+                        && c.pattern == cell.pattern
+                })
+                .filter(|base| base.stats.mean_ns > 0.0)
+                .map(|base| cell.stats.mean_ns / base.stats.mean_ns);
+            if (cell.stats.min_ns as f64) < 100.0 * overhead as f64 {
+                warnings.push(format!(
+                    "{} {} {} B {}: fastest block {} ns, under 100 times the timer's {} ns",
+                    cell.algorithm,
+                    cell.operation,
+                    cell.block_size,
+                    cell.pattern,
+                    cell.stats.min_ns,
+                    overhead
+                ));
+            }
+            on_cell(&cell);
+            cells.push(cell);
         }
     }
     Ok(Report { environment, timer_overhead_ns: overhead, cells, warnings })
@@ -243,6 +264,12 @@ impl CellSpec<'_> {
 
     /// [`CellSpec::measure`] with a runner made beforehand (on the chosen node).
     pub fn measure_with(&self, r: &mut dyn Runner, data: &[u8]) -> Result<Cell, MeasureError> {
+        let samples = self.samples(r, data)?;
+        Ok(self.cell(samples, data.len(), r.stored(), self.repetitions))
+    }
+
+    /// The timed passes' samples of every block of `data`, each output verified.
+    fn samples(&self, r: &mut dyn Runner, data: &[u8]) -> Result<Vec<u64>, MeasureError> {
         let blocks = data.len().div_ceil(self.block_size);
         let mut samples = Vec::with_capacity(blocks * self.repetitions as usize);
         for pass in 0..self.warmup + self.repetitions {
@@ -258,9 +285,15 @@ impl CellSpec<'_> {
                 }
             }
         }
+        Ok(samples)
+    }
+
+    /// The cell of `samples` taken over `passes` timed passes of `data_len` bytes, stored as
+    /// `stored` bytes.
+    fn cell(&self, mut samples: Vec<u64>, data_len: usize, stored: usize, passes: u32) -> Cell {
         let total_ns: u64 = samples.iter().sum();
-        let bytes = data.len() as f64 * f64::from(self.repetitions);
-        Ok(Cell {
+        let bytes = data_len as f64 * f64::from(passes);
+        Cell {
             algorithm: self.algorithm.to_owned(),
             operation: self.operation.name().into(),
             block_size: self.block_size,
@@ -269,8 +302,8 @@ impl CellSpec<'_> {
             slowdown: None,
             stats: Stats::of(&mut samples),
             mb_per_s: if total_ns > 0 { bytes / total_ns as f64 * 1e3 } else { 0.0 },
-            ratio: self.alg.compresses().then(|| data.len() as f64 / r.stored().max(1) as f64),
-        })
+            ratio: self.alg.compresses().then(|| data_len as f64 / stored.max(1) as f64),
+        }
     }
 }
 
@@ -322,6 +355,63 @@ mod tests {
     }
 
     static OFF_BY_ONE: OffByOne = OffByOne;
+
+    /// A codec whose decompressor writes nothing: on zeros, a buffer left from an earlier
+    /// block (or freshly zeroed) would hold the right answer.
+    #[derive(Debug)]
+    struct Lazy;
+    struct Idle;
+    impl Codec for Lazy {
+        fn id(&self) -> u16 {
+            998
+        }
+        fn name(&self) -> &'static str {
+            "lazy"
+        }
+        fn levels(&self) -> LevelRange {
+            LevelRange::NONE
+        }
+        fn max_compressed_len(&self, raw_len: usize) -> usize {
+            raw_len
+        }
+        fn compressor(&self, _: i32) -> Result<Box<dyn Compressor>, CodecError> {
+            Ok(Box::new(Copy))
+        }
+        fn decompressor(&self) -> Result<Box<dyn Decompressor>, CodecError> {
+            Ok(Box::new(Idle))
+        }
+    }
+    impl Decompressor for Idle {
+        fn decompress(&mut self, _: &[u8], _: &mut [u8]) -> Result<(), CodecError> {
+            Ok(())
+        }
+    }
+    static LAZY: Lazy = Lazy;
+
+    #[test]
+    fn rounds_pool_their_samples_and_loads_get_a_slowdown() {
+        let text = "algorithms = [\"lz4\", \"crc32c\"]\noperations = [\"compress\", \"hash\"]\nblock_sizes = [\"4K\"]\npatterns = [\"random\"]\nbytes_per_cell = \"16K\"\nwarmup = 0\nrepetitions = 2\nrounds = 3\nloads = [\"none\", \"cpu:1\"]\n";
+        let plan = Plan::parse(text, "p.toml").unwrap();
+        let mut seen = 0;
+        let report = run(&plan, &mut |_| seen += 1).unwrap();
+        assert_eq!((report.cells.len(), seen), (4, 4), "each cell reported once");
+        for c in &report.cells {
+            assert_eq!(c.stats.samples, 4 * 2 * 3, "4 blocks, 2 passes, 3 rounds: {c:?}");
+            assert_eq!(c.slowdown.is_some(), c.load != "none", "{c:?}");
+            assert_eq!(c.ratio.is_some(), c.algorithm == "lz4", "{c:?}");
+        }
+    }
+
+    #[test]
+    fn a_decoder_that_writes_nothing_is_caught_even_on_zeros() {
+        let data = crate::pattern::Pattern::Zeros.generate(16384, 1).unwrap();
+        let alg =
+            Algorithm::Codec(Compression { codec: &LAZY, level: 0, skip_incompressible: false });
+        for op in [Operation::Compress, Operation::Decompress] {
+            let e = spec(&alg, op).measure(&data).unwrap_err();
+            assert!(matches!(e, MeasureError::Verify { block: 0, .. }), "{op:?}: {e}");
+        }
+    }
 
     fn spec(alg: &Algorithm, operation: Operation) -> CellSpec<'_> {
         CellSpec {

@@ -34,14 +34,14 @@ pub fn nodes() -> Vec<Node> {
     nodes
 }
 
-/// The CPUs of `node` this process may use, or all it may use if the node lists none of them.
+/// The CPUs of `node` this process may use: empty for a memory-only node, or one the
+/// process's cpuset excludes.
 pub fn cpus_of(node: usize, allowed: &[usize]) -> Vec<usize> {
-    let on_node: Vec<usize> = nodes()
+    nodes()
         .into_iter()
         .find(|n| n.id == node)
         .map(|n| n.cpus.into_iter().filter(|c| allowed.contains(c)).collect())
-        .unwrap_or_default();
-    if on_node.is_empty() { allowed.to_vec() } else { on_node }
+        .unwrap_or_default()
 }
 
 /// Parses a kernel CPU list (`0-3,8,10-11`); malformed parts are skipped.

@@ -83,7 +83,8 @@ impl Pattern {
         let mut rng = XorShift(seed | 1);
         Ok(match self {
             Pattern::Random => rng.bytes(len),
-            Pattern::Zeros => vec![0; len],
+            // Written, not just mapped: untouched zero pages would all be one shared page.
+            Pattern::Zeros => crate::algo::touched(len),
             Pattern::Compressible(pct) => {
                 let mut out = rng.bytes(len);
                 for chunk in out.chunks_mut(4096) {
@@ -107,6 +108,9 @@ impl Pattern {
             }
             Pattern::Recs4(dir) => {
                 let files = files_of(dir)?;
+                if files.is_empty() {
+                    return Err(std::io::Error::other(format!("{}: no files", dir.display())));
+                }
                 // Each file gives about its share, whole blocks, and no more is read.
                 let share = len.div_ceil(files.len()).next_multiple_of(RECS4_BLOCK);
                 let sources = files
@@ -128,6 +132,9 @@ impl Pattern {
                         pos = 0;
                     }
                     k += 1;
+                }
+                if out.len() < len {
+                    return Err(std::io::Error::other(format!("{}: no data", dir.display())));
                 }
                 out
             }
@@ -180,11 +187,19 @@ fn read_up_to(path: &Path, limit: usize) -> std::io::Result<Vec<u8>> {
         if let Some(stdout) = child.stdout.take() {
             stdout.take(limit as u64).read_to_end(&mut out).map_err(named)?;
         }
-        // Enough read: xz may be stopped before its end, so its exit status means nothing.
-        let _ = child.kill();
-        let _ = child.wait();
-        if out.is_empty() {
-            return Err(std::io::Error::other(format!("{}: xz gave no data", path.display())));
+        if out.len() < limit {
+            // xz ended by itself: a damaged file must not pass for a short one.
+            let status = child.wait().map_err(named)?;
+            if !status.success() || out.is_empty() {
+                return Err(std::io::Error::other(format!(
+                    "{}: xz -dc failed ({status})",
+                    path.display()
+                )));
+            }
+        } else {
+            // Enough read: stop xz before its end.
+            let _ = child.kill();
+            let _ = child.wait();
         }
     } else {
         std::fs::File::open(path)

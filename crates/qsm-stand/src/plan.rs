@@ -80,6 +80,8 @@ pub struct Plan {
     pub warmup: u32,
     /// Timed passes; every block of every pass is one sample.
     pub repetitions: u32,
+    /// Times the whole plan is run, each cell's samples pooled over them.
+    pub rounds: u32,
     /// Load scenarios, each cell measured under every one.
     pub loads: Vec<Load>,
     /// The core the measuring thread is pinned to.
@@ -132,6 +134,8 @@ struct PlanFile {
     warmup: u32,
     #[serde(default = "default_repetitions")]
     repetitions: u32,
+    #[serde(default = "default_rounds")]
+    rounds: u32,
     #[serde(default = "default_loads")]
     loads: Vec<String>,
     core: Option<usize>,
@@ -153,6 +157,9 @@ fn default_warmup() -> u32 {
 }
 fn default_repetitions() -> u32 {
     3
+}
+fn default_rounds() -> u32 {
+    1
 }
 
 fn value(field: String, detail: impl Into<String>) -> PlanError {
@@ -304,6 +311,9 @@ impl Plan {
             }
             None => {}
         }
+        if file.rounds == 0 {
+            return Err(value("rounds".into(), "0: at least one round"));
+        }
         if file.repetitions == 0 {
             return Err(value("repetitions".into(), "0: at least one timed pass"));
         }
@@ -315,6 +325,7 @@ impl Plan {
             bytes_per_cell,
             warmup: file.warmup,
             repetitions: file.repetitions,
+            rounds: file.rounds,
             loads,
             core: file.core,
             iterations: file.iterations,
@@ -414,6 +425,7 @@ mod tests {
                 "algorithms[0]: plugin /nonexistent/libx.so: no such file",
             ),
             (&format!("{base}repetitions = 0"), "repetitions"),
+            (&format!("{base}rounds = 0"), "rounds: 0"),
             (&format!("{base}colour = 1"), "unknown field `colour`"),
             (&format!("{base}loads = [\"none\", \"disk:1\"]"), "loads[1]: unknown load \"disk:1\""),
             (&format!("{base}core = 4096"), "core: 4096"),

@@ -94,32 +94,40 @@ pub fn all(report: &Report, dir: &Path) -> Result<Vec<PathBuf>, PlotError> {
     std::fs::create_dir_all(dir)
         .map_err(|e| PlotError::Draw { path: dir.into(), detail: e.to_string() })?;
     let mut written = Vec::new();
+    // A report read back from JSON may hold anything: only cells that can be drawn are.
+    let drawable = |c: &&Cell| {
+        c.block_size > 0
+            && c.stats.min_ns > 0
+            && c.stats.mean_ns.is_finite()
+            && c.stats.histogram.iter().all(|b| b[0] > 0)
+    };
+    let cells: Vec<&Cell> = report.cells.iter().filter(drawable).collect();
     let mut groups: Vec<(&str, &str, &str, &str)> = Vec::new();
-    for c in &report.cells {
+    for c in &cells {
         let g = (c.algorithm.as_str(), c.operation.as_str(), c.pattern.as_str(), c.load.as_str());
         if !groups.contains(&g) {
             groups.push(g);
         }
     }
     for (alg, op, pattern, load) in groups {
-        let mut cells: Vec<&Cell> = report
-            .cells
+        let mut group: Vec<&Cell> = cells
             .iter()
+            .copied()
             .filter(|c| (c.algorithm.as_str(), c.operation.as_str()) == (alg, op))
             .filter(|c| (c.pattern.as_str(), c.load.as_str()) == (pattern, load))
             .collect();
-        cells.sort_by_key(|c| c.block_size);
-        let baseline: Vec<&Cell> = report
-            .cells
+        group.sort_by_key(|c| c.block_size);
+        let baseline: Vec<&Cell> = cells
             .iter()
+            .copied()
             .filter(|c| (c.algorithm.as_str(), c.operation.as_str()) == (alg, op))
             .filter(|c| c.pattern == pattern && c.load == "none")
             .collect();
         let name = slug(&[alg, op, pattern, load]);
         let title = format!("{alg} {op}, {pattern}, load {load}");
-        render!(written, dir, name, |a| block_sizes(a, &title, &cells, &baseline));
+        render!(written, dir, name, |a| block_sizes(a, &title, &group, &baseline));
         // The distribution of the smallest block size's cell: the paper's 4 KiB focus.
-        if let Some(first) = cells.first() {
+        if let Some(first) = group.first() {
             let name = format!("{name}-{}-histogram", first.block_size);
             let title = format!("{title}, {}-byte blocks", first.block_size);
             render!(written, dir, name, |a| histogram(a, &title, first));
@@ -172,7 +180,7 @@ fn block_sizes<DB: DrawingBackend>(
         .configure_mesh()
         .x_desc("block size")
         .y_desc("time per 4 KiB, µs (log scale)")
-        .x_labels(((x1 - x0) as usize + 3) * 2)
+        .x_labels(((x1 - x0).clamp(0.0, 64.0) as usize + 3) * 2)
         .x_label_formatter(&|&x| {
             if (x - x.round()).abs() > 1e-6 || !(0.0..=40.0).contains(&x) {
                 return String::new();

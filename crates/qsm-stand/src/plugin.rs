@@ -59,6 +59,8 @@ impl Plugin {
         if !path.is_file() {
             return Err(format!("{}: no such file", at()));
         }
+        // dlopen searches the library path for a bare name: hand it the file checked above.
+        let path = &std::fs::canonicalize(path).map_err(|e| format!("{}: {e}", at()))?;
         // SAFETY: loading runs the library's initialisers, arbitrary code the user chose to
         // run by naming the plugin in a plan; nothing of this process is handed to them.
         let library = unsafe { Library::new(path) }.map_err(|e| format!("{}: {e}", at()))?;
@@ -197,7 +199,9 @@ thread_local! {
 extern "C" fn pool_alloc(size: usize, _node: c_uint) -> *mut c_void {
     ARENA.with(|a| {
         let mut arena = a.get();
-        let start = arena.used.next_multiple_of(16);
+        // Aligned as an address, not as an offset: the pool's own alignment is 1.
+        let base = arena.base as usize;
+        let start = (base + arena.used).next_multiple_of(16) - base;
         match start.checked_add(size) {
             Some(end) if !arena.base.is_null() && end <= arena.len => {
                 arena.used = end;
@@ -232,22 +236,33 @@ impl<'a> PluginRunner<'a> {
         node: u32,
     ) -> Result<Self, Failure> {
         let longest = blocks.iter().map(|b| b.len()).max().unwrap_or(0);
+        let bound = plugin.bound(longest);
+        if bound > longest.saturating_mul(2).saturating_add(1 << 20) {
+            return Err(Failure::Failed(format!(
+                "{}: qsm_stand_bound({longest}) = {bound}, more than twice the input and 1 MiB",
+                plugin.path.display()
+            )));
+        }
         let mut r = PluginRunner {
-            out: vec![0u8; plugin.bound(longest)],
+            out: crate::algo::touched(bound),
             plugin,
             blocks: blocks.to_vec(),
             decoding: matches!(op, Operation::Decompress | Operation::Decrypt),
             node,
             encoded: Vec::new(),
             out_len: 0,
-            raw: vec![0u8; longest],
+            raw: crate::algo::touched(longest),
             raw_len: 0,
             // Touched now, by the thread that makes the runner: that places it.
-            pool: vec![0u8; POOL],
+            pool: crate::algo::touched(POOL),
         };
-        for i in 0..blocks.len() {
+        for (i, block) in blocks.iter().enumerate() {
             r.encode(i)?;
-            r.encoded.push(r.out[..r.out_len].to_vec());
+            let out = &r.out[..r.out_len];
+            if r.plugin.cipher && crate::algo::looks_like(out, block) {
+                return Err(Failure::Wrong("the ciphertext is the plaintext".into()));
+            }
+            r.encoded.push(out.to_vec());
         }
         Ok(r)
     }
@@ -262,6 +277,16 @@ impl<'a> PluginRunner<'a> {
 }
 
 impl Runner for PluginRunner<'_> {
+    fn stage(&mut self, i: usize) -> Result<(), Failure> {
+        // What the last call left must not pass for this call's output.
+        if self.decoding {
+            crate::algo::spoil(&mut self.raw, self.blocks[i]);
+        } else {
+            self.out.fill(0xa5);
+        }
+        Ok(())
+    }
+
     fn run(&mut self, i: usize) -> Result<(), Failure> {
         if !self.decoding {
             return self.encode(i);
@@ -278,9 +303,10 @@ impl Runner for PluginRunner<'_> {
         if !self.decoding {
             let p = &self.plugin;
             let out = &self.out[..self.out_len];
-            if p.cipher && block.len() >= 16 && out.get(..16) == block.get(..16) {
+            if p.cipher && crate::algo::looks_like(out, block) {
                 return Err(Failure::Wrong("the ciphertext is the plaintext".into()));
             }
+            crate::algo::spoil(&mut self.raw, block);
             self.raw_len = p
                 .call(p.decode, out, &mut self.raw, self.node, &mut self.pool)
                 .map_err(|e| Failure::Wrong(format!("the output does not decode: {e}")))?;

@@ -200,12 +200,16 @@ fn compare(a: &Report, b: &Report, threshold: f64, fail_on_slower: bool) -> Resu
         println!("only in B: {k}");
     }
     let (median, max) = c.spread();
+    let (min_median, min_max) = c.min_spread();
     let slower = beyond.iter().filter(|ch| ch.p50_change_pct > 0.0).count();
     println!(
         "{} cells in both: {} slower and {} faster by more than {threshold}%; medians moved by {median:.1}% (median) and {max:.1}% (largest)",
         c.changes.len(),
         slower,
         beyond.len() - slower
+    );
+    println!(
+        "fastest blocks moved by {min_median:.1}% (median) and {min_max:.1}% (largest): medians that moved while these did not point at a busy machine, not a change"
     );
     if fail_on_slower && slower > 0 {
         anyhow::bail!("{slower} cells slower by more than {threshold}% (--fail-on-slower)");
