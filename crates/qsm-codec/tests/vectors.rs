@@ -19,14 +19,17 @@ use qsm_codec::frame::{FRAME_HEADER_LEN, FrameHeader};
 use qsm_codec::stream::StreamIndex;
 use qsm_codec::{CompressOptions, Compression, Error, compress, decompress, decompress_quanta};
 
-const SETTINGS: [(&str, &str); 8] = [
+const SETTINGS: [(&str, &str); 9] = [
     ("none", "none"),
     ("lz4", "lz4"),
     ("zstd", "zstd:3"),
     ("zlib", "zlib:6"),
     ("gzip", "gzip:6"),
     ("lzw", "lzw"),
-    ("lzo", "lzo"),
+    // lzo.qsm was made by lzokay's search, level 9 since LZO got levels; lzo1.qsm by the
+    // LZO1X-1 search, the default.
+    ("lzo", "lzo:9"),
+    ("lzo1", "lzo:1"),
     ("quicklz", "quicklz"),
 ];
 

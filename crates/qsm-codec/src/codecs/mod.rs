@@ -4,6 +4,7 @@
 mod deflate;
 mod lz4;
 mod lzo;
+mod lzo1x1;
 mod lzw;
 mod none;
 mod quicklz;
