@@ -10,6 +10,7 @@
 //! server of issue 4 will offer the same operations over the wire.
 
 pub mod backup;
+pub mod chunker;
 pub mod embedded;
 pub mod error;
 pub mod filter;
