@@ -3,6 +3,7 @@
 mod client_cmd;
 mod codec_cmd;
 mod conn;
+mod key_cmd;
 mod output;
 mod server_cmd;
 mod stand_cmd;
@@ -47,6 +48,8 @@ enum Command {
     /// Measure block algorithms block by block (min, mean, percentiles, max).
     #[command(subcommand)]
     Stand(stand_cmd::StandCommand),
+    /// The node's encryption key: init, show-fingerprint, change-passphrase.
+    Key(key_cmd::KeyArgs),
 }
 
 /// Exit code when an operation completed but skipped some files (TSM uses 4 likewise).
@@ -67,6 +70,7 @@ fn main() -> ExitCode {
         Command::Info(args) => codec_cmd::info(args).map(|()| true),
         Command::Codecs(args) => codec_cmd::codecs(args).map(|()| true),
         Command::Stand(cmd) => stand_cmd::stand(cmd),
+        Command::Key(args) => key_cmd::key(args),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

@@ -422,3 +422,75 @@ fn stand_plots_a_report_and_compares_two() {
         .failure()
         .stderr(predicate::str::contains("missing.json"));
 }
+
+#[test]
+fn key_init_fingerprint_and_passphrase_change() {
+    let dir = TempDir::new().unwrap_or_else(|e| panic!("{e}"));
+    let key = dir.path().join("conf/key");
+    let pass = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        fs::write(&p, text).unwrap_or_else(|e| panic!("{e}"));
+        p
+    };
+    let (old, new, wrong, short) = (
+        pass("old", "old passphrase\n"),
+        pass("new", "new passphrase"),
+        pass("wrong", "nope nope"),
+        pass("short", "abc"),
+    );
+    let key_cmd = |sub: &str, pass: &std::path::Path| {
+        let mut c = qsm();
+        c.args(["key", sub, "--key-file"]).arg(&key).env("QSM_PASSPHRASE_FILE", pass);
+        c
+    };
+    key_cmd("init", &short).assert().failure().stderr(predicate::str::contains("shorter than 8"));
+    assert!(!key.exists());
+    let out = key_cmd("init", &old).assert().success().get_output().stdout.clone();
+    let out = String::from_utf8_lossy(&out);
+    let fingerprint = out
+        .lines()
+        .find_map(|l| l.strip_prefix("fingerprint "))
+        .unwrap_or_else(|| panic!("{out}"))
+        .to_owned();
+    assert_eq!(fingerprint.len(), 39, "{fingerprint}");
+    assert!(out.contains("Keep the passphrase safe"), "{out}");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = fs::metadata(&key).map(|m| m.permissions().mode() & 0o777).unwrap_or(0);
+    assert_eq!(mode, 0o600);
+    assert_eq!(read(&key).len(), 96);
+    // A second init would lose the first key: refused, the file untouched.
+    let before = read(&key);
+    key_cmd("init", &new).assert().failure().stderr(predicate::str::contains("exists"));
+    assert_eq!(read(&key), before);
+    key_cmd("show-fingerprint", &old)
+        .assert()
+        .success()
+        .stdout(predicate::str::diff(format!("{fingerprint}\n")));
+    key_cmd("show-fingerprint", &wrong).assert().failure().stderr(
+        predicate::str::contains("wrong passphrase").and(predicate::str::contains("conf/key")),
+    );
+    key_cmd("change-passphrase", &old)
+        .env("QSM_NEW_PASSPHRASE_FILE", &new)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(&fingerprint));
+    key_cmd("show-fingerprint", &old)
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("wrong passphrase"));
+    key_cmd("show-fingerprint", &new)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(&fingerprint));
+    key_cmd("show-fingerprint", &new)
+        .env("QSM_PASSPHRASE_FILE", dir.path().join("missing"))
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("missing"));
+    // A damaged key file is named, not mistaken for a wrong passphrase when it can be told.
+    fs::write(&key, b"not a key").unwrap_or_else(|e| panic!("{e}"));
+    key_cmd("show-fingerprint", &new)
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("not a QSM key file"));
+}
