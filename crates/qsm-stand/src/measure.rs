@@ -106,6 +106,16 @@ fn placed<T: Send>(node: Option<(usize, usize)>, make: impl FnOnce() -> T + Send
 
 /// Runs `plan`, calling `on_cell` as each cell completes.
 pub fn run(plan: &Plan, on_cell: &mut dyn FnMut(&Cell)) -> Result<Report, MeasureError> {
+    run_with(plan, on_cell, &mut |_, _| {})
+}
+
+/// [`run`], also calling `on_round(round, cells)` as each round starts (rounds count from 1),
+/// so a caller can show progress through the rounds that report no cell yet.
+pub fn run_with(
+    plan: &Plan,
+    on_cell: &mut dyn FnMut(&Cell),
+    on_round: &mut dyn FnMut(u32, usize),
+) -> Result<Report, MeasureError> {
     // Before pinning: a pinned thread sees one core.
     let cpus = load::cpus();
     let environment = crate::env::Environment::probe();
@@ -171,6 +181,7 @@ pub fn run(plan: &Plan, on_cell: &mut dyn FnMut(&Cell)) -> Result<Report, Measur
     // every cell rather than landing on a few; a cell's samples are pooled over the rounds.
     let mut cells: Vec<Cell> = Vec::new();
     for round in 0..plan.rounds {
+        on_round(round + 1, pending.len());
         for (spec, load, data, samples, stored) in &mut pending {
             let blocks: Vec<&[u8]> = data.chunks(spec.block_size).collect();
             let mut runner = placed(node, || spec.alg.runner(spec.operation, &blocks, spec.node))
@@ -392,9 +403,10 @@ mod tests {
     fn rounds_pool_their_samples_and_loads_get_a_slowdown() {
         let text = "algorithms = [\"lz4\", \"crc32c\"]\noperations = [\"compress\", \"hash\"]\nblock_sizes = [\"4K\"]\npatterns = [\"random\"]\nbytes_per_cell = \"16K\"\nwarmup = 0\nrepetitions = 2\nrounds = 3\nloads = [\"none\", \"cpu:1\"]\n";
         let plan = Plan::parse(text, "p.toml").unwrap();
-        let mut seen = 0;
-        let report = run(&plan, &mut |_| seen += 1).unwrap();
+        let (mut seen, mut rounds) = (0, Vec::new());
+        let report = run_with(&plan, &mut |_| seen += 1, &mut |r, n| rounds.push((r, n))).unwrap();
         assert_eq!((report.cells.len(), seen), (4, 4), "each cell reported once");
+        assert_eq!(rounds, [(1, 4), (2, 4), (3, 4)]);
         for c in &report.cells {
             assert_eq!(c.stats.samples, 4 * 2 * 3, "4 blocks, 2 passes, 3 rounds: {c:?}");
             assert_eq!(c.slowdown.is_some(), c.load != "none", "{c:?}");

@@ -109,25 +109,36 @@ pub fn stand(cmd: StandCommand) -> Result<bool> {
         "slowdown"
     );
     let us = |ns: f64| ns / 1e3;
-    let report = qsm_stand::run(&plan, &mut |c: &Cell| {
-        println!(
-            "{:<10} {:<10} {:>6} {:<16} {:<14} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>8.0} {:>6} {:>8}",
-            c.algorithm,
-            c.operation,
-            size(c.block_size),
-            c.pattern,
-            c.load,
-            us(c.stats.min_ns as f64),
-            us(c.stats.mean_ns),
-            us(c.stats.p50_ns as f64),
-            us(c.stats.p99_ns as f64),
-            us(c.stats.p999_ns as f64),
-            us(c.stats.max_ns as f64),
-            c.mb_per_s,
-            c.ratio.map(|r| format!("{r:.2}")).unwrap_or_else(|| "-".into()),
-            c.slowdown.map(|x| format!("{x:.2}x")).unwrap_or_else(|| "-".into())
-        );
-    })?;
+    let rounds = plan.rounds;
+    let mut on_round = |round: u32, cells: usize| {
+        if rounds > 1 {
+            // Cells are printed in the last round; say what the earlier ones are doing.
+            eprintln!("qsm stand: round {round} of {rounds}, {cells} cells");
+        }
+    };
+    let report = qsm_stand::measure::run_with(
+        &plan,
+        &mut |c: &Cell| {
+            println!(
+                "{:<10} {:<10} {:>6} {:<16} {:<14} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>8.0} {:>6} {:>8}",
+                c.algorithm,
+                c.operation,
+                size(c.block_size),
+                c.pattern,
+                c.load,
+                us(c.stats.min_ns as f64),
+                us(c.stats.mean_ns),
+                us(c.stats.p50_ns as f64),
+                us(c.stats.p99_ns as f64),
+                us(c.stats.p999_ns as f64),
+                us(c.stats.max_ns as f64),
+                c.mb_per_s,
+                c.ratio.map(|r| format!("{r:.2}")).unwrap_or_else(|| "-".into()),
+                c.slowdown.map(|x| format!("{x:.2}x")).unwrap_or_else(|| "-".into())
+            );
+        },
+        &mut on_round,
+    )?;
     println!(
         "timer overhead {} ns per sample (two clock reads); every output verified",
         report.timer_overhead_ns
