@@ -11,6 +11,7 @@
 
 pub mod backup;
 pub mod chunker;
+pub mod dedup;
 pub mod embedded;
 pub mod error;
 pub mod filter;
