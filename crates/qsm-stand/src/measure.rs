@@ -324,17 +324,27 @@ mod tests {
     use super::*;
     use qsm_codec::{Codec, CodecError, Compression, Compressor, Decompressor, LevelRange};
 
-    /// A codec whose decompressor gets one byte wrong: it must never produce a result.
+    /// How a test codec's decompressor goes wrong.
+    #[derive(Debug, Clone, Copy)]
+    enum Fault {
+        /// Gets the last byte wrong: it must never produce a result.
+        OffByOne,
+        /// Writes nothing: on zeros, a buffer left from an earlier block (or freshly zeroed)
+        /// would hold the right answer.
+        Silent,
+    }
+
+    /// A codec that stores blocks as they are and decodes them wrongly.
     #[derive(Debug)]
-    struct OffByOne;
+    struct Faulty(Fault);
     struct Copy;
-    struct BadCopy;
-    impl Codec for OffByOne {
+    struct FaultyDecoder(Fault);
+    impl Codec for Faulty {
         fn id(&self) -> u16 {
             999
         }
         fn name(&self) -> &'static str {
-            "off-by-one"
+            "faulty"
         }
         fn levels(&self) -> LevelRange {
             LevelRange::NONE
@@ -346,7 +356,7 @@ mod tests {
             Ok(Box::new(Copy))
         }
         fn decompressor(&self) -> Result<Box<dyn Decompressor>, CodecError> {
-            Ok(Box::new(BadCopy))
+            Ok(Box::new(FaultyDecoder(self.0)))
         }
     }
     impl Compressor for Copy {
@@ -355,49 +365,20 @@ mod tests {
             Ok(src.len())
         }
     }
-    impl Decompressor for BadCopy {
+    impl Decompressor for FaultyDecoder {
         fn decompress(&mut self, src: &[u8], dst: &mut [u8]) -> Result<(), CodecError> {
-            dst.copy_from_slice(src);
-            if let Some(b) = dst.last_mut() {
-                *b ^= 1;
+            if let Fault::OffByOne = self.0 {
+                dst.copy_from_slice(src);
+                if let Some(b) = dst.last_mut() {
+                    *b ^= 1;
+                }
             }
             Ok(())
         }
     }
 
-    static OFF_BY_ONE: OffByOne = OffByOne;
-
-    /// A codec whose decompressor writes nothing: on zeros, a buffer left from an earlier
-    /// block (or freshly zeroed) would hold the right answer.
-    #[derive(Debug)]
-    struct Lazy;
-    struct Idle;
-    impl Codec for Lazy {
-        fn id(&self) -> u16 {
-            998
-        }
-        fn name(&self) -> &'static str {
-            "lazy"
-        }
-        fn levels(&self) -> LevelRange {
-            LevelRange::NONE
-        }
-        fn max_compressed_len(&self, raw_len: usize) -> usize {
-            raw_len
-        }
-        fn compressor(&self, _: i32) -> Result<Box<dyn Compressor>, CodecError> {
-            Ok(Box::new(Copy))
-        }
-        fn decompressor(&self) -> Result<Box<dyn Decompressor>, CodecError> {
-            Ok(Box::new(Idle))
-        }
-    }
-    impl Decompressor for Idle {
-        fn decompress(&mut self, _: &[u8], _: &mut [u8]) -> Result<(), CodecError> {
-            Ok(())
-        }
-    }
-    static LAZY: Lazy = Lazy;
+    static OFF_BY_ONE: Faulty = Faulty(Fault::OffByOne);
+    static LAZY: Faulty = Faulty(Fault::Silent);
 
     #[test]
     fn rounds_pool_their_samples_and_loads_get_a_slowdown() {

@@ -12,6 +12,8 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use qsm_crypt::{KdfParams, KeyFile, MasterKey};
 
+use crate::output::Output;
+
 #[derive(Debug, Args)]
 pub struct KeyArgs {
     /// The key file (default: $QSM_KEY_FILE, or ~/.config/qsm/key).
@@ -107,35 +109,22 @@ fn exists(path: &Path) -> String {
     )
 }
 
-/// Writes `file` at `path`, mode 0600, through a temporary file renamed into place, so a
-/// crash leaves the old file or the new one, never half of one.
+/// Writes `file` at `path`, mode 0600, through [`Output`] (a temporary file synced and
+/// renamed into place), so a crash leaves the old file or the new one, never half of one.
 fn write_key_file(path: &Path, file: &KeyFile, replace: bool) -> Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::fs::PermissionsExt;
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
     if !replace && path.exists() {
         bail!(exists(path));
     }
-    let tmp = path.with_extension("new");
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .with_context(|| format!("writing {}", tmp.display()))?;
-    f.write_all(file.as_bytes())
-        .and_then(|()| f.sync_all())
-        .with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path)
-        .with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::File::open(dir)
-            .and_then(|d| d.sync_all())
-            .with_context(|| format!("syncing {}", dir.display()))?;
-    }
-    Ok(())
+    let mut out = Output::open(Some(path), replace, false)?;
+    // Private before the key is written into it.
+    out.set_permissions(std::fs::Permissions::from_mode(0o600))
+        .with_context(|| format!("making {} private", path.display()))?;
+    out.write_all(file.as_bytes()).with_context(|| format!("writing {}", path.display()))?;
+    out.commit()
 }
 
 pub fn key(args: KeyArgs) -> Result<bool> {

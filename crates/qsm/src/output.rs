@@ -59,6 +59,15 @@ impl Output {
         })
     }
 
+    /// Sets the permissions of the file being written (its temporary name, before anything
+    /// is written, so it is never readable more widely); stdout and sinks have none to set.
+    pub fn set_permissions(&self, perm: std::fs::Permissions) -> io::Result<()> {
+        match self {
+            Output::File { writer, .. } => writer.get_ref().set_permissions(perm),
+            Output::Stdout(_) | Output::Discard(_) => Ok(()),
+        }
+    }
+
     /// A sink that verifies without writing (`--test`).
     pub fn discard() -> Output {
         Output::Discard(io::sink())
