@@ -34,6 +34,7 @@ pub const CASES: &[(&str, Case)] = &[
     ("large_batches_and_streaming", large_batches_and_streaming),
     ("sessions_processes_activity", sessions_processes_activity),
     ("reclamation_moves", reclamation_moves),
+    ("dedup_scopes_and_keyed_chunks", dedup_scopes_and_keyed_chunks),
 ];
 
 /// Runs every case on catalogs from `make`; returns the failures.
@@ -506,4 +507,92 @@ pub fn reclamation_moves(cat: &dyn Catalog) -> CaseResult {
     let ids: Vec<ContainerId> = cat.containers(fx.pool).map_err(e)?.iter().map(|c| c.id).collect();
     ensure!(ids == [target], "containers {ids:?}");
     consistent(cat)
+}
+
+/// Keyed chunks: unique per scope (a second copy references the first), invisible to other
+/// scopes, found only while referenced; the epoch rises when a chunk loses its last
+/// reference; scopes and key copies per node.
+pub fn dedup_scopes_and_keyed_chunks(cat: &dyn Catalog) -> CaseResult {
+    let f = fixture(cat)?;
+    let alpha = cat.node("alpha").map_err(e)?.ok_or("no node alpha")?.id;
+    let domain = cat.domain("standard").map_err(e)?.ok_or("no domain")?.id;
+    let beta = cat.register_node("beta", "$argon2id$y", domain).map_err(e)?;
+    let sa = cat.dedup_scope(alpha, [1; 32]).map_err(e)?;
+    ensure!(sa.name == "node:alpha" && sa.secret == [1; 32], "alpha's own scope: {sa:?}");
+    ensure!(cat.dedup_scope(alpha, [9; 32]).map_err(e)? == sa, "a scope is made once");
+    let sb = cat.dedup_scope(beta, [2; 32]).map_err(e)?;
+    ensure!(sb.id != sa.id, "each node has its own scope by default");
+
+    let keyed =
+        |offset: u64, hash: u8, scope: Option<DedupScopeId>| match new_chunk(f.container, offset) {
+            ObjectChunk::New(n) => ObjectChunk::Keyed(n, ChunkKey { hash: [hash; 32], scope }),
+            other => other,
+        };
+    let epoch0 = cat.dedup_epoch().map_err(e)?;
+    let mut t = cat.begin().map_err(e)?;
+    let a =
+        t.insert_object(&file(f.fs, b"a", 10, vec![keyed(48, 7, Some(sa.id))]), 1).map_err(e)?;
+    // The same content stored again in the same scope (a concurrent session): one chunk.
+    let b =
+        t.insert_object(&file(f.fs, b"b", 10, vec![keyed(1000, 7, Some(sa.id))]), 1).map_err(e)?;
+    // The same id without a scope (dedup off) and in beta's scope: separate chunks.
+    let c = t.insert_object(&file(f.fs, b"c", 10, vec![keyed(2000, 7, None)]), 1).map_err(e)?;
+    let d =
+        t.insert_object(&file(f.fs, b"d", 10, vec![keyed(3000, 7, Some(sb.id))]), 1).map_err(e)?;
+    t.commit().map_err(e)?;
+    let chunk = |o| {
+        cat.object_chunks(o).map_err(e).and_then(|v| v.first().cloned().ok_or("no chunk".into()))
+    };
+    let (ca, cb, cc, cd) = (chunk(a)?, chunk(b)?, chunk(c)?, chunk(d)?);
+    ensure!(
+        ca.id == cb.id && ca.location.offset == 48,
+        "one chunk per scope and id: {ca:?} {cb:?}"
+    );
+    ensure!(cc.id != ca.id && cd.id != ca.id && cc.id != cd.id, "no sharing across scopes");
+    ensure!(ca.hash == Some([7; 32]) && cc.hash == Some([7; 32]), "ids are kept for restore");
+    ensure!(
+        cat.find_chunks(sa.id, &[[7; 32], [8; 32]]).map_err(e)? == vec![Some(ca.id), None],
+        "lookup in alpha's scope"
+    );
+    ensure!(
+        cat.find_chunks(sb.id, &[[7; 32]]).map_err(e)? == vec![Some(cd.id)],
+        "lookup in beta's scope"
+    );
+    consistent(cat)?;
+    ensure!(cat.dedup_epoch().map_err(e)? == epoch0, "nothing gone, same epoch");
+
+    // One reference gone: still live. Both gone: not found, and the epoch rises.
+    let mut t = cat.begin().map_err(e)?;
+    t.delete_object(a).map_err(e)?;
+    t.commit().map_err(e)?;
+    ensure!(
+        cat.find_chunks(sa.id, &[[7; 32]]).map_err(e)? == vec![Some(ca.id)],
+        "still referenced by b"
+    );
+    ensure!(cat.dedup_epoch().map_err(e)? == epoch0, "a chunk still referenced is not gone");
+    let mut t = cat.begin().map_err(e)?;
+    t.delete_object(b).map_err(e)?;
+    t.commit().map_err(e)?;
+    ensure!(
+        cat.find_chunks(sa.id, &[[7; 32]]).map_err(e)? == vec![None],
+        "an unreferenced chunk is not offered"
+    );
+    ensure!(
+        cat.dedup_epoch().map_err(e)? > epoch0,
+        "the epoch rises when a chunk loses its last reference"
+    );
+    consistent(cat)?;
+
+    // An administrator groups the nodes: beta joins alpha's scope.
+    let grouped = cat.set_dedup_scope(beta, "node:alpha", [3; 32]).map_err(e)?;
+    ensure!(grouped == sa, "joining an existing scope keeps its secret: {grouped:?}");
+    ensure!(cat.dedup_scope(beta, [4; 32]).map_err(e)?.id == sa.id, "beta is in alpha's scope");
+
+    // The server's copy of a node's key file.
+    ensure!(cat.node_key(alpha).map_err(e)?.is_none(), "no key stored yet");
+    cat.set_node_key(alpha, b"wrapped key").map_err(e)?;
+    ensure!(cat.node_key(alpha).map_err(e)?.as_deref() == Some(&b"wrapped key"[..]), "key stored");
+    ensure!(cat.node_key(beta).map_err(e)?.is_none(), "keys are per node");
+    ensure!(cat.set_node_key(NodeId(9999), b"k").is_err(), "an unknown node has no key");
+    Ok(())
 }

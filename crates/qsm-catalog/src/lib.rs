@@ -74,6 +74,27 @@ pub trait Catalog: Send + Sync + std::fmt::Debug {
     /// The chunks stored in `container`, by offset.
     fn chunks_in_container(&self, container: ContainerId) -> Result<Vec<Chunk>>;
 
+    // --- deduplication and keys ---
+    /// The dedup scope of `node`: its own (`node:NAME`, created with `new_secret` on first
+    /// use) unless an administrator put it in another.
+    fn dedup_scope(&self, node: NodeId, new_secret: [u8; 32]) -> Result<DedupScope>;
+    /// Puts `node` in the scope `name` (created with `new_secret` if new), so it
+    /// deduplicates against the other nodes there from now on. Chunks already stored stay
+    /// in the scope they were stored in.
+    fn set_dedup_scope(&self, node: NodeId, name: &str, new_secret: [u8; 32])
+    -> Result<DedupScope>;
+    /// For each of `hashes`, the live chunk (reference count above 0) of `scope` with that
+    /// keyed id, if any.
+    fn find_chunks(&self, scope: DedupScopeId, hashes: &[[u8; 32]])
+    -> Result<Vec<Option<ChunkId>>>;
+    /// A number that rises whenever chunks may have gone (expiration, reclamation): a client's
+    /// cache of what the server holds is valid only at the epoch it was made at.
+    fn dedup_epoch(&self) -> Result<u64>;
+    /// The server's copy of `node`'s wrapped key file, if it stored one.
+    fn node_key(&self, node: NodeId) -> Result<Option<Vec<u8>>>;
+    /// Stores (replaces) the server's copy of `node`'s wrapped key file.
+    fn set_node_key(&self, node: NodeId, key_file: &[u8]) -> Result<()>;
+
     // --- objects ---
     /// Starts a write transaction.
     fn begin(&self) -> Result<Box<dyn Txn + '_>>;

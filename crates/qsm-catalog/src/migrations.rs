@@ -164,6 +164,30 @@ CREATE TABLE admins (
     r#"
 ALTER TABLE objects ADD COLUMN ino BIGINT NOT NULL DEFAULT 0;
 "#,
+    // 4: deduplication and client-side encryption (issue 6). A chunk's `hash` is its keyed id
+    // (BLAKE3 keyed by the node's secret); it is shared, and unique, only within its dedup
+    // `scope` (NULL: the chunk is not offered for deduplication, e.g. an encrypted chunk of a
+    // node with dedup off, whose id is kept for restore to check). A node deduplicates in its
+    // own scope unless an administrator puts nodes in one. `key_file` is the server's copy of
+    // the node's passphrase-wrapped key, which the server cannot open. `dedup_epoch` rises
+    // whenever chunks may have gone, so clients drop their caches of what the server has.
+    r#"
+DROP INDEX chunks_by_hash;
+ALTER TABLE chunks ADD COLUMN scope BIGINT;
+CREATE UNIQUE INDEX chunks_by_scope_hash ON chunks (scope, hash) WHERE scope IS NOT NULL;
+CREATE TABLE dedup_scopes (
+    id {ID},
+    name TEXT NOT NULL UNIQUE,
+    secret {BYTES} NOT NULL
+);
+ALTER TABLE nodes ADD COLUMN dedup_scope BIGINT REFERENCES dedup_scopes(id);
+ALTER TABLE nodes ADD COLUMN key_file {BYTES};
+CREATE TABLE catalog_state (
+    name TEXT PRIMARY KEY,
+    value BIGINT NOT NULL
+);
+INSERT INTO catalog_state (name, value) VALUES ('dedup_epoch', 0);
+"#,
 ];
 
 /// The newest schema version this program knows.

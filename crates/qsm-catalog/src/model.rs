@@ -254,12 +254,48 @@ pub struct Attributes {
     pub ino: u64,
 }
 
+/// A dedup scope's id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DedupScopeId(pub i64);
+
+/// A dedup scope: the nodes in it deduplicate against each other's chunks, and only they.
+#[derive(Clone, PartialEq, Eq)]
+pub struct DedupScope {
+    /// Id.
+    pub id: DedupScopeId,
+    /// Name (`node:NAME` for a node's own scope).
+    pub name: String,
+    /// The secret chunk ids are keyed with by nodes that back up without encryption (nodes
+    /// with encryption key ids with their own master key instead).
+    pub secret: [u8; 32],
+}
+
+impl std::fmt::Debug for DedupScope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DedupScope").field("id", &self.id).field("name", &self.name).finish()
+    }
+}
+
+/// A new chunk's keyed id, and the scope it is offered to for deduplication (`None`: kept only
+/// so restore can check it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChunkKey {
+    /// The keyed id.
+    pub hash: [u8; 32],
+    /// The dedup scope.
+    pub scope: Option<DedupScopeId>,
+}
+
 /// A chunk of a new object: a frame stored in this transaction, or one already in the catalog
 /// (deduplication).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ObjectChunk {
     /// A new chunk; it is created with this object as its first reference.
     New(NewChunk),
+    /// A new chunk with its keyed id. If its scope already holds a chunk of that id (another
+    /// session stored the same content first), that chunk gains the reference instead and
+    /// this frame is left unreferenced: the unique constraint decides, not a race.
+    Keyed(NewChunk, ChunkKey),
     /// An existing chunk; its reference count grows by one.
     Existing(ChunkId),
 }
@@ -325,6 +361,8 @@ pub struct ChunkRef {
     pub id: ChunkId,
     /// Location and sizes.
     pub location: NewChunk,
+    /// Its keyed id, if the client gave one: restore checks the data against it.
+    pub hash: Option<[u8; 32]>,
 }
 
 /// Severity of an activity-log entry.

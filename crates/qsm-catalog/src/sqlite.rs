@@ -269,6 +269,26 @@ fn chunk_from_row(row: &Row<'_>) -> rusqlite::Result<Chunk> {
 
 const CHUNK_COLUMNS: &str = "id, container_id, frame_offset, stored_len, raw_len, codec, refcount";
 
+fn scope_by_id(c: &Connection, id: DedupScopeId) -> Result<DedupScope> {
+    let (name, secret): (String, Vec<u8>) = c
+        .query_row("SELECT name, secret FROM dedup_scopes WHERE id = ?1", [id.0], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .map_err(CatalogError::db("reading a dedup scope"))?;
+    let secret = secret.try_into().map_err(|_| {
+        CatalogError::Damaged(format!("dedup scope {name} has a secret of the wrong length"))
+    })?;
+    Ok(DedupScope { id, name, secret })
+}
+
+/// Raises the dedup epoch: chunks may be gone, clients' caches of what is stored are stale.
+fn bump_epoch(c: &Connection) -> Result<()> {
+    c.prepare_cached("UPDATE catalog_state SET value = value + 1 WHERE name = 'dedup_epoch'")
+        .and_then(|mut s| s.execute([]))
+        .map_err(CatalogError::db("raising the dedup epoch"))?;
+    Ok(())
+}
+
 fn node_from_row(row: &Row<'_>) -> rusqlite::Result<Node> {
     Ok(Node {
         id: NodeId(row.get(0)?),
@@ -584,11 +604,112 @@ impl Catalog for SqliteCatalog {
         })
     }
 
+    fn dedup_scope(&self, node: NodeId, new_secret: [u8; 32]) -> Result<DedupScope> {
+        let conn = lock(&self.writer);
+        let op = "reading a node's dedup scope";
+        let found: Option<(String, Option<i64>)> = conn
+            .query_row("SELECT name, dedup_scope FROM nodes WHERE id = ?1", [node.0], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .optional()
+            .map_err(CatalogError::db(op))?;
+        let (name, scope) = found
+            .ok_or_else(|| CatalogError::NotFound { what: "node", key: node.0.to_string() })?;
+        if let Some(id) = scope {
+            return scope_by_id(&conn, DedupScopeId(id));
+        }
+        drop(conn);
+        self.set_dedup_scope(node, &format!("node:{name}"), new_secret)
+    }
+
+    fn set_dedup_scope(
+        &self,
+        node: NodeId,
+        name: &str,
+        new_secret: [u8; 32],
+    ) -> Result<DedupScope> {
+        let mut conn = lock(&self.writer);
+        let op = "setting a node's dedup scope";
+        let t = conn.transaction().map_err(CatalogError::db(op))?;
+        t.execute(
+            "INSERT INTO dedup_scopes (name, secret) VALUES (?1, ?2) ON CONFLICT (name) DO NOTHING",
+            params![name, &new_secret[..]],
+        )
+        .map_err(CatalogError::db(op))?;
+        let id: i64 = t
+            .query_row("SELECT id FROM dedup_scopes WHERE name = ?1", [name], |r| r.get(0))
+            .map_err(CatalogError::db(op))?;
+        let n = t
+            .execute("UPDATE nodes SET dedup_scope = ?1 WHERE id = ?2", params![id, node.0])
+            .map_err(CatalogError::db(op))?;
+        if n == 0 {
+            return Err(CatalogError::NotFound { what: "node", key: node.0.to_string() });
+        }
+        let scope = scope_by_id(&t, DedupScopeId(id))?;
+        t.commit().map_err(CatalogError::db(op))?;
+        Ok(scope)
+    }
+
+    fn find_chunks(
+        &self,
+        scope: DedupScopeId,
+        hashes: &[[u8; 32]],
+    ) -> Result<Vec<Option<ChunkId>>> {
+        self.with_reader(|c| {
+            let mut stmt = c
+                .prepare_cached(
+                    "SELECT id FROM chunks WHERE scope = ?1 AND hash = ?2 AND refcount > 0",
+                )
+                .map_err(CatalogError::db("looking up chunks"))?;
+            hashes
+                .iter()
+                .map(|h| {
+                    stmt.query_row(params![scope.0, &h[..]], |r| r.get(0))
+                        .optional()
+                        .map(|id| id.map(ChunkId))
+                        .map_err(CatalogError::db("looking up chunks"))
+                })
+                .collect()
+        })
+    }
+
+    fn dedup_epoch(&self) -> Result<u64> {
+        self.with_reader(|c| {
+            c.query_row("SELECT value FROM catalog_state WHERE name = 'dedup_epoch'", [], |r| {
+                r.get::<_, i64>(0)
+            })
+            .map(|v| v as u64)
+            .map_err(CatalogError::db("reading the dedup epoch"))
+        })
+    }
+
+    fn node_key(&self, node: NodeId) -> Result<Option<Vec<u8>>> {
+        self.with_reader(|c| {
+            c.query_row("SELECT key_file FROM nodes WHERE id = ?1", [node.0], |r| r.get(0))
+                .optional()
+                .map_err(CatalogError::db("reading a node's key"))?
+                .ok_or_else(|| CatalogError::NotFound { what: "node", key: node.0.to_string() })
+        })
+    }
+
+    fn set_node_key(&self, node: NodeId, key_file: &[u8]) -> Result<()> {
+        let n = self.with_writer(
+            |c| {
+                c.execute("UPDATE nodes SET key_file = ?1 WHERE id = ?2", params![key_file, node.0])
+            },
+            "storing a node's key",
+        )?;
+        if n == 0 {
+            return Err(CatalogError::NotFound { what: "node", key: node.0.to_string() });
+        }
+        Ok(())
+    }
+
     fn begin(&self) -> Result<Box<dyn Txn + '_>> {
         let conn = lock(&self.writer);
         conn.execute_batch("BEGIN IMMEDIATE")
             .map_err(CatalogError::db("starting a transaction"))?;
-        Ok(Box::new(SqliteTxn { conn, done: false }))
+        Ok(Box::new(SqliteTxn { conn, done: false, chunks_gone: false }))
     }
 
     fn for_each_active(
@@ -679,13 +800,16 @@ impl Catalog for SqliteCatalog {
             return Err(CatalogError::NotFound { what: "object", key: object.0.to_string() });
         };
         self.with_reader(|c| {
-            let sql = format!("SELECT {CHUNK_COLUMNS} FROM chunks WHERE id = ?1");
+            let sql = format!("SELECT {CHUNK_COLUMNS}, hash FROM chunks WHERE id = ?1");
             let mut stmt = c.prepare_cached(&sql).map_err(CatalogError::db("reading chunks"))?;
             obj.chunks
                 .iter()
                 .map(|id| {
                     let chunk = stmt
-                        .query_row([id.0], chunk_from_row)
+                        .query_row([id.0], |r| {
+                            let hash: Option<Vec<u8>> = r.get(7)?;
+                            Ok((chunk_from_row(r)?, hash))
+                        })
                         .optional()
                         .map_err(CatalogError::db("reading chunks"))?;
                     let chunk = chunk.ok_or_else(|| {
@@ -694,7 +818,17 @@ impl Catalog for SqliteCatalog {
                             object.0, id.0
                         ))
                     })?;
-                    Ok(ChunkRef { id: chunk.id, location: chunk.location })
+                    let (chunk, hash) = chunk;
+                    let hash = match hash {
+                        None => None,
+                        Some(h) => Some(<[u8; 32]>::try_from(h).map_err(|_| {
+                            CatalogError::Damaged(format!(
+                                "chunk {} has an id of the wrong length",
+                                id.0
+                            ))
+                        })?),
+                    };
+                    Ok(ChunkRef { id: chunk.id, location: chunk.location, hash })
                 })
                 .collect()
         })
@@ -927,6 +1061,8 @@ impl Catalog for SqliteCatalog {
 struct SqliteTxn<'a> {
     conn: MutexGuard<'a, Connection>,
     done: bool,
+    /// A chunk lost its last reference or was deleted: the dedup epoch rises at commit.
+    chunks_gone: bool,
 }
 
 impl Drop for SqliteTxn<'_> {
@@ -986,6 +1122,22 @@ impl Txn for SqliteTxn<'_> {
                             }
                         })?;
                     ids.push(ChunkId(c.last_insert_rowid()));
+                }
+                ObjectChunk::Keyed(n, key) => {
+                    // With a scope, the unique index (scope, hash) decides who stored it first:
+                    // a second copy adds a reference to the first, and its frame stays
+                    // unreferenced for reclamation.
+                    let id: i64 = c.prepare_cached("INSERT INTO chunks (container_id, frame_offset, stored_len, raw_len, codec, refcount, hash, scope) VALUES (?1, ?2, ?3, ?4, ?5, 1, ?6, ?7) \
+                        ON CONFLICT (scope, hash) WHERE scope IS NOT NULL DO UPDATE SET refcount = refcount + 1 RETURNING id")
+                        .and_then(|mut s| s.query_row(params![n.container.0 as i64, n.offset as i64, n.stored_len, n.raw_len, n.codec, &key.hash[..], key.scope.map(|s| s.0)], |r| r.get(0)))
+                        .map_err(|e| {
+                            if e.sqlite_error_code() == Some(ErrorCode::ConstraintViolation) {
+                                CatalogError::NotFound { what: "container", key: format!("{:016x}", n.container.0) }
+                            } else {
+                                CatalogError::Db { op: "inserting a chunk", source: e }
+                            }
+                        })?;
+                    ids.push(ChunkId(id));
                 }
                 ObjectChunk::Existing(id) => {
                     let n = c
@@ -1056,9 +1208,13 @@ impl Txn for SqliteTxn<'_> {
         let blob =
             blob.ok_or_else(|| CatalogError::NotFound { what: "object", key: id.0.to_string() })?;
         for chunk in chunk_list::decode(&blob)? {
-            c.prepare_cached("UPDATE chunks SET refcount = refcount - 1 WHERE id = ?1")
-                .and_then(|mut s| s.execute([chunk.0]))
+            let left: Option<i64> = c
+                .prepare_cached(
+                    "UPDATE chunks SET refcount = refcount - 1 WHERE id = ?1 RETURNING refcount",
+                )
+                .and_then(|mut s| s.query_row([chunk.0], |r| r.get(0)).optional())
                 .map_err(CatalogError::db("releasing a chunk reference"))?;
+            self.chunks_gone |= left == Some(0);
         }
         c.prepare_cached("DELETE FROM objects WHERE id = ?1")
             .and_then(|mut s| s.execute([id.0]))
@@ -1093,6 +1249,7 @@ impl Txn for SqliteTxn<'_> {
                 c.prepare_cached("DELETE FROM chunks WHERE id = ?1")
                     .and_then(|mut s| s.execute([id.0]))
                     .map_err(CatalogError::db("deleting a chunk"))?;
+                self.chunks_gone = true;
                 Ok(())
             }
         }
@@ -1117,6 +1274,9 @@ impl Txn for SqliteTxn<'_> {
     }
 
     fn commit(mut self: Box<Self>) -> Result<()> {
+        if self.chunks_gone {
+            bump_epoch(&self.conn)?;
+        }
         self.conn.execute_batch("COMMIT").map_err(CatalogError::db("committing"))?;
         self.done = true;
         Ok(())

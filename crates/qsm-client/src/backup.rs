@@ -12,18 +12,24 @@
 //! directories only. Measured in docs/PERFORMANCE.md 4.1: 21 MB for an unchanged tree of
 //! 300,000 files.
 
+use std::collections::{HashSet, VecDeque};
 use std::fs::File;
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
 use qsm_catalog::{Attributes, FilespaceId, NewObject, ObjectKind, ObjectType};
 use qsm_codec::{Compression, FrameEncoder};
+use qsm_crypt::{ChunkId, ChunkIdKey};
 use qsm_store::TxnLimits;
 
+use crate::chunker::ChunkSizes;
+use crate::dedup::DedupCache;
 use crate::error::{ClientError, Result};
 use crate::filter::Filter;
+use crate::keys::NodeKeys;
 use crate::scan::{self, Entry};
 use crate::server::{Scope, Server, Upload};
 use crate::throttle::Throttle;
@@ -48,6 +54,12 @@ pub struct BackupOptions {
     /// Do not compare inode numbers (for file systems that do not keep them stable, such as
     /// some FUSE and network file systems).
     pub ignore_inode: bool,
+    /// Deduplicate: cut files by content and send only chunks the node's dedup scope lacks.
+    pub dedup: bool,
+    /// Encrypt every quantum on the client with these keys (chunk ids are keyed with them too).
+    pub encryption: Option<Arc<NodeKeys>>,
+    /// Where the dedup cache of this node and server is kept between backups (`None`: none).
+    pub dedup_cache: Option<PathBuf>,
 }
 
 impl Default for BackupOptions {
@@ -61,9 +73,17 @@ impl Default for BackupOptions {
             limit_upload: None,
             filter: Filter::default(),
             ignore_inode: false,
+            dedup: false,
+            encryption: None,
+            dedup_cache: None,
         }
     }
 }
+
+/// Chunk ids the dedup cache keeps: 262,144 ids (about 25 MB of memory) cover 16 GiB of
+/// distinct data at the 64 KiB average chunk; past that the oldest go, and the server is
+/// asked about them again.
+pub const DEDUP_CACHE_IDS: usize = 1 << 18;
 
 /// What a backup did.
 #[derive(Debug, Clone, Default)]
@@ -95,6 +115,24 @@ pub struct BackupSummary {
     pub queued_bytes: u64,
     /// The walk has ended: `examined` and `queued_bytes` are final.
     pub scan_done: bool,
+    /// Chunks (quanta) of file data, sent or not.
+    pub chunks: u64,
+    /// Chunks not sent because the server holds them (deduplication).
+    pub dedup_chunks: u64,
+    /// File bytes those chunks hold.
+    pub dedup_bytes: u64,
+    /// Of the deduplicated chunks, those the local dedup cache knew (no question asked).
+    pub cache_hits: u64,
+    /// Chunk ids asked about the server.
+    pub asked: u64,
+    /// Why the dedup cache was not used, if it was not.
+    pub cache_note: Option<String>,
+    /// Plaintext bytes encrypted, and the CPU seconds spent encrypting them (all workers).
+    pub encrypted_bytes: u64,
+    /// See `encrypted_bytes`.
+    pub encrypt_seconds: f64,
+    /// The fingerprint of the key frames were sealed with.
+    pub key_fingerprint: Option<String>,
 }
 
 /// What the walk has found so far, for progress displays while it runs.
@@ -197,6 +235,18 @@ fn run(
     FrameEncoder::new(setting).map_err(|e| ClientError::Invalid(e.to_string()))?;
     let quantum = qsm_codec::DEFAULT_QUANTUM;
     let mut summary = BackupSummary { filespace: name, ..BackupSummary::default() };
+    let keys = options.encryption.as_deref();
+    summary.key_fingerprint = keys.map(|k| k.fingerprint.clone());
+    let dedup = if options.dedup { Some(Dedup::start(server, options, keys)?) } else { None };
+    if let Some(d) = &dedup {
+        summary.cache_note = d.note.clone();
+    }
+    // Chunk ids: keyed with the node key when encrypting, else with the dedup scope's secret.
+    let ids = keys.map(|k| k.ids.clone()).or_else(|| dedup.as_ref().map(|d| d.ids.clone()));
+    let sealer = keys.map(|k| crate::keys::TimedSealer::new(&k.frames));
+    let sealer = sealer.as_ref();
+    let ids_ref = ids.as_ref();
+    let shared = dedup.is_some();
     let mut batch = server.upload(fs, options.limits)?;
     let mut throttle = options.limit_upload.map(Throttle::new);
     let (tx, rx) = crossbeam_channel::bounded::<Work>(WALK_QUEUE);
@@ -210,7 +260,7 @@ fn run(
     let scan = &scan;
     let mut last_progress = Instant::now();
 
-    let (walked, pipeline_result, store_error) = std::thread::scope(|scope| {
+    let outcome = std::thread::scope(|scope| {
         // The inventory streams on its own thread, a bounded queue ahead of the merge, so
         // reading and decoding it overlaps the walk.
         let inventory = (!is_archive).then(|| {
@@ -258,18 +308,20 @@ fn run(
             (result, scan.examined.load(Ordering::Relaxed), merge.unchanged, merge.warnings)
         });
 
-        let mut reader = Reader { rx, file: None, quantum };
+        let mut reader = Reader::new(rx, quantum, dedup, server);
         let mut store_error = None;
         let result = qsm_codec::pipeline::run(
             threads,
             |_, piece: &mut Piece| reader.next(piece),
             || Ok(FrameEncoder::new(setting)?),
-            |encoder, _, piece| piece.encode(encoder),
+            |encoder, _, piece| piece.encode(encoder, ids_ref, sealer),
             |_, piece| {
-                piece.commit_to(batch.as_mut(), fs, &archive, &mut summary).map_err(|e| {
-                    store_error = Some(e);
-                    qsm_codec::Error::Invalid("the server failed".into())
-                })?;
+                piece.commit_to(batch.as_mut(), fs, &archive, shared, &mut summary).map_err(
+                    |e| {
+                        store_error = Some(e);
+                        qsm_codec::Error::Invalid("the server failed".into())
+                    },
+                )?;
                 if let (Some(t), Some(h)) = (throttle.as_mut(), piece.header.as_ref()) {
                     t.pass(h.frame_len() as u64);
                 }
@@ -287,24 +339,59 @@ fn run(
         if result.is_err() {
             stop.store(true, Ordering::Relaxed);
         }
+        let result = result.and_then(|n| match reader.failed.take() {
+            Some(e) => {
+                store_error = Some(e);
+                Err(qsm_codec::Error::Invalid("the server failed".into()))
+            }
+            None => Ok(n),
+        });
+        let dedup = reader.dedup.take();
         drop(reader);
         let walked = walker.join();
-        (walked, result, store_error)
+        (walked, result, store_error, dedup)
     });
+    let (walked, pipeline_result, store_error, dedup) = outcome;
+    if let Some(d) = &dedup {
+        summary.cache_hits = d.cache_hits;
+        summary.asked = d.asked;
+    }
+    if let Some(s) = sealer {
+        summary.encrypted_bytes = s.bytes.load(Ordering::Relaxed);
+        summary.encrypt_seconds = s.nanos.load(Ordering::Relaxed) as f64 / 1e9;
+    }
+    // A failed backup may leave the cache believing in chunks never committed: drop it.
+    let forget_cache = || {
+        if let Some(path) = options.dedup_cache.as_ref().filter(|_| options.dedup) {
+            let _ = std::fs::remove_file(path);
+        }
+    };
     if let Some(e) = store_error {
+        forget_cache();
         return Err(e);
     }
     let (walk_result, examined, unchanged, warnings) =
         walked.map_err(|_| ClientError::Invalid("the directory walk panicked".into()))?;
     // The pipeline's error first: when it fails, the walk only reports that it was stopped.
-    pipeline_result
-        .map_err(|e| ClientError::Invalid(format!("backup of {}: {e}", root.display())))?;
+    if let Err(e) = pipeline_result {
+        forget_cache();
+        return Err(ClientError::Invalid(format!("backup of {}: {e}", root.display())));
+    }
     walk_result?;
     summary.examined = examined;
     summary.unchanged = unchanged;
     summary.failed += warnings.len() as u64;
     summary.warnings.extend(warnings);
-    batch.finish()?;
+    if let Err(e) = batch.finish() {
+        forget_cache();
+        return Err(e);
+    }
+    // Everything is committed: what this backup sent is on the server now.
+    if let (Some(d), Some(path)) = (dedup, &options.dedup_cache)
+        && let Err(e) = d.save(path)
+    {
+        summary.warnings.push(format!("{}: dedup cache not saved: {e}", path.display()));
+    }
     summary.seconds = started.elapsed().as_secs_f64();
     summary.cpu_seconds = cpu_seconds() - cpu_start;
     Ok(summary)
@@ -430,6 +517,16 @@ impl Merge<'_> {
     }
 }
 
+/// What becomes of a chunk: decided by the reader, in stream order, before any worker sees it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+enum Fate {
+    /// Encoded and sent (the default, and every chunk without deduplication).
+    #[default]
+    Send,
+    /// The server holds it, or this backup sent it earlier in the stream: referenced by id.
+    Known,
+}
+
 /// One quantum of one object on its way through the pipeline, with the object's metadata on
 /// its first quantum. Buffers are reused from piece to piece.
 #[derive(Default)]
@@ -439,6 +536,9 @@ struct Piece {
     /// Raw data of this quantum (`raw[..raw_len]`); empty for directories, symlinks, empty files.
     raw: Vec<u8>,
     raw_len: usize,
+    /// Its keyed id (with deduplication or encryption).
+    id: Option<[u8; 32]>,
+    fate: Fate,
     /// The encoded frame (`frame[..header.frame_len()]`).
     frame: Vec<u8>,
     header: Option<qsm_codec::FrameHeader>,
@@ -451,14 +551,32 @@ struct Piece {
 }
 
 impl Piece {
-    fn encode(&mut self, encoder: &mut FrameEncoder) -> std::result::Result<(), qsm_codec::Error> {
+    fn has_data(&self) -> bool {
+        self.raw_len > 0 && self.failed.is_none()
+    }
+
+    fn encode(
+        &mut self,
+        encoder: &mut FrameEncoder,
+        ids: Option<&ChunkIdKey>,
+        sealer: Option<&crate::keys::TimedSealer<'_>>,
+    ) -> std::result::Result<(), qsm_codec::Error> {
         self.header = None;
-        if self.raw_len > 0 && self.failed.is_none() {
-            let header = encoder
-                .encode(&self.raw[..self.raw_len], &mut self.frame)
-                .map_err(|source| qsm_codec::Error::Quantum { index: 0, offset: 0, source })?;
-            self.header = Some(header);
+        if !self.has_data() || self.fate == Fate::Known {
+            return Ok(());
         }
+        let raw = &self.raw[..self.raw_len];
+        // Without deduplication the reader leaves ids to the workers, where they run on all
+        // cores.
+        if self.id.is_none() {
+            self.id = ids.map(|k| k.id(raw).0);
+        }
+        let header = match (sealer, &self.id) {
+            (Some(sealer), Some(id)) => encoder.encode_sealed(raw, &mut self.frame, sealer, id),
+            _ => encoder.encode(raw, &mut self.frame),
+        }
+        .map_err(|source| qsm_codec::Error::Quantum { index: 0, offset: 0, source })?;
+        self.header = Some(header);
         Ok(())
     }
 
@@ -467,6 +585,7 @@ impl Piece {
         batch: &mut dyn Upload,
         fs: FilespaceId,
         archive: &Option<(String, i64)>,
+        shared: bool,
         summary: &mut BackupSummary,
     ) -> Result<()> {
         if let Some(path) = &self.gone {
@@ -494,9 +613,24 @@ impl Piece {
             summary.warnings.push(why.clone());
             return Ok(());
         }
-        if let Some(header) = &self.header {
-            batch.append_frame(&self.frame[..header.frame_len()])?;
-            summary.bytes_stored += header.frame_len() as u64;
+        if self.raw_len > 0 {
+            summary.chunks += 1;
+        }
+        match (&self.header, self.fate, &self.id) {
+            (Some(header), _, id) => {
+                let frame = &self.frame[..header.frame_len()];
+                match id {
+                    Some(id) => batch.append_chunk(frame, id, shared)?,
+                    None => batch.append_frame(frame)?,
+                }
+                summary.bytes_stored += header.frame_len() as u64;
+            }
+            (None, Fate::Known, Some(id)) if self.raw_len > 0 => {
+                batch.reference_chunk(id)?;
+                summary.dedup_chunks += 1;
+                summary.dedup_bytes += self.raw_len as u64;
+            }
+            _ => {}
         }
         summary.bytes_read += self.raw_len as u64;
         if !self.last {
@@ -508,21 +642,200 @@ impl Piece {
     }
 }
 
-/// The pipeline's source: takes entries from the walker and cuts files into quanta.
-struct Reader {
+/// Deduplication state of one backup: the chunker's parameters, the cache of what the
+/// server holds, and what this backup has sent.
+struct Dedup {
+    ids: ChunkIdKey,
+    seed: u64,
+    sizes: ChunkSizes,
+    /// Chunk ids the server has committed (loaded from the previous backups, grown by the
+    /// server's answers).
+    cache: DedupCache,
+    /// Chunk ids this backup sent: referenced by later occurrences, added to the cache once
+    /// everything is committed. Bounded like the cache; an id that falls out is sent again,
+    /// and the server then keeps one copy all the same.
+    sent: DedupCache,
+    note: Option<String>,
+    cache_hits: u64,
+    asked: u64,
+}
+
+impl Dedup {
+    fn start(
+        server: &dyn Server,
+        options: &BackupOptions,
+        keys: Option<&NodeKeys>,
+    ) -> Result<Dedup> {
+        let info = server.dedup_info()?;
+        let ids = match keys {
+            Some(k) => k.ids.clone(),
+            None => ChunkIdKey::from_scope_secret(&info.scope_secret),
+        };
+        // The cache is valid for one pool, scope and key: an id keyed otherwise means nothing.
+        let owner = format!(
+            "{}#{}#{}",
+            info.pool,
+            info.scope,
+            keys.map_or("plain", |k| k.fingerprint.as_str())
+        );
+        let (cache, note) = match &options.dedup_cache {
+            Some(path) => DedupCache::load(path, &owner, info.epoch, DEDUP_CACHE_IDS),
+            None => (DedupCache::new(&owner, info.epoch, DEDUP_CACHE_IDS), None),
+        };
+        Ok(Dedup {
+            seed: ids.chunker_seed(),
+            ids,
+            sizes: ChunkSizes::DEFAULT,
+            sent: DedupCache::new(&owner, info.epoch, DEDUP_CACHE_IDS),
+            cache,
+            note,
+            cache_hits: 0,
+            asked: 0,
+        })
+    }
+
+    fn save(mut self, path: &Path) -> std::io::Result<()> {
+        let sent: Vec<ChunkId> = self.sent.ids().copied().collect();
+        for id in sent {
+            self.cache.insert(id);
+        }
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        self.cache.save(path)
+    }
+
+    /// Decides the fate of every chunk of `window`, in order: ids the cache or the server
+    /// knows, or that an earlier piece sends, are referenced; the rest are sent.
+    fn decide(&mut self, server: &dyn Server, window: &mut VecDeque<Piece>) -> Result<()> {
+        let mut ask: Vec<[u8; 32]> = Vec::new();
+        let mut asking = HashSet::new();
+        for p in window.iter().filter(|p| p.has_data()) {
+            if let Some(id) = p.id {
+                let known = self.cache.contains(&ChunkId(id)) || self.sent.contains(&ChunkId(id));
+                if !known && asking.insert(id) {
+                    ask.push(id);
+                }
+            }
+        }
+        if !ask.is_empty() {
+            self.asked += ask.len() as u64;
+            let have = server.have_chunks(&ask)?;
+            for (id, have) in ask.iter().zip(have) {
+                if have {
+                    self.cache.insert(ChunkId(*id));
+                }
+            }
+        }
+        for p in window.iter_mut() {
+            let Some(id) = p.id.filter(|_| p.has_data()) else { continue };
+            let id = ChunkId(id);
+            if self.cache.contains(&id) {
+                // Asked or not: a cache hit saves a question only if it was not just asked.
+                if !asking.contains(&id.0) {
+                    self.cache_hits += 1;
+                }
+                p.fate = Fate::Known;
+            } else if self.sent.contains(&id) {
+                p.fate = Fate::Known;
+            } else {
+                p.fate = Fate::Send;
+                self.sent.insert(id);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Pieces the reader prepares at a time with deduplication, so the server is asked about
+/// their chunk ids in one call: 128 chunks or 8 MiB, whichever comes first. At the 64 KiB
+/// average chunk that is one round trip per 8 MiB of new data.
+const WINDOW_PIECES: usize = 128;
+const WINDOW_BYTES: usize = 8 << 20;
+
+/// The pipeline's source: takes entries from the walker and cuts files into quanta (fixed
+/// size, or content-defined with deduplication).
+struct Reader<'s> {
     rx: crossbeam_channel::Receiver<Work>,
     /// The file being read, its entry, and the bytes read so far.
     file: Option<(File, Entry, u64)>,
     quantum: usize,
+    dedup: Option<Dedup>,
+    server: &'s dyn Server,
+    /// Content-defined chunking reads ahead: `ahead[pos..len]` is read but not yet cut.
+    ahead: Vec<u8>,
+    pos: usize,
+    len: usize,
+    /// The current file is read to its end (or its recorded size).
+    eof: bool,
+    /// Pieces prepared and decided, and spare ones to prepare into.
+    window: VecDeque<Piece>,
+    spare: Vec<Piece>,
+    /// The server failed while asked about chunks.
+    failed: Option<ClientError>,
 }
 
-impl Reader {
+impl<'s> Reader<'s> {
+    fn new(
+        rx: crossbeam_channel::Receiver<Work>,
+        quantum: usize,
+        dedup: Option<Dedup>,
+        server: &'s dyn Server,
+    ) -> Reader<'s> {
+        Reader {
+            rx,
+            file: None,
+            quantum,
+            dedup,
+            server,
+            ahead: Vec::new(),
+            pos: 0,
+            len: 0,
+            eof: false,
+            window: VecDeque::new(),
+            spare: Vec::new(),
+            failed: None,
+        }
+    }
+
     fn next(&mut self, piece: &mut Piece) -> std::result::Result<bool, qsm_codec::Error> {
+        if self.dedup.is_none() {
+            return self.produce(piece);
+        }
+        if self.window.is_empty() {
+            let mut bytes = 0;
+            while self.window.len() < WINDOW_PIECES && bytes < WINDOW_BYTES {
+                let mut p = self.spare.pop().unwrap_or_default();
+                if !self.produce(&mut p)? {
+                    self.spare.push(p);
+                    break;
+                }
+                bytes += p.raw_len;
+                self.window.push_back(p);
+            }
+            if let Some(d) = &mut self.dedup
+                && let Err(e) = d.decide(self.server, &mut self.window)
+            {
+                self.failed = Some(e);
+                return Err(qsm_codec::Error::Invalid("the server failed".into()));
+            }
+        }
+        let Some(mut ready) = self.window.pop_front() else { return Ok(false) };
+        std::mem::swap(piece, &mut ready);
+        self.spare.push(ready);
+        Ok(true)
+    }
+
+    /// The next piece of the walk: an object without data, a deactivation, or the next
+    /// quantum of the file being read.
+    fn produce(&mut self, piece: &mut Piece) -> std::result::Result<bool, qsm_codec::Error> {
         piece.begin = None;
         piece.raw_len = 0;
         piece.last = false;
         piece.failed = None;
         piece.gone = None;
+        piece.id = None;
+        piece.fate = Fate::Send;
 
         if self.file.is_none() {
             let entry = match self.rx.recv() {
@@ -543,6 +856,7 @@ impl Reader {
                 Ok((f, entry)) => {
                     piece.begin = Some(entry.clone());
                     self.file = Some((f, entry, 0));
+                    (self.pos, self.len, self.eof) = (0, 0, false);
                 }
                 Err(e) => {
                     // Never begun: the sink only counts and warns.
@@ -552,32 +866,25 @@ impl Reader {
                 }
             }
         }
-        let Some((file, entry, total)) = &mut self.file else { return Ok(false) };
-        if piece.raw.len() < self.quantum {
-            piece.raw.resize(self.quantum, 0);
-        }
-        let mut n = 0;
-        let mut error = None;
-        while n < self.quantum {
-            match file.read(&mut piece.raw[n..self.quantum]) {
-                Ok(0) => break,
-                Ok(k) => n += k,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    error = Some(e);
-                    break;
-                }
+        let error = match &self.dedup {
+            None => self.read_quantum(piece),
+            Some(d) => {
+                let (sizes, seed) = (d.sizes, d.seed);
+                self.read_chunk(piece, sizes, seed)
             }
+        };
+        let Some((file, entry, total)) = &mut self.file else { return Ok(false) };
+        if let Some(d) = self.dedup.as_ref().filter(|_| piece.raw_len > 0) {
+            piece.id = Some(d.ids.id(&piece.raw[..piece.raw_len]).0);
         }
-        *total += n as u64;
-        piece.raw_len = n;
         let failed = error.is_some();
         if let Some(e) = error {
             piece.failed = Some(format!("{}: not backed up: {e}", entry.path.display()));
         }
-        // The last quantum: short, or the whole expected size read (a file that grew is caught
-        // by the check at its end, which compares the bytes read with its size).
-        if failed || n < self.quantum || *total >= entry.attrs.size {
+        // The last piece: read to the end, or the whole expected size read (a file that grew
+        // is caught by the check at its end, which compares the bytes read with its size).
+        let drained = self.pos >= self.len;
+        if failed || (self.eof && drained) {
             piece.last = true;
 
             // Changed while being read (size, times, or bytes read differ from the stat at
@@ -592,6 +899,93 @@ impl Reader {
             self.file = None;
         }
         Ok(true)
+    }
+
+    /// Reads into `buf` until it is full or the file ends (or reaches its recorded size);
+    /// returns the bytes read.
+    fn fill(
+        &mut self,
+        into_ahead: bool,
+        buf_end: usize,
+        piece: &mut Piece,
+    ) -> std::io::Result<usize> {
+        let Some((file, entry, total)) = &mut self.file else { return Ok(0) };
+        let (buf, start) =
+            if into_ahead { (&mut self.ahead, self.len) } else { (&mut piece.raw, 0) };
+        let mut n = start;
+        while n < buf_end {
+            match file.read(&mut buf[n..buf_end]) {
+                Ok(0) => {
+                    self.eof = true;
+                    break;
+                }
+                Ok(k) => {
+                    n += k;
+                    *total += k as u64;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if *total >= entry.attrs.size {
+            self.eof = true;
+        }
+        Ok(n - start)
+    }
+
+    /// A fixed-size quantum into `piece`.
+    fn read_quantum(&mut self, piece: &mut Piece) -> Option<std::io::Error> {
+        if piece.raw.len() < self.quantum {
+            piece.raw.resize(self.quantum, 0);
+        }
+        let quantum = self.quantum;
+        let result = self.fill(false, quantum, piece);
+        let n = result.as_ref().map_or(0, |n| *n);
+        piece.raw_len = n;
+        // A short read is the end; so is a read that reached the recorded size.
+        if n < quantum {
+            self.eof = true;
+        }
+        (self.pos, self.len) = (0, 0);
+        result.err()
+    }
+
+    /// The next content-defined chunk into `piece`: reads ahead until a whole maximum chunk
+    /// is buffered (or the file ended), so the cut found is the one a whole-file chunker
+    /// would find.
+    fn read_chunk(
+        &mut self,
+        piece: &mut Piece,
+        sizes: ChunkSizes,
+        seed: u64,
+    ) -> Option<std::io::Error> {
+        if self.ahead.len() < 2 * sizes.max {
+            self.ahead.resize(2 * sizes.max, 0);
+        }
+        let mut error = None;
+        if self.len - self.pos < sizes.max && !self.eof {
+            // Move the unread tail to the front, then fill up.
+            self.ahead.copy_within(self.pos..self.len, 0);
+            (self.len, self.pos) = (self.len - self.pos, 0);
+            let cap = self.ahead.len();
+            match self.fill(true, cap, piece) {
+                Ok(n) => self.len += n,
+                Err(e) => error = Some(e),
+            }
+        }
+        let avail = &self.ahead[self.pos..self.len];
+        let n = if error.is_some() {
+            0
+        } else {
+            crate::chunker::chunks(avail, sizes, seed).next().map_or(0, |r| r.len())
+        };
+        if piece.raw.len() < n {
+            piece.raw.resize(n, 0);
+        }
+        piece.raw[..n].copy_from_slice(&avail[..n]);
+        piece.raw_len = n;
+        self.pos += n;
+        error
     }
 }
 

@@ -1,5 +1,10 @@
-//! The client's side of deduplication: a local cache of chunk ids the server has committed,
-//! and the set of chunks in flight so two workers never send one chunk twice.
+//! The client's side of deduplication: a local cache of chunk ids the server has committed.
+//!
+//! Which occurrence of a chunk is sent is decided by the backup's reader, in stream order,
+//! before any worker sees it (`backup.rs`): the first occurrence is sent and later ones
+//! reference it, so no two workers ever send one chunk and a reference never precedes the
+//! frame it names. (An earlier design let workers race for claims; deciding in order needs no
+//! lock and keeps the output identical for any thread count.)
 //!
 //! The cache only saves questions: a chunk it lists is not sent, and the server still checks
 //! at commit that every chunk an object names exists, so a stale cache can fail a backup but
@@ -15,7 +20,6 @@
 use std::collections::{HashSet, VecDeque};
 use std::io::Write;
 use std::path::Path;
-use std::sync::{Arc, Mutex, PoisonError};
 
 use qsm_crypt::ChunkId;
 
@@ -98,6 +102,16 @@ impl DedupCache {
         }
     }
 
+    /// The ids held, oldest first.
+    pub fn ids(&self) -> impl Iterator<Item = &ChunkId> {
+        self.order.iter()
+    }
+
+    /// The server and epoch the cache belongs to.
+    pub fn belongs_to(&self) -> (&str, u64) {
+        (&self.server, self.epoch)
+    }
+
     /// Ids held.
     pub fn len(&self) -> usize {
         self.ids.len()
@@ -176,47 +190,10 @@ fn parse(b: &[u8]) -> Result<(String, u64, Vec<ChunkId>), String> {
     Ok((server, u64::from_le_bytes(e), ids))
 }
 
-/// Chunks being sent by some worker: the first to claim an id sends it, the others only
-/// reference it. A claim ends when its guard drops, after the commit or the failure.
-#[derive(Debug, Clone, Default)]
-pub struct InFlight(Arc<Mutex<HashSet<ChunkId>>>);
-
-/// Held while this worker sends a chunk.
-#[derive(Debug)]
-pub struct Claim {
-    set: InFlight,
-    id: ChunkId,
-}
-
-impl InFlight {
-    /// The claim on `id`, or `None` when another worker holds it.
-    pub fn claim(&self, id: ChunkId) -> Option<Claim> {
-        let mut set = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        set.insert(id).then(|| Claim { set: self.clone(), id })
-    }
-
-    /// Chunks claimed now.
-    pub fn len(&self) -> usize {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).len()
-    }
-
-    /// Whether none is claimed.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
-impl Drop for Claim {
-    fn drop(&mut self) {
-        self.set.0.lock().unwrap_or_else(PoisonError::into_inner).remove(&self.id);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 
     fn id(n: u8) -> ChunkId {
         ChunkId([n; 32])
@@ -267,36 +244,5 @@ mod tests {
             let (x, why) = DedupCache::load(&path, "pool-a", 7, 100);
             assert!(x.is_empty() && why.is_some(), "length {len}");
         }
-    }
-
-    #[test]
-    fn one_claim_per_chunk_until_it_is_released() {
-        let f = InFlight::default();
-        let first = f.claim(id(1)).unwrap();
-        assert!(f.claim(id(1)).is_none(), "a second worker must not send it");
-        let other = f.claim(id(2)).unwrap();
-        assert_eq!(f.len(), 2);
-        drop(first);
-        assert!(f.claim(id(1)).is_some(), "released after commit or failure");
-        drop(other);
-        // Many threads racing for one id: never two holders at once.
-        let (holding, won) = (AtomicUsize::new(0), AtomicUsize::new(0));
-        std::thread::scope(|s| {
-            for _ in 0..8 {
-                s.spawn(|| {
-                    for _ in 0..200 {
-                        if let Some(c) = f.claim(id(9)) {
-                            assert_eq!(holding.fetch_add(1, SeqCst), 0, "two senders of one chunk");
-                            won.fetch_add(1, SeqCst);
-                            std::thread::yield_now();
-                            holding.fetch_sub(1, SeqCst);
-                            drop(c);
-                        }
-                    }
-                });
-            }
-        });
-        assert!(won.load(SeqCst) >= 2, "claims are released and taken again");
-        assert!(f.is_empty());
     }
 }

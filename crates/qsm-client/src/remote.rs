@@ -20,7 +20,7 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 
 use crate::error::{ClientError, Result};
-use crate::server::{Fetch, Fetched, Scope, Server, Upload, Uploaded};
+use crate::server::{DedupInfo, Fetch, Fetched, Scope, Server, Upload, Uploaded};
 
 /// How to reach and log in to a server.
 #[derive(Debug, Clone, Default)]
@@ -393,7 +393,61 @@ impl Server for RemoteServer {
             frames: VecDeque::new(),
         }))
     }
+
+    fn dedup_info(&self) -> Result<DedupInfo> {
+        let mut node = self.node();
+        let r = self.rt.block_on(node.dedup_info(v1::Empty {})).map_err(|s| self.error(s))?;
+        let r = r.into_inner();
+        let scope_secret = r.scope_secret.as_ref().try_into().map_err(|_| {
+            ClientError::Server(format!("{}: a dedup scope secret of the wrong length", self.url))
+        })?;
+        Ok(DedupInfo {
+            scope: r.scope,
+            scope_secret,
+            pool: String::from_utf8_lossy(&r.pool).into_owned(),
+            epoch: r.epoch,
+        })
+    }
+
+    fn have_chunks(&self, ids: &[[u8; 32]]) -> Result<Vec<bool>> {
+        let mut have = Vec::with_capacity(ids.len());
+        // The server answers at most HAVE_BATCH ids a call.
+        for part in ids.chunks(HAVE_BATCH) {
+            let mut node = self.node();
+            let request =
+                v1::HaveChunksRequest { ids: part.iter().map(|id| id.to_vec().into()).collect() };
+            let r = self.rt.block_on(node.have_chunks(request)).map_err(|s| self.error(s))?;
+            let answer = r.into_inner().have;
+            if answer.len() != part.len() {
+                return Err(ClientError::Server(format!(
+                    "{}: {} answers to {} chunk ids",
+                    self.url,
+                    answer.len(),
+                    part.len()
+                )));
+            }
+            have.extend(answer);
+        }
+        Ok(have)
+    }
+
+    fn put_key(&self, key_file: &[u8]) -> Result<()> {
+        let mut node = self.node();
+        let request = v1::KeyFile { key_file: key_file.to_vec().into() };
+        self.rt.block_on(node.put_key(request)).map_err(|s| self.error(s))?;
+        Ok(())
+    }
+
+    fn get_key(&self) -> Result<Option<Vec<u8>>> {
+        let mut node = self.node();
+        let r = self.rt.block_on(node.get_key(v1::Empty {})).map_err(|s| self.error(s))?;
+        let key = r.into_inner().key_file;
+        Ok((!key.is_empty()).then(|| key.to_vec()))
+    }
 }
+
+/// Chunk ids per HaveChunks call (the server's limit is 10,000).
+const HAVE_BATCH: usize = 4096;
 
 fn malformed(e: convert::Malformed) -> ClientError {
     ClientError::Server(format!("the server sent a {e}"))
@@ -475,6 +529,16 @@ impl Upload for RemoteUpload<'_> {
         self.push(Op::Frame(Bytes::copy_from_slice(frame)), frame.len())
     }
 
+    fn append_chunk(&mut self, frame: &[u8], id: &[u8; 32], shared: bool) -> Result<()> {
+        let chunk =
+            v1::Chunk { id: id.to_vec().into(), frame: Bytes::copy_from_slice(frame), shared };
+        self.push(Op::Chunk(chunk), frame.len() + 40)
+    }
+
+    fn reference_chunk(&mut self, id: &[u8; 32]) -> Result<()> {
+        self.push(Op::Reference(id.to_vec().into()), 32)
+    }
+
     fn end_object(&mut self) -> Result<()> {
         self.push(Op::End(v1::Empty {}), 0)
     }
@@ -553,6 +617,16 @@ impl Fetch for RemoteFetch<'_> {
             has_frame: !f.data.is_empty(),
             last: f.last,
             error: (!f.error.is_empty()).then_some(f.error),
+            chunk_id: match f.chunk_id.len() {
+                0 => None,
+                _ => Some(f.chunk_id.as_ref().try_into().map_err(|_| {
+                    ClientError::Server(format!(
+                        "{}: a chunk id of {} bytes",
+                        self.server.url,
+                        f.chunk_id.len()
+                    ))
+                })?),
+            },
         }))
     }
 }

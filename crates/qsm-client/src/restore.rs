@@ -61,6 +61,8 @@ pub struct RestoreOptions {
     pub select: Selection,
     /// Worker threads decoding quanta (`None`: one per core).
     pub threads: Option<usize>,
+    /// The node's keys, to open encrypted frames (without them, encrypted files fail).
+    pub keys: Option<Arc<crate::keys::NodeKeys>>,
 }
 
 /// What a restore did.
@@ -290,6 +292,7 @@ pub fn restore(
         target,
         root,
         options.threads,
+        &options.keys,
         &mut summary,
         filespace,
     )?;
@@ -458,6 +461,8 @@ struct Piece {
     offset: u64,
     /// Its length according to the catalog, which the frame must agree with.
     expected_len: u32,
+    /// The chunk's keyed id according to the catalog.
+    chunk_id: Option<[u8; 32]>,
     /// The file's last piece.
     last: bool,
     /// The file cannot be restored, and why.
@@ -542,6 +547,7 @@ impl FrameSource<'_> {
         };
         piece.offset = fetched.offset;
         piece.expected_len = fetched.raw_len;
+        piece.chunk_id = fetched.chunk_id;
         piece.has_frame = fetched.has_frame;
         if piece.failed.is_none() {
             piece.failed = fetched.error;
@@ -573,9 +579,11 @@ fn restore_files(
     target: &Path,
     root: bool,
     threads: Option<usize>,
+    keys: &Option<Arc<crate::keys::NodeKeys>>,
     summary: &mut RestoreSummary,
     filespace: &str,
 ) -> Result<()> {
+    let keys = keys.as_deref();
     let fetch = server.fetch(jobs.iter().map(|j| j.version.id).collect())?;
     let mut source =
         FrameSource { fetch, jobs, target_fd, target, next_job: 0, current: None, broken: None };
@@ -588,11 +596,27 @@ fn restore_files(
             if !piece.has_frame || piece.failed.is_some() {
                 return Ok(());
             }
-            match decoder.decode(&piece.frame, &mut piece.raw) {
+            let sealer = keys.map(|k| &k.frames as &dyn qsm_codec::PayloadSealer);
+            let context = piece.chunk_id.as_ref().map_or(&[][..], |id| &id[..]);
+            let decoded = decoder.decode_sealed(&piece.frame, &mut piece.raw, sealer, context);
+            match decoded {
                 Ok(header) if header.raw_len != piece.expected_len => {
                     piece.failed = Some(format!(
                         "the catalog says {} bytes at byte {} of the file, the stored frame holds {}",
                         piece.expected_len, piece.offset, header.raw_len
+                    ));
+                }
+                // A sealed frame opened under its id; the data must also hash to that id
+                // (the catalog's id is what deduplication trusts).
+                Ok(header)
+                    if header.is_sealed()
+                        && keys.map(|k| k.ids.id(&piece.raw[..header.raw_len as usize]).0)
+                            != piece.chunk_id =>
+                {
+                    piece.failed = Some(format!(
+                        "the data at byte {} of the file does not match its chunk id: the \
+                         frame belongs elsewhere",
+                        piece.offset
                     ));
                 }
                 Ok(header) => {

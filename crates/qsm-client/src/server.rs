@@ -39,6 +39,37 @@ pub trait Server: Send + Sync {
     fn upload(&self, filespace: FilespaceId, limits: TxnLimits) -> Result<Box<dyn Upload + '_>>;
     /// Streams the frames of `objects`, in that order, each object's frames in order.
     fn fetch(&self, objects: Vec<ObjectId>) -> Result<Box<dyn Fetch + '_>>;
+    /// The node's dedup scope, its secret, the pool and the dedup epoch.
+    fn dedup_info(&self) -> Result<DedupInfo>;
+    /// Which of `ids` the node's dedup scope holds (committed and referenced).
+    fn have_chunks(&self, ids: &[[u8; 32]]) -> Result<Vec<bool>>;
+    /// Stores the server's copy of the node's wrapped key file.
+    fn put_key(&self, key_file: &[u8]) -> Result<()>;
+    /// The server's copy of the node's wrapped key file, if any.
+    fn get_key(&self) -> Result<Option<Vec<u8>>>;
+}
+
+/// What deduplication needs to know of the server.
+#[derive(Clone, PartialEq, Eq)]
+pub struct DedupInfo {
+    /// The node's dedup scope.
+    pub scope: String,
+    /// The scope's secret: keys chunk ids of backups without encryption.
+    pub scope_secret: [u8; 32],
+    /// The pool's id.
+    pub pool: String,
+    /// The dedup epoch.
+    pub epoch: u64,
+}
+
+impl std::fmt::Debug for DedupInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DedupInfo")
+            .field("scope", &self.scope)
+            .field("pool", &self.pool)
+            .field("epoch", &self.epoch)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A borrowed server is a server (so a caller can box either kind the same way).
@@ -69,6 +100,18 @@ impl<T: Server + ?Sized> Server for &T {
     fn fetch(&self, objects: Vec<ObjectId>) -> Result<Box<dyn Fetch + '_>> {
         (**self).fetch(objects)
     }
+    fn dedup_info(&self) -> Result<DedupInfo> {
+        (**self).dedup_info()
+    }
+    fn have_chunks(&self, ids: &[[u8; 32]]) -> Result<Vec<bool>> {
+        (**self).have_chunks(ids)
+    }
+    fn put_key(&self, key_file: &[u8]) -> Result<()> {
+        (**self).put_key(key_file)
+    }
+    fn get_key(&self) -> Result<Option<Vec<u8>>> {
+        (**self).get_key()
+    }
 }
 
 /// Objects on their way to the server. Nothing is visible on the server before it commits;
@@ -79,6 +122,12 @@ pub trait Upload: Send {
     fn begin_object(&mut self, object: NewObject, size_hint: u64) -> Result<()>;
     /// The next frame of the current object.
     fn append_frame(&mut self, frame: &[u8]) -> Result<()>;
+    /// The next frame of the current object with its keyed chunk id; `shared` offers it for
+    /// deduplication in the node's scope.
+    fn append_chunk(&mut self, frame: &[u8], id: &[u8; 32], shared: bool) -> Result<()>;
+    /// The next chunk of the current object is one the scope holds, or one this upload sent
+    /// with `shared`.
+    fn reference_chunk(&mut self, id: &[u8; 32]) -> Result<()>;
     /// Ends the current object.
     fn end_object(&mut self) -> Result<()>;
     /// Drops the current object (its file failed mid-read).
@@ -113,6 +162,8 @@ pub struct Fetched {
     pub last: bool,
     /// The object's data cannot be read, and why (on its last message).
     pub error: Option<String>,
+    /// The chunk's keyed id, if the backup gave one.
+    pub chunk_id: Option<[u8; 32]>,
 }
 
 /// Frames coming back for a restore.
@@ -137,6 +188,11 @@ impl<'a> LocalServer<'a> {
 
     fn owns(&self, filespace: FilespaceId) -> Result<bool> {
         Ok(self.store.catalog().filespaces(self.node)?.iter().any(|f| f.id == filespace))
+    }
+
+    fn scope(&self) -> Result<qsm_catalog::DedupScope> {
+        let secret = qsm_crypt::random().map_err(|e| ClientError::Invalid(e.to_string()))?;
+        Ok(self.store.catalog().dedup_scope(self.node, secret)?)
     }
 }
 
@@ -198,8 +254,10 @@ impl Server for LocalServer<'_> {
             return Err(ClientError::Invalid(format!("no filespace {}", filespace.0)));
         }
         Ok(Box::new(LocalUpload {
+            server: self,
             batch: self.store.batch(limits)?,
             filespace,
+            scope: None,
             objects: 0,
             bytes: 0,
         }))
@@ -209,16 +267,49 @@ impl Server for LocalServer<'_> {
         let mine = self.store.catalog().filespaces(self.node)?.into_iter().map(|f| f.id).collect();
         Ok(Box::new(LocalFetch { server: self, mine, objects, next: 0, current: None }))
     }
+
+    fn dedup_info(&self) -> Result<DedupInfo> {
+        let scope = self.scope()?;
+        Ok(DedupInfo {
+            scope: scope.name,
+            scope_secret: scope.secret,
+            pool: self.store.pool().id().to_string(),
+            epoch: self.store.catalog().dedup_epoch()?,
+        })
+    }
+
+    fn have_chunks(&self, ids: &[[u8; 32]]) -> Result<Vec<bool>> {
+        let scope = self.scope()?;
+        Ok(self.store.catalog().find_chunks(scope.id, ids)?.iter().map(Option::is_some).collect())
+    }
+
+    fn put_key(&self, key_file: &[u8]) -> Result<()> {
+        Ok(self.store.catalog().set_node_key(self.node, key_file)?)
+    }
+
+    fn get_key(&self) -> Result<Option<Vec<u8>>> {
+        Ok(self.store.catalog().node_key(self.node)?)
+    }
 }
 
 struct LocalUpload<'s> {
+    server: &'s LocalServer<'s>,
     batch: qsm_store::Batch<'s>,
     filespace: FilespaceId,
+    /// The node's dedup scope, looked up on first use.
+    scope: Option<qsm_catalog::DedupScopeId>,
     objects: u64,
     bytes: u64,
 }
 
 impl LocalUpload<'_> {
+    fn scope(&mut self) -> Result<qsm_catalog::DedupScopeId> {
+        match self.scope {
+            Some(s) => Ok(s),
+            None => Ok(*self.scope.insert(self.server.scope()?.id)),
+        }
+    }
+
     fn count(&mut self, committed: Option<qsm_store::Committed>) {
         if let Some(c) = committed {
             self.objects += c.objects.len() as u64;
@@ -237,6 +328,16 @@ impl Upload for LocalUpload<'_> {
 
     fn append_frame(&mut self, frame: &[u8]) -> Result<()> {
         Ok(self.batch.append_frame(frame)?)
+    }
+
+    fn append_chunk(&mut self, frame: &[u8], id: &[u8; 32], shared: bool) -> Result<()> {
+        let scope = if shared { Some(self.scope()?) } else { None };
+        Ok(self.batch.append_chunk(frame, qsm_catalog::ChunkKey { hash: *id, scope })?)
+    }
+
+    fn reference_chunk(&mut self, id: &[u8; 32]) -> Result<()> {
+        let scope = self.scope()?;
+        Ok(self.batch.reference_chunk(*id, scope)?)
     }
 
     fn end_object(&mut self) -> Result<()> {
@@ -292,6 +393,7 @@ impl Fetch for LocalFetch<'_> {
                         has_frame: false,
                         last: true,
                         error: Some(e.to_string()),
+                        chunk_id: None,
                     }));
                 }
             }
@@ -304,6 +406,7 @@ impl Fetch for LocalFetch<'_> {
             has_frame: false,
             last: false,
             error: None,
+            chunk_id: None,
         };
         if let Some(chunk) = chunks.get(*next) {
             match self.server.store.read_chunk(chunk, frame) {
@@ -311,6 +414,7 @@ impl Fetch for LocalFetch<'_> {
                 Err(e) => fetched.error = Some(e.to_string()),
             }
             fetched.raw_len = chunk.location.raw_len;
+            fetched.chunk_id = chunk.hash;
             *offset += u64::from(chunk.location.raw_len);
             *next += 1;
         }

@@ -98,6 +98,15 @@ pub enum FrameError {
         /// Checksum of the decoded bytes.
         computed: u64,
     },
+    /// The frame is encrypted and no key was given to open it.
+    #[error("the frame is encrypted: its node's key is needed to read it")]
+    Encrypted,
+    /// An encrypted frame failed authentication: altered, or moved under another header or
+    /// chunk id, or sealed by another key.
+    #[error(
+        "the encrypted frame failed authentication: it was altered, moved or replayed, or belongs to another key"
+    )]
+    Tampered,
 }
 
 /// An error of a whole stream operation: the crate's public error.

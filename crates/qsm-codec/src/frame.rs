@@ -25,8 +25,44 @@ pub const MAX_QUANTUM: usize = 16 << 20;
 pub const MAX_STORED: usize = MAX_QUANTUM + 4096;
 
 /// Flag: the payload is the raw data (the codec was `none`, or compression did not pay).
+/// In a sealed frame it describes the plaintext inside the seal.
 pub const FLAG_RAW: u8 = 0x01;
-const KNOWN_FLAGS: u8 = FLAG_RAW;
+/// Flag bits 1-2: the seal (FORMAT.md 4.8): 0 none, [`SEAL_AES_256_GCM`],
+/// [`SEAL_CHACHA20_POLY1305`]; 3 is reserved and refused.
+pub const SEAL_MASK: u8 = 0x06;
+/// Seal kind 1: AES-256-GCM.
+pub const SEAL_AES_256_GCM: u8 = 1;
+/// Seal kind 2: ChaCha20-Poly1305.
+pub const SEAL_CHACHA20_POLY1305: u8 = 2;
+const KNOWN_FLAGS: u8 = FLAG_RAW | SEAL_MASK;
+/// Bytes a seal adds to a payload: a 12-byte nonce before the ciphertext, a 16-byte tag after.
+pub const SEALED_OVERHEAD: usize = 12 + 16;
+/// Bytes of the header that a seal's associated data covers: everything before the checksum
+/// (magic, version, flags, codec, both lengths). The checksum of a sealed frame is computed
+/// over the sealed payload, after sealing, so it cannot be covered; the header check covers it.
+pub const SEALED_AAD_HEADER: usize = 16;
+
+/// Seals and opens frame payloads (client-side encryption). This crate fixes the layout
+/// (`nonce ‖ ciphertext ‖ tag`, [`SEALED_OVERHEAD`] bytes more than the plaintext) and the
+/// associated data (the first [`SEALED_AAD_HEADER`] header bytes, then the caller's context:
+/// the chunk id); the keys and the AEAD belong to the implementation (`qsm-crypt`).
+pub trait PayloadSealer: Send + Sync {
+    /// The seal kind this sealer writes ([`SEAL_AES_256_GCM`] or [`SEAL_CHACHA20_POLY1305`]).
+    fn kind(&self) -> u8;
+    /// Appends `plaintext` sealed under `aad` to `out`: exactly
+    /// `plaintext.len() + SEALED_OVERHEAD` bytes.
+    fn seal(&self, aad: &[u8], plaintext: &[u8], out: &mut Vec<u8>) -> Result<(), FrameError>;
+    /// Appends the plaintext of `sealed`, sealed with seal `kind` under `aad`, to `out` if it
+    /// is authentic ([`FrameError::Tampered`] otherwise, [`FrameError::Encrypted`] for a kind
+    /// it has no key for); nothing unauthenticated is appended.
+    fn open(
+        &self,
+        kind: u8,
+        aad: &[u8],
+        sealed: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<(), FrameError>;
+}
 
 /// A compressed quantum is kept only if it saves at least `raw_len / 32` bytes (rounded down:
 /// about 3.1%) and at least one byte.
@@ -75,9 +111,32 @@ pub struct FrameHeader {
 }
 
 impl FrameHeader {
-    /// Whether the payload is the raw data.
+    /// Whether the payload (in a sealed frame: the plaintext inside the seal) is the raw data.
     pub fn is_raw(&self) -> bool {
         self.flags & FLAG_RAW != 0
+    }
+
+    /// The seal kind: 0 for a plaintext frame.
+    pub fn seal(&self) -> u8 {
+        (self.flags & SEAL_MASK) >> 1
+    }
+
+    /// Whether the payload is sealed (encrypted on the client).
+    pub fn is_sealed(&self) -> bool {
+        self.seal() != 0
+    }
+
+    /// The plaintext payload's length: the stored length less a seal's overhead.
+    fn plain_len(&self) -> usize {
+        let stored = self.stored_len as usize;
+        if self.is_sealed() { stored.saturating_sub(SEALED_OVERHEAD) } else { stored }
+    }
+
+    /// The associated data of a sealed payload: header bytes 0..16, then `context`.
+    fn aad(&self, context: &[u8], aad: &mut Vec<u8>) {
+        aad.clear();
+        aad.extend_from_slice(&self.to_bytes()[..SEALED_AAD_HEADER]);
+        aad.extend_from_slice(context);
     }
 
     /// Header plus payload length.
@@ -125,8 +184,8 @@ impl FrameHeader {
             stored_len: le_u32(b, 12),
             checksum: le_u64(b, 16),
         };
-        if header.flags & !KNOWN_FLAGS != 0 {
-            return Err(FrameError::UnknownFlags(header.flags & !KNOWN_FLAGS));
+        if header.flags & !KNOWN_FLAGS != 0 || header.seal() == 3 {
+            return Err(FrameError::UnknownFlags(header.flags & (!KNOWN_FLAGS | SEAL_MASK)));
         }
         // A raw frame is readable whatever codec declined it; a compressed one needs its codec.
         if !header.is_raw() && registry::by_id(header.codec).is_none() {
@@ -143,12 +202,18 @@ impl FrameHeader {
                 "stored length {stored} exceeds the maximum of {MAX_STORED}"
             )));
         }
-        if header.is_raw() && raw != stored {
+        if header.is_sealed() && stored < SEALED_OVERHEAD {
+            return Err(FrameError::BadLength(format!(
+                "sealed frame of {stored} bytes, shorter than a seal's {SEALED_OVERHEAD}"
+            )));
+        }
+        let plain = header.plain_len();
+        if header.is_raw() && raw != plain {
             return Err(FrameError::BadLength(format!(
                 "raw frame with raw length {raw} but stored length {stored}"
             )));
         }
-        if !header.is_raw() && (stored == 0 || raw == 0) {
+        if !header.is_raw() && (plain == 0 || raw == 0) {
             return Err(FrameError::BadLength("compressed frame with an empty side".into()));
         }
         if !header.is_raw() && header.codec == NoCompression::ID {
@@ -163,6 +228,9 @@ pub struct FrameEncoder {
     setting: Compression,
     compressor: Box<dyn Compressor>,
     scratch: Vec<u8>,
+    /// The plaintext frame of a sealed one, and its associated data.
+    plain: Vec<u8>,
+    aad: Vec<u8>,
 }
 
 impl std::fmt::Debug for FrameEncoder {
@@ -175,7 +243,13 @@ impl FrameEncoder {
     /// An encoder for `setting`.
     pub fn new(setting: Compression) -> Result<FrameEncoder, CodecError> {
         let compressor = setting.codec.compressor(setting.level)?;
-        Ok(FrameEncoder { setting, compressor, scratch: Vec::new() })
+        Ok(FrameEncoder {
+            setting,
+            compressor,
+            scratch: Vec::new(),
+            plain: Vec::new(),
+            aad: Vec::new(),
+        })
     }
 
     /// Encodes `raw` (at most [`MAX_QUANTUM`] bytes) as one frame written to the front of
@@ -222,12 +296,58 @@ impl FrameEncoder {
         out[..FRAME_HEADER_LEN].copy_from_slice(&header.to_bytes());
         Ok(header)
     }
+
+    /// Encodes `raw` as [`FrameEncoder::encode`] does, then seals the payload with `sealer`
+    /// under the header and `context` (the chunk id): the frame's checksum is then XXH3-64 of
+    /// the sealed payload, so the server can verify what it stores without learning anything
+    /// of the plaintext.
+    pub fn encode_sealed(
+        &mut self,
+        raw: &[u8],
+        out: &mut Vec<u8>,
+        sealer: &dyn PayloadSealer,
+        context: &[u8],
+    ) -> Result<FrameHeader, FrameError> {
+        let mut plain = std::mem::take(&mut self.plain);
+        let result = self.encode(raw, &mut plain).and_then(|inner| {
+            let kind = sealer.kind();
+            if kind == 0 || kind > 2 {
+                return Err(FrameError::UnknownFlags(kind << 1));
+            }
+            let payload = &plain[FRAME_HEADER_LEN..inner.frame_len()];
+            let mut header = FrameHeader {
+                flags: inner.flags | (kind << 1),
+                stored_len: (payload.len() + SEALED_OVERHEAD) as u32,
+                checksum: 0,
+                ..inner
+            };
+            header.aad(context, &mut self.aad);
+            out.clear();
+            out.extend_from_slice(&[0; FRAME_HEADER_LEN]);
+            sealer.seal(&self.aad, payload, out)?;
+            if out.len() != header.frame_len() {
+                return Err(FrameError::BadLength(format!(
+                    "the seal made {} bytes of a {}-byte payload",
+                    out.len() - FRAME_HEADER_LEN,
+                    payload.len()
+                )));
+            }
+            header.checksum = checksum(&out[FRAME_HEADER_LEN..]);
+            out[..FRAME_HEADER_LEN].copy_from_slice(&header.to_bytes());
+            Ok(header)
+        });
+        self.plain = plain;
+        result
+    }
 }
 
 /// Decodes frames of any codec; keeps one decompressor per codec seen. One per worker thread.
 #[derive(Default)]
 pub struct FrameDecoder {
     decompressors: Vec<(CodecId, Box<dyn Decompressor>)>,
+    /// The opened plaintext payload of a sealed frame, and its associated data.
+    plain: Vec<u8>,
+    aad: Vec<u8>,
 }
 
 impl std::fmt::Debug for FrameDecoder {
@@ -244,8 +364,46 @@ impl FrameDecoder {
     }
 
     /// Decodes the complete frame `frame` (header and payload, nothing more) into the front of
-    /// `out`, which grows as needed; the data is `out[..header.raw_len]`.
+    /// `out`, which grows as needed; the data is `out[..header.raw_len]`. A sealed frame is
+    /// refused ([`FrameError::Encrypted`]): it needs [`FrameDecoder::decode_sealed`].
     pub fn decode(&mut self, frame: &[u8], out: &mut Vec<u8>) -> Result<FrameHeader, FrameError> {
+        self.decode_sealed(frame, out, None, &[])
+    }
+
+    /// Verifies what can be verified without a key: a plaintext frame is decoded (into
+    /// `scratch`) and its data checksum checked; a sealed frame's checksum is checked over the
+    /// sealed payload. Audits of the pool use this.
+    pub fn verify(
+        &mut self,
+        frame: &[u8],
+        scratch: &mut Vec<u8>,
+    ) -> Result<FrameHeader, FrameError> {
+        let header = FrameHeader::parse(frame)?;
+        if frame.len() != header.frame_len() {
+            return Err(FrameError::Truncated {
+                needed: header.frame_len() as u64,
+                found: frame.len() as u64,
+            });
+        }
+        if header.is_sealed() {
+            let computed = checksum(&frame[FRAME_HEADER_LEN..]);
+            if computed != header.checksum {
+                return Err(FrameError::ChecksumMismatch { stored: header.checksum, computed });
+            }
+            return Ok(header);
+        }
+        self.decode(frame, scratch)
+    }
+
+    /// [`FrameDecoder::decode`] for frames that may be sealed: `sealer` opens them, with
+    /// `context` (the chunk id the catalog names for this frame) in the associated data.
+    pub fn decode_sealed(
+        &mut self,
+        frame: &[u8],
+        out: &mut Vec<u8>,
+        sealer: Option<&dyn PayloadSealer>,
+        context: &[u8],
+    ) -> Result<FrameHeader, FrameError> {
         let header = FrameHeader::parse(frame)?;
         if frame.len() != header.frame_len() {
             return Err(FrameError::Truncated {
@@ -257,8 +415,44 @@ impl FrameDecoder {
         if out.len() < raw_len {
             out.resize(raw_len, 0);
         }
-        self.decode_payload(&header, &frame[FRAME_HEADER_LEN..], &mut out[..raw_len])?;
-        Ok(header)
+        let payload = &frame[FRAME_HEADER_LEN..];
+        if !header.is_sealed() {
+            self.decode_payload(&header, payload, &mut out[..raw_len])?;
+            return Ok(header);
+        }
+        // The checksum first: damage in storage is told apart from tampering.
+        let computed = checksum(payload);
+        if computed != header.checksum {
+            return Err(FrameError::ChecksumMismatch { stored: header.checksum, computed });
+        }
+        let sealer = sealer.ok_or(FrameError::Encrypted)?;
+        header.aad(context, &mut self.aad);
+        let mut plain = std::mem::take(&mut self.plain);
+        plain.clear();
+        let opened = sealer.open(header.seal(), &self.aad, payload, &mut plain).and_then(|()| {
+            if plain.len() != header.plain_len() {
+                return Err(FrameError::Tampered);
+            }
+            self.decode_plain(&header, &plain, &mut out[..raw_len])
+        });
+        self.plain = plain;
+        opened.map(|()| header)
+    }
+
+    /// Decodes an opened plaintext payload. Its integrity was proven by the seal, so there is
+    /// no data checksum to check; the caller checks the chunk id.
+    fn decode_plain(
+        &mut self,
+        header: &FrameHeader,
+        payload: &[u8],
+        out: &mut [u8],
+    ) -> Result<(), FrameError> {
+        if header.is_raw() {
+            out.copy_from_slice(payload);
+        } else {
+            self.decompressor(header.codec)?.decompress(payload, out)?;
+        }
+        Ok(())
     }
 
     /// Decodes `payload` of a parsed `header` into `out` (exactly `raw_len` bytes) and
@@ -269,6 +463,9 @@ impl FrameDecoder {
         payload: &[u8],
         out: &mut [u8],
     ) -> Result<(), FrameError> {
+        if header.is_sealed() {
+            return Err(FrameError::Encrypted);
+        }
         if payload.len() != header.stored_len as usize || out.len() != header.raw_len as usize {
             return Err(FrameError::BadLength(format!(
                 "payload of {} bytes for a frame declaring {}, output of {} for {}",

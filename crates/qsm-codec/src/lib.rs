@@ -31,6 +31,6 @@ pub use engine::{
     encode_frames,
 };
 pub use error::{CodecError, Error, FrameError};
-pub use frame::{FrameDecoder, FrameEncoder, FrameHeader};
+pub use frame::{FrameDecoder, FrameEncoder, FrameHeader, PayloadSealer};
 pub use registry::Compression;
 pub use stream::StreamIndex;

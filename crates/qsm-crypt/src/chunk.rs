@@ -27,6 +27,20 @@ impl ChunkIdKey {
         ChunkIdKey(master.derive("QSM 2026-11-23 chunk id v1"))
     }
 
+    /// A chunk-id key from a secret the server keeps for a dedup scope, for nodes that
+    /// deduplicate without encryption (the server sees their plaintext anyway). Derived, so
+    /// the secret itself never keys BLAKE3 directly.
+    pub fn from_scope_secret(secret: &[u8; 32]) -> ChunkIdKey {
+        ChunkIdKey(blake3::derive_key("QSM 2026-11-23 scope chunk id v1", secret))
+    }
+
+    /// The seed of the chunker's gear table for this key (see `qsm_client::chunker`): chunk
+    /// boundaries then depend on the key too.
+    pub fn chunker_seed(&self) -> u64 {
+        let d = blake3::derive_key("QSM 2026-11-23 chunker seed v1", &self.0);
+        u64::from_le_bytes([d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]])
+    }
+
     /// The id of `data`.
     pub fn id(&self, data: &[u8]) -> ChunkId {
         ChunkId(*blake3::keyed_hash(&self.0, data).as_bytes())

@@ -95,7 +95,8 @@ impl Drop for MasterKey {
     }
 }
 
-pub(crate) fn random<const N: usize>() -> Result<[u8; N], CryptError> {
+/// `N` bytes from the system generator (through aws-lc).
+pub fn random<const N: usize>() -> Result<[u8; N], CryptError> {
     let mut b = [0u8; N];
     aws_lc_rs::rand::fill(&mut b).map_err(|_| CryptError::Internal("no randomness".into()))?;
     Ok(b)

@@ -17,8 +17,8 @@ pub mod key;
 pub mod seal;
 
 pub use chunk::{ChunkId, ChunkIdKey};
-pub use key::{KdfParams, KeyFile, MasterKey};
-pub use seal::{Aead, FrameCipher};
+pub use key::{KdfParams, KeyFile, MasterKey, random};
+pub use seal::{Aead, FrameCipher, FrameKeys};
 
 /// Why a cryptographic operation failed. Messages never include key material.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

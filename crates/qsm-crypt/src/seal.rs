@@ -117,6 +117,73 @@ impl FrameCipher {
     }
 }
 
+/// The frame sealer of a node: seals with the chosen AEAD, opens frames sealed with either.
+/// It is the [`qsm_codec::PayloadSealer`] the backup and restore pipelines hand to the frame
+/// encoder and decoder.
+#[derive(Debug)]
+pub struct FrameKeys {
+    seal_with: Aead,
+    aes: FrameCipher,
+    chacha: FrameCipher,
+}
+
+impl FrameKeys {
+    /// Both frame keys of `master`; new frames are sealed with `seal_with`.
+    pub fn new(master: &MasterKey, seal_with: Aead) -> Result<FrameKeys, CryptError> {
+        Ok(FrameKeys {
+            seal_with,
+            aes: FrameCipher::new(master, Aead::Aes256Gcm)?,
+            chacha: FrameCipher::new(master, Aead::ChaCha20Poly1305)?,
+        })
+    }
+
+    fn cipher(&self, aead: Aead) -> &FrameCipher {
+        match aead {
+            Aead::Aes256Gcm => &self.aes,
+            Aead::ChaCha20Poly1305 => &self.chacha,
+        }
+    }
+}
+
+/// The seal kind of each AEAD in the frame header (FORMAT.md 4.8).
+fn seal_kind(aead: Aead) -> u8 {
+    match aead {
+        Aead::Aes256Gcm => qsm_codec::frame::SEAL_AES_256_GCM,
+        Aead::ChaCha20Poly1305 => qsm_codec::frame::SEAL_CHACHA20_POLY1305,
+    }
+}
+
+impl qsm_codec::PayloadSealer for FrameKeys {
+    fn kind(&self) -> u8 {
+        seal_kind(self.seal_with)
+    }
+
+    fn seal(
+        &self,
+        aad: &[u8],
+        plaintext: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<(), qsm_codec::FrameError> {
+        self.cipher(self.seal_with)
+            .seal(aad, plaintext, out)
+            .map_err(|_| qsm_codec::FrameError::BadLength("sealing failed".into()))
+    }
+
+    fn open(
+        &self,
+        kind: u8,
+        aad: &[u8],
+        sealed: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<(), qsm_codec::FrameError> {
+        let aead = [Aead::Aes256Gcm, Aead::ChaCha20Poly1305]
+            .into_iter()
+            .find(|a| seal_kind(*a) == kind)
+            .ok_or(qsm_codec::FrameError::Encrypted)?;
+        self.cipher(aead).open(aad, sealed, out).map_err(|_| qsm_codec::FrameError::Tampered)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

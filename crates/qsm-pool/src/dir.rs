@@ -550,7 +550,7 @@ fn check_frame(frame: &[u8]) -> Result<FrameHeader, FrameError> {
 fn verify_frame(inner: &Inner, frame: &[u8]) -> Result<FrameHeader, FrameError> {
     check_frame(frame)?;
     let mut s = lock(&inner.scratch).pop().unwrap_or_default();
-    let result = s.decoder.decode(frame, &mut s.raw);
+    let result = s.decoder.verify(frame, &mut s.raw);
     if s.raw.capacity() <= KEEP_SCRATCH {
         let mut kept = lock(&inner.scratch);
         if kept.len() < KEEP_DECODERS {

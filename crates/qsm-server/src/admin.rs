@@ -183,4 +183,27 @@ impl Admin for AdminService {
         }
         Ok(Response::new(v1::Empty {}))
     }
+
+    async fn set_dedup_scope(
+        &self,
+        request: Request<v1::DedupScopeRequest>,
+    ) -> Result<Response<v1::Empty>, Status> {
+        self.authorize(&request)?;
+        let r = request.into_inner();
+        if r.scope.is_empty() || r.scope.len() > 256 {
+            return Err(Status::invalid_argument("a dedup scope name has 1 to 256 bytes"));
+        }
+        let state = Arc::clone(&self.state);
+        blocking(move || {
+            let catalog = state.store.catalog();
+            let node = catalog
+                .node(&r.node)
+                .map_err(catalog_status)?
+                .ok_or_else(|| Status::not_found(format!("no node {}", r.node)))?;
+            let secret = auth::new_secret().map_err(Status::internal)?;
+            catalog.set_dedup_scope(node.id, &r.scope, secret).map_err(catalog_status)?;
+            Ok(Response::new(v1::Empty {}))
+        })
+        .await
+    }
 }

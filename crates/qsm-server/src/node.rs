@@ -45,6 +45,7 @@ pub(crate) fn catalog_status(e: CatalogError) -> Status {
 fn store_status(e: StoreError) -> Status {
     match e {
         StoreError::BadFrame { .. } => Status::invalid_argument(e.to_string()),
+        StoreError::UnknownChunk { .. } => Status::failed_precondition(e.to_string()),
         StoreError::Catalog(c) => catalog_status(c),
         StoreError::Pool(qsm_pool::PoolError::Full { .. }) => {
             Status::resource_exhausted(e.to_string())
@@ -382,6 +383,77 @@ impl Node for NodeService {
         Ok(Response::new(ReceiverStream::new(rx)))
     }
 
+    async fn dedup_info(
+        &self,
+        request: Request<v1::Empty>,
+    ) -> Result<Response<v1::DedupInfoReply>, Status> {
+        let (_, node) = self.session(&request)?;
+        let state = Arc::clone(&self.state);
+        blocking(move || {
+            let scope = node_scope(&state.store, node)?;
+            let epoch = state.store.catalog().dedup_epoch().map_err(catalog_status)?;
+            Ok(Response::new(v1::DedupInfoReply {
+                scope: scope.name,
+                scope_secret: scope.secret.to_vec().into(),
+                pool: state.store.pool().id().to_string().into_bytes().into(),
+                epoch,
+            }))
+        })
+        .await
+    }
+
+    async fn have_chunks(
+        &self,
+        request: Request<v1::HaveChunksRequest>,
+    ) -> Result<Response<v1::HaveChunksReply>, Status> {
+        let (_, node) = self.session(&request)?;
+        let ids = request.into_inner().ids;
+        if ids.len() > HAVE_MAX {
+            return Err(Status::invalid_argument(format!(
+                "{} chunk ids in one call; at most {HAVE_MAX}",
+                ids.len()
+            )));
+        }
+        let hashes = ids.iter().map(|id| chunk_id(id)).collect::<Result<Vec<_>, _>>()?;
+        let state = Arc::clone(&self.state);
+        blocking(move || {
+            let scope = node_scope(&state.store, node)?;
+            let found =
+                state.store.catalog().find_chunks(scope.id, &hashes).map_err(catalog_status)?;
+            Ok(Response::new(v1::HaveChunksReply {
+                have: found.iter().map(Option::is_some).collect(),
+            }))
+        })
+        .await
+    }
+
+    async fn put_key(&self, request: Request<v1::KeyFile>) -> Result<Response<v1::Empty>, Status> {
+        let (_, node) = self.session(&request)?;
+        let key = request.into_inner().key_file;
+        if key.is_empty() || key.len() > KEY_FILE_MAX {
+            return Err(Status::invalid_argument(format!(
+                "a key file of {} bytes; 1 to {KEY_FILE_MAX} are kept",
+                key.len()
+            )));
+        }
+        let state = Arc::clone(&self.state);
+        blocking(move || {
+            state.store.catalog().set_node_key(node, &key).map_err(catalog_status)?;
+            Ok(Response::new(v1::Empty {}))
+        })
+        .await
+    }
+
+    async fn get_key(&self, request: Request<v1::Empty>) -> Result<Response<v1::KeyFile>, Status> {
+        let (_, node) = self.session(&request)?;
+        let state = Arc::clone(&self.state);
+        blocking(move || {
+            let key = state.store.catalog().node_key(node).map_err(catalog_status)?;
+            Ok(Response::new(v1::KeyFile { key_file: key.unwrap_or_default().into() }))
+        })
+        .await
+    }
+
     type FetchStream = ReceiverStream<Result<v1::FrameBatch, Status>>;
 
     async fn fetch(
@@ -405,6 +477,24 @@ impl Node for NodeService {
         });
         Ok(Response::new(ReceiverStream::new(rx)))
     }
+}
+
+/// Keyed ids one HaveChunks call may ask about.
+const HAVE_MAX: usize = 10_000;
+/// The largest key file the server keeps for a node (a QSM key file is 96 bytes).
+const KEY_FILE_MAX: usize = 4096;
+
+/// The dedup scope of `node`, made on first use.
+fn node_scope(store: &Store, node: NodeId) -> Result<qsm_catalog::DedupScope, Status> {
+    let secret = auth::new_secret().map_err(Status::internal)?;
+    store.catalog().dedup_scope(node, secret).map_err(catalog_status)
+}
+
+/// A keyed chunk id from the wire: exactly 32 bytes.
+fn chunk_id(bytes: &[u8]) -> Result<[u8; 32], Status> {
+    bytes.try_into().map_err(|_| {
+        Status::invalid_argument(format!("a chunk id of {} bytes; chunk ids have 32", bytes.len()))
+    })
 }
 
 /// The backup stream's messages, read from a blocking thread.
@@ -445,6 +535,8 @@ fn run_backup(
     let mut bytes = 0u64;
     let mut started: Option<(FilespaceId, qsm_store::Batch<'_>)> = None;
     let mut in_object = false;
+    // The node's dedup scope, looked up on the first chunk that needs it.
+    let mut scope = None;
     loop {
         let message = receiver.next()?;
         for op in message.ops {
@@ -527,6 +619,36 @@ fn run_backup(
                     batch.append_frame(&frame).map_err(store_status)?;
                     session.bytes.fetch_add(frame.len() as u64, Ordering::Relaxed);
                 }
+                Op::Chunk(chunk) => {
+                    if !in_object {
+                        return Err(Status::invalid_argument("a chunk outside an object"));
+                    }
+                    let hash = chunk_id(&chunk.id)?;
+                    let shared = if chunk.shared {
+                        if scope.is_none() {
+                            scope = Some(node_scope(store, node)?.id);
+                        }
+                        scope
+                    } else {
+                        None
+                    };
+                    let key = qsm_catalog::ChunkKey { hash, scope: shared };
+                    batch.append_chunk(&chunk.frame, key).map_err(store_status)?;
+                    session.bytes.fetch_add(chunk.frame.len() as u64, Ordering::Relaxed);
+                }
+                Op::Reference(id) => {
+                    if !in_object {
+                        return Err(Status::invalid_argument(
+                            "a chunk reference outside an object",
+                        ));
+                    }
+                    let hash = chunk_id(&id)?;
+                    let s = match scope {
+                        Some(s) => s,
+                        None => *scope.insert(node_scope(store, node)?.id),
+                    };
+                    batch.reference_chunk(hash, s).map_err(store_status)?;
+                }
                 Op::End(_) => {
                     batch.end_object().map_err(store_status)?;
                     in_object = false;
@@ -607,6 +729,7 @@ fn run_fetch(
                 data: if failed { Default::default() } else { data.into() },
                 last: last || failed,
                 error: error.unwrap_or_default(),
+                chunk_id: chunk.hash.map(|h| h.to_vec().into()).unwrap_or_default(),
             });
             offset += u64::from(chunk.location.raw_len);
             let full = size >= FETCH_MESSAGE || batch.frames.len() >= FETCH_MESSAGE_FRAMES;

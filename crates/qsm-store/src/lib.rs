@@ -17,13 +17,13 @@
 //!
 //! A transaction groups objects up to [`TxnLimits`] (TSM's `txngroupmax` and `txnbytelimit`).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use qsm_catalog::{
-    Catalog, CatalogError, ContainerId, FilespaceId, NewChunk, NewObject, ObjectChunk, ObjectId,
-    PoolId, Timestamp,
+    Catalog, CatalogError, ChunkKey, ContainerId, DedupScopeId, FilespaceId, NewChunk, NewObject,
+    ObjectChunk, ObjectId, PoolId, Timestamp,
 };
 use qsm_codec::{FrameDecoder, FrameHeader};
 use qsm_pool::{FrameLocation, Pool, PoolError, PoolWriter};
@@ -46,6 +46,18 @@ pub enum StoreError {
         index: usize,
         /// What is wrong.
         detail: String,
+    },
+    /// A chunk referenced by id is not stored (any more) in the node's dedup scope.
+    #[error(
+        "object {path}: chunk {index} references stored chunk {hash}, which the server does not hold (any more); back up again"
+    )]
+    UnknownChunk {
+        /// Object path (lossy UTF-8).
+        path: String,
+        /// Chunk number within the object.
+        index: usize,
+        /// The chunk's keyed id, in hex.
+        hash: String,
     },
     /// Writing restored data failed.
     #[error("writing restored data: {0}")]
@@ -162,6 +174,7 @@ impl Store {
             touched: BTreeMap::new(),
             mine,
             current: None,
+            appended: HashMap::new(),
         })
     }
 
@@ -306,6 +319,11 @@ impl Store {
     }
 }
 
+/// Lower-case hex of `bytes`, for messages.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// The largest end offset written in each container.
 fn container_ends(locations: &[FrameLocation]) -> BTreeMap<u64, u64> {
     let mut ends = BTreeMap::new();
@@ -350,6 +368,11 @@ pub struct Batch<'s> {
     mine: HashSet<u64>,
     /// The object whose frames are being appended, if any.
     current: Option<NewObject>,
+    /// Shared chunks appended but not yet committed in an object, by keyed id, so later
+    /// objects of this batch can reference them: those of pending objects until their commit,
+    /// those of abandoned objects (whose frames are in the pool all the same) for the batch's
+    /// life.
+    appended: HashMap<[u8; 32], NewChunk>,
 }
 
 impl std::fmt::Debug for Batch<'_> {
@@ -410,6 +433,43 @@ impl Batch<'_> {
 
     /// Appends the next frame of the current object to the pool.
     pub fn append_frame(&mut self, frame: &[u8]) -> Result<()> {
+        self.append(frame, None)
+    }
+
+    /// Appends the next frame of the current object, a chunk with its keyed id: offered for
+    /// deduplication in `key.scope` (if any) once committed, and checked by restore.
+    pub fn append_chunk(&mut self, frame: &[u8], key: ChunkKey) -> Result<()> {
+        self.append(frame, Some(key))
+    }
+
+    /// The next chunk of the current object is the stored chunk `hash` of `scope`: committed
+    /// and referenced, or appended earlier in this batch (an object abandoned after sending it
+    /// still left its frame in the pool). Errors if neither holds, so a client's stale belief
+    /// fails the backup rather than the restore.
+    pub fn reference_chunk(&mut self, hash: [u8; 32], scope: DedupScopeId) -> Result<()> {
+        let Some(object) = &self.current else {
+            return Err(self.misuse("a chunk was referenced outside an object"));
+        };
+        let chunk = match self.appended.get(&hash) {
+            Some(at) => ObjectChunk::Keyed(*at, ChunkKey { hash, scope: Some(scope) }),
+            None => match self.store.catalog.find_chunks(scope, &[hash])?.first() {
+                Some(Some(id)) => ObjectChunk::Existing(*id),
+                _ => {
+                    return Err(StoreError::UnknownChunk {
+                        path: String::from_utf8_lossy(&object.path).into_owned(),
+                        index: object.chunks.len(),
+                        hash: hex(&hash),
+                    });
+                }
+            },
+        };
+        if let Some(object) = &mut self.current {
+            object.chunks.push(chunk);
+        }
+        Ok(())
+    }
+
+    fn append(&mut self, frame: &[u8], key: Option<ChunkKey>) -> Result<()> {
         let Some(object) = &self.current else {
             return Err(self.misuse("a frame was appended outside an object"));
         };
@@ -441,14 +501,21 @@ impl Batch<'_> {
         let end = self.touched.entry(loc.container).or_insert(0);
         *end = (*end).max(loc.offset + u64::from(loc.len));
         self.bytes += frame.len() as u64;
+        let at = NewChunk {
+            container: ContainerId(loc.container),
+            offset: loc.offset,
+            stored_len: loc.len,
+            raw_len: header.raw_len,
+            codec: header.codec,
+        };
+        if let Some(key) = key.filter(|k| k.scope.is_some()) {
+            self.appended.insert(key.hash, at);
+        }
         if let Some(object) = &mut self.current {
-            object.chunks.push(ObjectChunk::New(NewChunk {
-                container: ContainerId(loc.container),
-                offset: loc.offset,
-                stored_len: loc.len,
-                raw_len: header.raw_len,
-                codec: header.codec,
-            }));
+            object.chunks.push(match key {
+                Some(key) => ObjectChunk::Keyed(at, key),
+                None => ObjectChunk::New(at),
+            });
         }
         Ok(())
     }
@@ -508,6 +575,14 @@ impl Batch<'_> {
             t.deactivate(*fs, path, now)?;
         }
         t.commit()?;
+        // Committed chunks are found through the catalog from now on.
+        for object in &self.pending {
+            for chunk in &object.chunks {
+                if let ObjectChunk::Keyed(_, key) = chunk {
+                    self.appended.remove(&key.hash);
+                }
+            }
+        }
         let committed = Committed { objects, bytes: self.bytes };
         self.pending.clear();
         self.deactivations.clear();

@@ -12,7 +12,8 @@ use qsm_client::{BackupOptions, BackupSummary, RestoreOptions, Selection};
 use qsm_codec::Compression;
 use serde::Serialize;
 
-use crate::conn::{ClientConfig, Conn, parse_rate};
+use crate::conn::{ClientConfig, Conn, Connected, parse_rate};
+use crate::key_cmd::KeyUse;
 
 /// Whether a command did all it was asked (`false`: some files were skipped).
 pub type Complete = bool;
@@ -49,11 +50,64 @@ pub struct BackupArgs {
     ignore_inode: bool,
     #[command(flatten)]
     patterns: Patterns,
+    #[command(flatten)]
+    protect: Protect,
     /// Machine-readable summary.
     #[arg(long)]
     json: bool,
     #[command(flatten)]
     home: Conn,
+}
+
+/// Deduplication and encryption, over the client configuration's `dedup` and `encryption`.
+#[derive(Debug, Args)]
+pub struct Protect {
+    /// Deduplicate: cut files by content and send only chunks the node's dedup scope does not
+    /// hold (on|off; default off, or `dedup` in client.toml).
+    #[arg(long, value_name = "on|off", value_parser = on_off)]
+    dedup: Option<bool>,
+    /// Encrypt every quantum on this machine with the node's key, made on first use and
+    /// protected by a passphrase from the terminal or QSM_PASSPHRASE_FILE (on|off; default
+    /// off, or `encryption` in client.toml). The server keeps a copy of the wrapped key.
+    #[arg(long, value_name = "on|off", value_parser = on_off)]
+    encryption: Option<bool>,
+    /// The node's key file (default: `key_file` in client.toml, $QSM_KEY_FILE, or
+    /// ~/.config/qsm/key).
+    #[arg(long)]
+    key_file: Option<PathBuf>,
+}
+
+fn on_off(text: &str) -> std::result::Result<bool, String> {
+    match text {
+        "on" | "yes" | "true" => Ok(true),
+        "off" | "no" | "false" => Ok(false),
+        _ => Err(format!("{text:?}: on or off")),
+    }
+}
+
+impl Protect {
+    /// Sets `options.dedup`, `.encryption` and `.dedup_cache` from the flags, then the
+    /// configuration; opens (or makes) the key before anything is read.
+    fn apply(
+        &self,
+        config: &ClientConfig,
+        connected: &Connected,
+        home: &Conn,
+        options: &mut BackupOptions,
+    ) -> Result<()> {
+        options.dedup = self.dedup.or(config.dedup).unwrap_or(false);
+        options.dedup_cache = connected.dedup_cache(home);
+        if self.encryption.or(config.encryption).unwrap_or(false) {
+            let given = self.key_file.clone().or(config.key_file.clone());
+            options.encryption = crate::key_cmd::node_keys(
+                given,
+                config.cipher.as_deref(),
+                connected.server().as_ref(),
+                KeyUse::Backup,
+            )?;
+        }
+        Ok(())
+    }
 }
 
 /// Include and exclude patterns, added to those of the client configuration.
@@ -108,6 +162,10 @@ pub struct RestoreArgs {
     /// Restore one version by id, active or not (ids from `qsm query backup --inactive`).
     #[arg(long)]
     id: Option<i64>,
+    /// The node's key file, for encrypted backups (default: `key_file` in client.toml,
+    /// $QSM_KEY_FILE, or ~/.config/qsm/key; fetched from the server if none is here).
+    #[arg(long)]
+    key_file: Option<PathBuf>,
     /// Machine-readable summary.
     #[arg(long)]
     json: bool,
@@ -131,6 +189,8 @@ pub struct ArchiveArgs {
     compression: Option<String>,
     #[command(flatten)]
     patterns: Patterns,
+    #[command(flatten)]
+    protect: Protect,
     /// Machine-readable summary.
     #[arg(long)]
     json: bool,
@@ -148,6 +208,9 @@ pub struct RetrieveArgs {
     /// Retrieve into this directory instead of the original location.
     #[arg(long)]
     to: Option<PathBuf>,
+    /// The node's key file, for encrypted archives (as for restore).
+    #[arg(long)]
+    key_file: Option<PathBuf>,
     #[command(flatten)]
     existing: ExistingArgs,
     /// Machine-readable summary.
@@ -300,12 +363,9 @@ fn backup_options(
 }
 
 pub fn backup(args: BackupArgs) -> Result<Complete> {
-    let mut options = backup_options(
-        &args.home.config()?,
-        args.compression.as_deref(),
-        args.threads,
-        &args.patterns,
-    )?;
+    let config = args.home.config()?;
+    let mut options =
+        backup_options(&config, args.compression.as_deref(), args.threads, &args.patterns)?;
     options.full = args.selective;
     options.one_file_system = args.one_file_system;
     options.ignore_inode = args.ignore_inode;
@@ -322,6 +382,7 @@ pub fn backup(args: BackupArgs) -> Result<Complete> {
         options.limits.byte_limit = n;
     }
     let connected = args.home.open()?;
+    args.protect.apply(&config, &connected, &args.home, &mut options)?;
     let server = connected.server();
     let summaries = each_path(
         &args.paths,
@@ -350,6 +411,14 @@ impl From<&BackupSummary> for BackupReport {
             bytes_stored: s.bytes_stored,
             seconds: s.seconds,
             cpu_seconds: s.cpu_seconds,
+            chunks: s.chunks,
+            dedup_chunks: s.dedup_chunks,
+            dedup_bytes: s.dedup_bytes,
+            cache_hits: s.cache_hits,
+            asked: s.asked,
+            encrypted_bytes: s.encrypted_bytes,
+            encrypt_seconds: s.encrypt_seconds,
+            key_fingerprint: s.key_fingerprint.clone(),
             warnings: s.warnings.clone(),
         }
     }
@@ -380,6 +449,31 @@ fn print_backup(s: &BackupSummary) {
         s.seconds,
         mb(s.bytes_read) / s.seconds.max(1e-9),
     );
+    if s.asked > 0 || s.dedup_chunks > 0 || s.cache_note.is_some() {
+        println!(
+            "  dedup: {} of {} chunks ({:.1} MB) already stored, not sent; {} found in the local cache, {} ids asked of the server",
+            s.dedup_chunks,
+            s.chunks,
+            mb(s.dedup_bytes),
+            s.cache_hits,
+            s.asked
+        );
+    }
+    if let Some(note) = &s.cache_note {
+        println!("  dedup cache not used: {note}");
+    }
+    if let Some(fp) = &s.key_fingerprint {
+        let rate = if s.encrypt_seconds > 0.0 {
+            format!("{:.0} MB/s per core", mb(s.encrypted_bytes) / s.encrypt_seconds)
+        } else {
+            "-".into()
+        };
+        println!(
+            "  encrypted {:.1} MB with key {fp} ({rate}, {:.3} CPU s)",
+            mb(s.encrypted_bytes),
+            s.encrypt_seconds
+        );
+    }
 }
 
 /// Runs `op` on each path with a live progress line, prints each run's warnings and (unless
@@ -421,6 +515,14 @@ struct BackupReport {
     bytes_stored: u64,
     seconds: f64,
     cpu_seconds: f64,
+    chunks: u64,
+    dedup_chunks: u64,
+    dedup_bytes: u64,
+    cache_hits: u64,
+    asked: u64,
+    encrypted_bytes: u64,
+    encrypt_seconds: f64,
+    key_fingerprint: Option<String>,
     warnings: Vec<String>,
 }
 
@@ -450,6 +552,25 @@ struct RestoreRequest<'a> {
     json: bool,
     select: Selection,
     verb: &'static str,
+    keys: Option<std::sync::Arc<qsm_client::keys::NodeKeys>>,
+}
+
+/// The node's keys for a restore or retrieve: opened when there is a key (here or on the
+/// server) and a passphrase can be had, before anything is written, so a wrong passphrase
+/// stops it at once. Required when the configuration says encryption is on.
+fn restore_keys(
+    home: &Conn,
+    key_file: Option<PathBuf>,
+    server: &dyn Server,
+) -> Result<Option<std::sync::Arc<qsm_client::keys::NodeKeys>>> {
+    let config = home.config()?;
+    let required = config.encryption.unwrap_or(false);
+    crate::key_cmd::node_keys(
+        key_file.or(config.key_file),
+        config.cipher.as_deref(),
+        server,
+        KeyUse::Restore { required },
+    )
 }
 
 fn restore_with(server: &dyn Server, r: RestoreRequest<'_>) -> Result<Complete> {
@@ -458,7 +579,13 @@ fn restore_with(server: &dyn Server, r: RestoreRequest<'_>) -> Result<Complete> 
         Some(t) => absolute(t)?,
         None => PathBuf::from(&filespace),
     };
-    let options = RestoreOptions { subpath, existing: r.existing, select: r.select, threads: None };
+    let options = RestoreOptions {
+        subpath,
+        existing: r.existing,
+        select: r.select,
+        threads: None,
+        keys: r.keys,
+    };
     let s = qsm_client::restore(server, &filespace, &target, &options)
         .with_context(|| format!("{} {}", r.verb, r.path.display()))?;
     for w in &s.warnings {
@@ -494,6 +621,7 @@ fn restore_with(server: &dyn Server, r: RestoreRequest<'_>) -> Result<Complete> 
 
 pub fn restore(args: RestoreArgs) -> Result<Complete> {
     let connected = args.home.open()?;
+    let keys = restore_keys(&args.home, args.key_file.clone(), connected.server().as_ref())?;
     let select = match (args.pit, args.id) {
         (Some(t), _) => Selection::AsOf(t),
         (None, Some(id)) => Selection::Version(ObjectId(id)),
@@ -508,12 +636,14 @@ pub fn restore(args: RestoreArgs) -> Result<Complete> {
             json: args.json,
             select,
             verb: "restoring",
+            keys,
         },
     )
 }
 
 pub fn retrieve(args: RetrieveArgs) -> Result<Complete> {
     let connected = args.home.open()?;
+    let keys = restore_keys(&args.home, args.key_file.clone(), connected.server().as_ref())?;
     restore_with(
         connected.server().as_ref(),
         RestoreRequest {
@@ -523,14 +653,16 @@ pub fn retrieve(args: RetrieveArgs) -> Result<Complete> {
             json: args.json,
             select: Selection::Archives(args.description.clone()),
             verb: "retrieving",
+            keys,
         },
     )
 }
 
 pub fn archive(args: ArchiveArgs) -> Result<Complete> {
-    let options =
-        backup_options(&args.home.config()?, args.compression.as_deref(), None, &args.patterns)?;
+    let config = args.home.config()?;
+    let mut options = backup_options(&config, args.compression.as_deref(), None, &args.patterns)?;
     let connected = args.home.open()?;
+    args.protect.apply(&config, &connected, &args.home, &mut options)?;
     let server = connected.server();
     let days =
         args.retain_days.unwrap_or(qsm_catalog::ArchiveCopyGroup::default().retain_version_days);

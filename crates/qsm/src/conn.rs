@@ -36,6 +36,14 @@ pub struct ClientConfig {
     /// those given as flags are added to these.
     pub include: Vec<String>,
     pub exclude: Vec<String>,
+    /// Deduplicate backups (`qsm backup --dedup`).
+    pub dedup: Option<bool>,
+    /// Encrypt backups with the node's key (`qsm backup --encryption`).
+    pub encryption: Option<bool>,
+    /// The AEAD new frames are sealed with: `aes-256-gcm` (default) or `chacha20-poly1305`.
+    pub cipher: Option<String>,
+    /// The node's key file (default: $QSM_KEY_FILE, or ~/.config/qsm/key).
+    pub key_file: Option<PathBuf>,
 }
 
 /// How to reach the data: every client command takes these.
@@ -75,6 +83,28 @@ impl Connected {
         match self {
             Connected::Embedded(e) => Box::new(e.server()),
             Connected::Remote(r) => Box::new(r),
+        }
+    }
+
+    /// Where the dedup cache for this server and node is kept: in the embedded store's
+    /// directory, or under `$XDG_CACHE_HOME/qsm` (`~/.cache/qsm`) for a server.
+    pub fn dedup_cache(&self, conn: &Conn) -> Option<PathBuf> {
+        match self {
+            Connected::Embedded(_) => {
+                let home = conn.home.clone().or_else(|| embedded::default_home().ok())?;
+                Some(home.join("dedup.cache"))
+            }
+            Connected::Remote(r) => {
+                let base = std::env::var_os("XDG_CACHE_HOME").map(PathBuf::from).or_else(|| {
+                    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache"))
+                })?;
+                let name: String = r
+                    .describe()
+                    .chars()
+                    .map(|c| if c.is_ascii_alphanumeric() || c == '.' { c } else { '_' })
+                    .collect();
+                Some(base.join("qsm").join(format!("dedup-{name}.cache")))
+            }
         }
     }
 }
