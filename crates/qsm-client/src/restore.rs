@@ -627,6 +627,13 @@ fn restore_files(
                         piece.failed = Some(format!("writing: {e}"));
                     }
                 }
+                Err(qsm_codec::FrameError::Encrypted) => {
+                    piece.failed = Some(
+                        "it is encrypted, and no key was opened: give the passphrase \
+                         (QSM_PASSPHRASE_FILE, or run on a terminal)"
+                            .into(),
+                    )
+                }
                 Err(e) => {
                     piece.failed =
                         Some(format!("damaged data at byte {} of the file: {e}", piece.offset))

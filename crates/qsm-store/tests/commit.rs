@@ -289,3 +289,51 @@ fn a_full_pool_disk_loses_nothing_committed() {
     }
     assert!(store.check().unwrap().problems.is_empty());
 }
+
+/// Deduplication at the store: a chunk sent once is referenced by id by later objects,
+/// within the batch (even when the object that sent it was abandoned: its frame is in the
+/// pool all the same) and after commit; an id the scope does not hold is refused and nothing
+/// of the object is committed.
+#[test]
+fn keyed_chunks_are_referenced_by_id_and_unknown_ids_are_refused() {
+    use qsm_catalog::{ChunkKey, DedupScopeId};
+    let dir = TempDir::new().unwrap();
+    let (store, fs) = open_store(dir.path(), None);
+    let node = store.catalog().nodes().unwrap()[0].id;
+    let scope = store.catalog().dedup_scope(node, [5; 32]).unwrap().id;
+    let bytes = data(50_000, 3);
+    let frame = &common::frames(&bytes, 1 << 20)[0];
+    let key = |hash: u8| ChunkKey { hash: [hash; 32], scope: Some(scope) };
+
+    let mut batch = store.batch(TxnLimits::default()).unwrap();
+    // Sent inside an object that is then abandoned (its file changed while being read).
+    batch.begin_object(common::object(fs, "/torn", bytes.len()), 0, 1).unwrap();
+    batch.append_chunk(frame, key(1)).unwrap();
+    batch.abandon_object();
+    // Referenced by the next object: resolved to the abandoned object's frame.
+    batch.begin_object(common::object(fs, "/a", bytes.len()), 0, 1).unwrap();
+    batch.reference_chunk([1; 32], scope).unwrap();
+    batch.end_object().unwrap();
+    let first = batch.finish(2).unwrap();
+    assert_eq!(restore(&store, first.objects[0]), bytes);
+
+    // After commit, through the catalog; twice in one object.
+    let mut batch = store.batch(TxnLimits::default()).unwrap();
+    batch.begin_object(common::object(fs, "/b", 2 * bytes.len()), 0, 3).unwrap();
+    batch.reference_chunk([1; 32], scope).unwrap();
+    batch.reference_chunk([1; 32], scope).unwrap();
+    batch.end_object().unwrap();
+    let second = batch.finish(4).unwrap();
+    assert_eq!(restore(&store, second.objects[0]), [bytes.clone(), bytes.clone()].concat());
+    assert_eq!(store.catalog().stats().unwrap().chunks, 1, "one chunk, three references");
+
+    // Unknown ids, and ids of another scope, are refused by name.
+    let mut batch = store.batch(TxnLimits::default()).unwrap();
+    batch.begin_object(common::object(fs, "/c", bytes.len()), 0, 5).unwrap();
+    let e = batch.reference_chunk([2; 32], scope).unwrap_err().to_string();
+    assert!(e.contains("/c") && e.contains(&"02".repeat(32)), "{e}");
+    let e = batch.reference_chunk([1; 32], DedupScopeId(scope.0 + 1)).unwrap_err();
+    assert!(e.to_string().contains("does not hold"), "{e}");
+    drop(batch);
+    assert!(store.check().unwrap().problems.is_empty());
+}

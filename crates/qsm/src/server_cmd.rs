@@ -163,6 +163,10 @@ enum AdminCommand {
         #[command(subcommand)]
         what: CancelWhat,
     },
+    /// Put a node in a dedup scope (made if new), so nodes in one scope deduplicate against
+    /// each other's chunks from now on. By default each node has its own, `node:NAME`. Nodes
+    /// with encryption share chunks only if they also share one master key.
+    SetDedupScope { node: String, scope: String },
 }
 
 #[derive(Debug, Args)]
@@ -281,6 +285,14 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
             let mut a = server.admin();
             server.call(a.cancel_session(v1::CancelRequest { session: id }))?;
             println!("Session {id} cancelled.");
+        }
+        AdminCommand::SetDedupScope { node, scope } => {
+            let mut a = server.admin();
+            server.call(a.set_dedup_scope(v1::DedupScopeRequest {
+                node: node.clone(),
+                scope: scope.clone(),
+            }))?;
+            println!("Node {node} deduplicates in scope {scope}.");
         }
     }
     Ok(true)

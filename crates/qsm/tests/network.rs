@@ -576,3 +576,145 @@ fn malformed_and_oversized_requests_are_refused_and_the_server_keeps_serving() {
         assert_eq!(e.code(), tonic::Code::NotFound, "{e:?}");
     });
 }
+
+/// Issue 6 through a real server: three nodes back up the same tree with encryption and
+/// dedup, dedup only, and neither; each restores byte for byte; the encrypted node's data is
+/// not in the pool in the clear; and a node that learns another's chunk ids can neither ask
+/// about them nor reference them.
+#[test]
+fn dedup_and_encryption_mixed_across_nodes_and_chunk_ids_do_not_cross_nodes() {
+    use qsm_catalog::Catalog;
+    use qsm_proto::v1::{self, backup_op::Op, node_client::NodeClient};
+    let dir = TempDir::new().unwrap();
+    let server = ServerProc::start(&dir.path().join("srv"), false);
+    let src = dir.path().join("src");
+    tree(&src);
+    let marker = "words only the encrypting node may show";
+    fs::write(src.join("docs/secret.txt"), marker.repeat(500)).unwrap();
+    let pass = password_file(dir.path(), "passphrase", "a passphrase for alpha");
+    let mut runs = Vec::new();
+    for (node, flags) in [
+        ("alpha", &["--encryption", "on", "--dedup", "on"][..]),
+        ("beta", &["--dedup", "on"][..]),
+        ("gamma", &[][..]),
+    ] {
+        register(&server, node, &format!("{node}-password"));
+        let pw = password_file(dir.path(), &format!("{node}.pw"), &format!("{node}-password"));
+        let key = dir.path().join(format!("{node}.key"));
+        let with = |c: &mut Command| {
+            c.env("QSM_PASSPHRASE_FILE", &pass).env("QSM_KEY_FILE", &key);
+        };
+        let mut c = client(&server, node, &pw);
+        with(&mut c);
+        c.arg("backup").args(flags).arg(&src).assert().success();
+        // Again, whole: with dedup nothing is sent.
+        let mut c = client(&server, node, &pw);
+        with(&mut c);
+        let again = json(c.arg("backup").arg("--full").args(flags).arg(&src));
+        runs.push((node, again[0]["bytes_stored"].as_u64().unwrap()));
+        let out = dir.path().join(format!("out-{node}"));
+        let mut c = client(&server, node, &pw);
+        with(&mut c);
+        c.arg("restore").arg(&src).arg("--to").arg(&out).assert().success();
+        assert_same(&src, &out);
+    }
+    assert_eq!(runs[0].1, 0, "alpha, dedup on: {runs:?}");
+    assert_eq!(runs[1].1, 0, "beta, dedup on: {runs:?}");
+    assert!(runs[2].1 > 100_000, "gamma, dedup off, sends it all again: {runs:?}");
+
+    // Beta and gamma stored the marker in plaintext frames; alpha's own frames, read straight
+    // from the pool's containers, do not hold it.
+    let cat = qsm_catalog::SqliteCatalog::open(&server.data.join("catalog.db")).unwrap();
+    let alpha = cat.node("alpha").unwrap().unwrap().id;
+    let fs_id = cat.filespaces(alpha).unwrap()[0].id;
+    let mut alpha_ids = Vec::new();
+    for v in cat.versions(fs_id, b"docs/secret.txt").unwrap() {
+        for c in cat.object_chunks(v.id).unwrap() {
+            alpha_ids.push(c.hash.expect("encrypted chunks carry their id"));
+            let name = format!("{:016x}.qsmc", c.location.container.0);
+            let container =
+                fs::read(server.data.join("pool/containers").join(&name[..2]).join(&name))
+                    .unwrap_or_else(|e| panic!("container {name}: {e}"));
+            let at = c.location.offset as usize;
+            let frame = &container[at..at + c.location.stored_len as usize];
+            assert!(!frame.windows(marker.len()).any(|w| w == marker.as_bytes()));
+            assert_ne!(frame[5] & 0x06, 0, "alpha's frame is sealed");
+        }
+    }
+    assert!(!alpha_ids.is_empty());
+
+    // Beta learns alpha's chunk ids: the server says it holds none of them for beta, and a
+    // backup that references one is refused.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let channel = tonic::transport::Endpoint::from_shared(server.url.clone())
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let login = v1::LoginRequest {
+            protocol: 1,
+            account: "beta".into(),
+            password: "beta-password".into(),
+            ..Default::default()
+        };
+        let token = NodeClient::new(channel.clone()).login(login).await.unwrap().into_inner().token;
+        let bearer: tonic::metadata::MetadataValue<_> = format!("Bearer {token}").parse().unwrap();
+        let mut node = NodeClient::with_interceptor(channel, move |mut r: tonic::Request<()>| {
+            r.metadata_mut().insert("authorization", bearer.clone());
+            Ok(r)
+        });
+        let have = node
+            .have_chunks(v1::HaveChunksRequest {
+                ids: alpha_ids.iter().map(|id| id.to_vec().into()).collect(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .have;
+        assert!(have.iter().all(|h| !h), "{have:?}");
+        let fs = node
+            .open_filespace(v1::OpenFilespaceRequest { name: "/stolen".into(), create: true })
+            .await
+            .unwrap()
+            .into_inner()
+            .id;
+        let ops = vec![
+            Op::Start(v1::Start { filespace: fs, ..Default::default() }),
+            Op::Begin(v1::Begin {
+                path: b"loot".to_vec().into(),
+                attrs: Some(v1::Attributes { size: 1, ..Default::default() }),
+                ..Default::default()
+            }),
+            Op::Reference(alpha_ids[0].to_vec().into()),
+            Op::End(v1::Empty {}),
+            Op::Finish(v1::Empty {}),
+        ];
+        let ops = ops.into_iter().map(|op| v1::BackupOp { op: Some(op) }).collect();
+        let request = tokio_stream::iter(vec![v1::BackupRequest { ops }]);
+        let result = match node.backup(request).await {
+            Ok(r) => r.into_inner().message().await.map(|_| ()),
+            Err(e) => Err(e),
+        };
+        let e = result.expect_err("a reference to another node's chunk must fail");
+        assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
+        assert!(e.message().contains("does not hold"), "{e:?}");
+        // A malformed id is refused as such.
+        let e = node
+            .have_chunks(v1::HaveChunksRequest { ids: vec![vec![1u8; 5].into()] })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    });
+    // Nothing of beta's attempt was committed.
+    let beta = cat.node("beta").unwrap().unwrap().id;
+    let stolen = cat.filespaces(beta).unwrap().into_iter().find(|f| f.name == "/stolen").unwrap();
+    assert!(cat.versions(stolen.id, b"loot").unwrap().is_empty());
+
+    // An administrator groups beta with gamma: gamma's next dedup backup finds beta's chunks.
+    admin(&server).args(["set-dedup-scope", "gamma", "node:beta"]).assert().success();
+    let pw = dir.path().join("gamma.pw");
+    let shared =
+        json(client(&server, "gamma", &pw).args(["backup", "--full", "--dedup", "on"]).arg(&src));
+    assert_eq!(shared[0]["bytes_stored"], 0, "{shared}");
+}
