@@ -406,6 +406,7 @@ impl Server for RemoteServer {
             scope_secret,
             pool: String::from_utf8_lossy(&r.pool).into_owned(),
             epoch: r.epoch,
+            dedup_default: r.dedup_default,
         })
     }
 
@@ -440,7 +441,12 @@ impl Server for RemoteServer {
 
     fn get_key(&self) -> Result<Option<Vec<u8>>> {
         let mut node = self.node();
-        let r = self.rt.block_on(node.get_key(v1::Empty {})).map_err(|s| self.error(s))?;
+        let r = match self.rt.block_on(node.get_key(v1::Empty {})) {
+            Ok(r) => r,
+            // A server older than client-side encryption holds no key.
+            Err(s) if s.code() == tonic::Code::Unimplemented => return Ok(None),
+            Err(s) => return Err(self.error(s)),
+        };
         let key = r.into_inner().key_file;
         Ok((!key.is_empty()).then(|| key.to_vec()))
     }

@@ -60,6 +60,8 @@ pub struct DedupInfo {
     pub pool: String,
     /// The dedup epoch.
     pub epoch: u64,
+    /// Whether the server has clients deduplicate unless they say otherwise.
+    pub dedup_default: bool,
 }
 
 impl std::fmt::Debug for DedupInfo {
@@ -275,6 +277,8 @@ impl Server for LocalServer<'_> {
             scope_secret: scope.secret,
             pool: self.store.pool().id().to_string(),
             epoch: self.store.catalog().dedup_epoch()?,
+            // The embedded store has no administrator to set one: the client decides.
+            dedup_default: false,
         })
     }
 

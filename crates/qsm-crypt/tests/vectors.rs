@@ -23,3 +23,39 @@ fn a_version_1_key_file_opens_to_the_same_key_forever() {
     assert_eq!(hex, "b2ea03bc0a7523530c3d370ea0cefe661e58e01953c722f59a7a55421edc4701");
     assert!(file.unwrap_key(b"qsm test vectors").is_err());
 }
+
+/// A sealed frame (FORMAT.md 4.8) made once with the key above, AES-256-GCM, zstd, on
+/// 2026-11-23: it must open forever to the same quantum, under its chunk id. (Emptied, the
+/// test prints a new one under `QSM_BLESS=1 ... -- --nocapture`: only for a new version.)
+const SEALED_FRAME_V1: &str = "51534d460102020040000000580000000ae2c294df7f13662cf170e770c05c35cd0a2cd1b677885427978c5227cdbaaf9fec3a4289f3aa46da54673533d5ba8ba6cfef131ab0d323948db30b3c1b1146fa0dd32bfb1c3c477736174460bbbf5646dc04232a0d1550eec0a116da4a8bdbd7b358e6";
+const SEALED_PLAINTEXT: &[u8] = b"a quantum sealed once for the test vector, a quantum sealed once";
+
+#[test]
+fn a_version_1_sealed_frame_opens_to_the_same_quantum_forever() {
+    use qsm_codec::{Compression, FrameDecoder, FrameEncoder, FrameHeader};
+    use qsm_crypt::{Aead, FrameKeys};
+    let key =
+        KeyFile::from_bytes(&bytes(KEY_FILE_V1)).unwrap().unwrap_key(b"qsm test vector").unwrap();
+    let keys = FrameKeys::new(&key, Aead::Aes256Gcm).unwrap();
+    let id = ChunkIdKey::of(&key).id(SEALED_PLAINTEXT);
+    if SEALED_FRAME_V1.is_empty() {
+        assert!(std::env::var_os("QSM_BLESS").is_some(), "the sealed frame vector is missing");
+        let mut frame = Vec::new();
+        let h = FrameEncoder::new(Compression::parse("zstd:3").unwrap())
+            .unwrap()
+            .encode_sealed(SEALED_PLAINTEXT, &mut frame, &keys, &id.0)
+            .unwrap();
+        let hex: String = frame[..h.frame_len()].iter().map(|b| format!("{b:02x}")).collect();
+        println!("SEALED_FRAME_V1 = \"{hex}\"");
+        return;
+    }
+    let frame = bytes(SEALED_FRAME_V1);
+    let header = FrameHeader::parse(&frame).unwrap();
+    assert_eq!((header.seal(), header.codec, header.is_raw()), (1, 2, false));
+    let mut out = Vec::new();
+    let h = FrameDecoder::new().decode_sealed(&frame, &mut out, Some(&keys), &id.0).unwrap();
+    assert_eq!(&out[..h.raw_len as usize], SEALED_PLAINTEXT);
+    // Under another id it does not open.
+    let other = ChunkIdKey::of(&key).id(b"another chunk");
+    assert!(FrameDecoder::new().decode_sealed(&frame, &mut out, Some(&keys), &other.0).is_err());
+}

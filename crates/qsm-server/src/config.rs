@@ -35,6 +35,8 @@ pub struct ServerConfig {
     pub idle_timeout_minutes: u64,
     /// Sessions open at once at most; logins beyond are refused.
     pub max_sessions: usize,
+    /// Whether clients deduplicate when neither their flags nor their configuration say.
+    pub dedup: bool,
 }
 
 impl Default for ServerConfig {
@@ -55,6 +57,7 @@ impl Default for ServerConfig {
             txn_byte_limit: limits.byte_limit,
             idle_timeout_minutes: 60,
             max_sessions: 256,
+            dedup: false,
         }
     }
 }

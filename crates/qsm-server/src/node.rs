@@ -397,6 +397,7 @@ impl Node for NodeService {
                 scope_secret: scope.secret.to_vec().into(),
                 pool: state.store.pool().id().to_string().into_bytes().into(),
                 epoch,
+                dedup_default: state.config.dedup,
             }))
         })
         .await
@@ -490,6 +491,35 @@ fn node_scope(store: &Store, node: NodeId) -> Result<qsm_catalog::DedupScope, St
     store.catalog().dedup_scope(node, secret).map_err(catalog_status)
 }
 
+/// A shared plaintext chunk must hold what its id says. The server sees a plaintext frame's
+/// data and holds the scope's secret, so it checks, at the cost of a decode and a BLAKE3 per
+/// such chunk: otherwise a node could plant other data under an id the other nodes of its
+/// scope will reference, and their restores would return it (the frame's XXH3 proves it
+/// intact, not that it is the id's). Sealed chunks are keyed with their owner's master key,
+/// which only nodes sharing that key hold; their restores check the id after opening.
+fn check_plain_id(
+    ids: &qsm_crypt::ChunkIdKey,
+    frame: &[u8],
+    hash: &[u8; 32],
+    decoder: &mut qsm_codec::FrameDecoder,
+    raw: &mut Vec<u8>,
+) -> Result<(), Status> {
+    let header = qsm_codec::FrameHeader::parse(frame)
+        .map_err(|e| Status::invalid_argument(format!("a chunk's frame is invalid: {e}")))?;
+    if header.is_sealed() {
+        return Ok(());
+    }
+    let header = decoder
+        .decode(frame, raw)
+        .map_err(|e| Status::invalid_argument(format!("a chunk's frame does not decode: {e}")))?;
+    if ids.id(&raw[..header.raw_len as usize]).0 != *hash {
+        return Err(Status::invalid_argument(
+            "a shared chunk's data does not match its id: refused, so no node of the scope restores it in place of the data the id names",
+        ));
+    }
+    Ok(())
+}
+
 /// A keyed chunk id from the wire: exactly 32 bytes.
 fn chunk_id(bytes: &[u8]) -> Result<[u8; 32], Status> {
     bytes.try_into().map_err(|_| {
@@ -535,8 +565,14 @@ fn run_backup(
     let mut bytes = 0u64;
     let mut started: Option<(FilespaceId, qsm_store::Batch<'_>)> = None;
     let mut in_object = false;
-    // The node's dedup scope, looked up on the first chunk that needs it.
-    let mut scope = None;
+    // The node's dedup scope and the key of its plaintext chunk ids, looked up on the first
+    // chunk that needs them.
+    let mut scope: Option<(qsm_catalog::DedupScopeId, qsm_crypt::ChunkIdKey)> = None;
+    let (mut decoder, mut raw) = (qsm_codec::FrameDecoder::new(), Vec::new());
+    let node_scope_ids = |store: &Store| -> Result<_, Status> {
+        let s = node_scope(store, node)?;
+        Ok((s.id, qsm_crypt::ChunkIdKey::from_scope_secret(&s.secret)))
+    };
     loop {
         let message = receiver.next()?;
         for op in message.ops {
@@ -625,10 +661,12 @@ fn run_backup(
                     }
                     let hash = chunk_id(&chunk.id)?;
                     let shared = if chunk.shared {
-                        if scope.is_none() {
-                            scope = Some(node_scope(store, node)?.id);
-                        }
-                        scope
+                        let (id, ids) = match &scope {
+                            Some(s) => s,
+                            None => scope.insert(node_scope_ids(store)?),
+                        };
+                        check_plain_id(ids, &chunk.frame, &hash, &mut decoder, &mut raw)?;
+                        Some(*id)
                     } else {
                         None
                     };
@@ -643,9 +681,9 @@ fn run_backup(
                         ));
                     }
                     let hash = chunk_id(&id)?;
-                    let s = match scope {
-                        Some(s) => s,
-                        None => *scope.insert(node_scope(store, node)?.id),
+                    let s = match &scope {
+                        Some((s, _)) => *s,
+                        None => scope.insert(node_scope_ids(store)?).0,
                     };
                     batch.reference_chunk(hash, s).map_err(store_status)?;
                 }

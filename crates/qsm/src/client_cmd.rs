@@ -95,7 +95,11 @@ impl Protect {
         home: &Conn,
         options: &mut BackupOptions,
     ) -> Result<()> {
-        options.dedup = self.dedup.or(config.dedup).unwrap_or(false);
+        options.dedup = match self.dedup.or(config.dedup) {
+            Some(on) => on,
+            // A server older than deduplication has no default (and no dedup).
+            None => connected.server().dedup_info().is_ok_and(|i| i.dedup_default),
+        };
         options.dedup_cache = connected.dedup_cache(home);
         if self.encryption.or(config.encryption).unwrap_or(false) {
             let given = self.key_file.clone().or(config.key_file.clone());

@@ -53,6 +53,9 @@ pub struct ServerArgs {
     /// Sessions open at once at most.
     #[arg(long)]
     max_sessions: Option<usize>,
+    /// Clients deduplicate by default (their `--dedup` flag or `dedup` setting wins).
+    #[arg(long)]
+    dedup: bool,
 }
 
 pub fn server(args: ServerArgs) -> Result<bool> {
@@ -70,6 +73,7 @@ pub fn server(args: ServerArgs) -> Result<bool> {
         config.listen.clear();
     }
     config.plaintext |= args.plaintext;
+    config.dedup |= args.dedup;
     macro_rules! set {
         ($($field:ident),*) => { $( if args.$field.is_some() { config.$field = args.$field; } )* };
     }

@@ -23,8 +23,13 @@ struct ServerProc {
 
 impl ServerProc {
     fn start(data: &Path, tls: bool) -> ServerProc {
+        ServerProc::start_with(data, tls, &[])
+    }
+
+    fn start_with(data: &Path, tls: bool, extra: &[&str]) -> ServerProc {
         let mut cmd = StdCommand::new(assert_cmd::cargo::cargo_bin("qsm"));
         cmd.arg("server").arg("--data-dir").arg(data).arg("--listen").arg("127.0.0.1:0");
+        cmd.args(extra);
         if !tls {
             cmd.arg("--plaintext");
         }
@@ -577,16 +582,17 @@ fn malformed_and_oversized_requests_are_refused_and_the_server_keeps_serving() {
     });
 }
 
-/// Issue 6 through a real server: three nodes back up the same tree with encryption and
-/// dedup, dedup only, and neither; each restores byte for byte; the encrypted node's data is
-/// not in the pool in the clear; and a node that learns another's chunk ids can neither ask
-/// about them nor reference them.
+/// Issue 6 through a real server that has clients deduplicate by default: four nodes back up
+/// the same tree with encryption and dedup, dedup only, dedup off, and nothing said (the
+/// server's default); each restores byte for byte; the encrypted node's data is not in the
+/// pool in the clear; and a node that learns another's chunk ids can neither ask about them
+/// nor reference them.
 #[test]
 fn dedup_and_encryption_mixed_across_nodes_and_chunk_ids_do_not_cross_nodes() {
     use qsm_catalog::Catalog;
     use qsm_proto::v1::{self, backup_op::Op, node_client::NodeClient};
     let dir = TempDir::new().unwrap();
-    let server = ServerProc::start(&dir.path().join("srv"), false);
+    let server = ServerProc::start_with(&dir.path().join("srv"), false, &["--dedup"]);
     let src = dir.path().join("src");
     tree(&src);
     let marker = "words only the encrypting node may show";
@@ -596,7 +602,8 @@ fn dedup_and_encryption_mixed_across_nodes_and_chunk_ids_do_not_cross_nodes() {
     for (node, flags) in [
         ("alpha", &["--encryption", "on", "--dedup", "on"][..]),
         ("beta", &["--dedup", "on"][..]),
-        ("gamma", &[][..]),
+        ("gamma", &["--dedup", "off"][..]),
+        ("delta", &[][..]),
     ] {
         register(&server, node, &format!("{node}-password"));
         let pw = password_file(dir.path(), &format!("{node}.pw"), &format!("{node}-password"));
@@ -621,6 +628,7 @@ fn dedup_and_encryption_mixed_across_nodes_and_chunk_ids_do_not_cross_nodes() {
     assert_eq!(runs[0].1, 0, "alpha, dedup on: {runs:?}");
     assert_eq!(runs[1].1, 0, "beta, dedup on: {runs:?}");
     assert!(runs[2].1 > 100_000, "gamma, dedup off, sends it all again: {runs:?}");
+    assert_eq!(runs[3].1, 0, "delta, the server's default: {runs:?}");
 
     // Beta and gamma stored the marker in plaintext frames; alpha's own frames, read straight
     // from the pool's containers, do not hold it.
@@ -699,6 +707,34 @@ fn dedup_and_encryption_mixed_across_nodes_and_chunk_ids_do_not_cross_nodes() {
         let e = result.expect_err("a reference to another node's chunk must fail");
         assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
         assert!(e.message().contains("does not hold"), "{e:?}");
+        // A plaintext chunk planted under the id of other data is refused: it would be
+        // restored by every node of the scope that references that id.
+        let mut frame = Vec::new();
+        let h = qsm_codec::FrameEncoder::new(qsm_codec::Compression::parse("off").unwrap())
+            .unwrap()
+            .encode(b"planted data", &mut frame)
+            .unwrap();
+        frame.truncate(h.frame_len());
+        let ops = vec![
+            Op::Start(v1::Start { filespace: fs, ..Default::default() }),
+            Op::Begin(v1::Begin {
+                path: b"plant".to_vec().into(),
+                attrs: Some(v1::Attributes { size: 12, ..Default::default() }),
+                ..Default::default()
+            }),
+            Op::Chunk(v1::Chunk { id: vec![9u8; 32].into(), frame: frame.into(), shared: true }),
+            Op::End(v1::Empty {}),
+            Op::Finish(v1::Empty {}),
+        ];
+        let ops = ops.into_iter().map(|op| v1::BackupOp { op: Some(op) }).collect();
+        let request = tokio_stream::iter(vec![v1::BackupRequest { ops }]);
+        let result = match node.backup(request).await {
+            Ok(r) => r.into_inner().message().await.map(|_| ()),
+            Err(e) => Err(e),
+        };
+        let e = result.expect_err("a planted chunk must be refused");
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+        assert!(e.message().contains("does not match its id"), "{e:?}");
         // A malformed id is refused as such.
         let e = node
             .have_chunks(v1::HaveChunksRequest { ids: vec![vec![1u8; 5].into()] })
