@@ -140,6 +140,19 @@ impl Conn {
         toml::from_str(&text).with_context(|| format!("client configuration {}", path.display()))
     }
 
+    /// Whether there is somewhere data is kept: a configured server, or an embedded store that
+    /// exists (so commands that only update what a store holds do not create one).
+    pub fn has_store(&self) -> Result<bool> {
+        if self.server.is_some() || self.config()?.server.is_some() {
+            return Ok(true);
+        }
+        let home = match &self.home {
+            Some(h) => h.clone(),
+            None => embedded::default_home()?,
+        };
+        Ok(home.join("catalog.db").exists())
+    }
+
     /// Connects to the configured server, or opens the embedded store.
     pub fn open(&self) -> Result<Connected> {
         let config = self.config()?;

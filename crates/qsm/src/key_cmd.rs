@@ -186,11 +186,13 @@ pub fn key(args: KeyArgs) -> Result<bool> {
             );
             // The server's copy, if it is this key under the old passphrase: a new machine
             // then needs the new passphrase, and the old one opens nothing.
-            let connected = home.open()?;
-            let server = connected.server();
-            if server.get_key()?.as_deref() == Some(file.as_bytes()) {
-                server.put_key(new.as_bytes())?;
-                println!("the copy on {} is rewrapped too", server.describe());
+            if home.has_store()? {
+                let connected = home.open()?;
+                let server = connected.server();
+                if server.get_key()?.as_deref() == Some(file.as_bytes()) {
+                    server.put_key(new.as_bytes())?;
+                    println!("the copy on {} is rewrapped too", server.describe());
+                }
             }
         }
         KeyCommand::Recover { home } => {

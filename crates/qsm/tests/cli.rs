@@ -440,7 +440,11 @@ fn key_init_fingerprint_and_passphrase_change() {
     );
     let key_cmd = |sub: &str, pass: &std::path::Path| {
         let mut c = qsm();
-        c.args(["key", sub, "--key-file"]).arg(&key).env("QSM_PASSPHRASE_FILE", pass);
+        c.args(["key", sub, "--key-file"])
+            .arg(&key)
+            .env("QSM_PASSPHRASE_FILE", pass)
+            .env("QSM_HOME", dir.path().join("store"))
+            .env_remove("QSM_SERVER");
         c
     };
     key_cmd("init", &short).assert().failure().stderr(predicate::str::contains("shorter than 8"));
@@ -474,6 +478,8 @@ fn key_init_fingerprint_and_passphrase_change() {
         .assert()
         .success()
         .stdout(predicate::str::contains(&fingerprint));
+    // With no store to update, none is made.
+    assert!(!dir.path().join("store").exists(), "a passphrase change created a store");
     key_cmd("show-fingerprint", &old)
         .assert()
         .failure()
