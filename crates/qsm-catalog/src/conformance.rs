@@ -35,6 +35,7 @@ pub const CASES: &[(&str, Case)] = &[
     ("sessions_processes_activity", sessions_processes_activity),
     ("reclamation_moves", reclamation_moves),
     ("dedup_scopes_and_keyed_chunks", dedup_scopes_and_keyed_chunks),
+    ("expiration_by_policy", expiration_by_policy),
 ];
 
 /// Runs every case on catalogs from `make`; returns the failures.
@@ -523,11 +524,17 @@ pub fn dedup_scopes_and_keyed_chunks(cat: &dyn Catalog) -> CaseResult {
     let sb = cat.dedup_scope(beta, [2; 32]).map_err(e)?;
     ensure!(sb.id != sa.id, "each node has its own scope by default");
 
-    let keyed =
-        |offset: u64, hash: u8, scope: Option<DedupScopeId>| match new_chunk(f.container, offset) {
-            ObjectChunk::New(n) => ObjectChunk::Keyed(n, ChunkKey { hash: [hash; 32], scope }),
+    let sealed_keyed =
+        |offset: u64, hash: u8, scope: Option<DedupScopeId>, sealed: bool| match new_chunk(
+            f.container,
+            offset,
+        ) {
+            ObjectChunk::New(n) => {
+                ObjectChunk::Keyed(n, ChunkKey { hash: [hash; 32], scope, sealed })
+            }
             other => other,
         };
+    let keyed = |offset, hash, scope| sealed_keyed(offset, hash, scope, false);
     let epoch0 = cat.dedup_epoch().map_err(e)?;
     let mut t = cat.begin().map_err(e)?;
     let a =
@@ -539,11 +546,20 @@ pub fn dedup_scopes_and_keyed_chunks(cat: &dyn Catalog) -> CaseResult {
     let c = t.insert_object(&file(f.fs, b"c", 10, vec![keyed(2000, 7, None)]), 1).map_err(e)?;
     let d =
         t.insert_object(&file(f.fs, b"d", 10, vec![keyed(3000, 7, Some(sb.id))]), 1).map_err(e)?;
+    // The same id sealed, in alpha's scope: another chunk, never given for a plaintext one.
+    let s = t
+        .insert_object(&file(f.fs, b"s", 10, vec![sealed_keyed(4000, 7, Some(sa.id), true)]), 1)
+        .map_err(e)?;
     t.commit().map_err(e)?;
     let chunk = |o| {
         cat.object_chunks(o).map_err(e).and_then(|v| v.first().cloned().ok_or("no chunk".into()))
     };
-    let (ca, cb, cc, cd) = (chunk(a)?, chunk(b)?, chunk(c)?, chunk(d)?);
+    let (ca, cb, cc, cd, cs) = (chunk(a)?, chunk(b)?, chunk(c)?, chunk(d)?, chunk(s)?);
+    ensure!(cs.id != ca.id, "sealed and plaintext chunks of one id are apart");
+    ensure!(
+        cat.find_chunks(sa.id, true, &[[7; 32]]).map_err(e)? == vec![Some(cs.id)],
+        "the sealed lookup finds the sealed chunk only"
+    );
     ensure!(
         ca.id == cb.id && ca.location.offset == 48,
         "one chunk per scope and id: {ca:?} {cb:?}"
@@ -551,11 +567,11 @@ pub fn dedup_scopes_and_keyed_chunks(cat: &dyn Catalog) -> CaseResult {
     ensure!(cc.id != ca.id && cd.id != ca.id && cc.id != cd.id, "no sharing across scopes");
     ensure!(ca.hash == Some([7; 32]) && cc.hash == Some([7; 32]), "ids are kept for restore");
     ensure!(
-        cat.find_chunks(sa.id, &[[7; 32], [8; 32]]).map_err(e)? == vec![Some(ca.id), None],
+        cat.find_chunks(sa.id, false, &[[7; 32], [8; 32]]).map_err(e)? == vec![Some(ca.id), None],
         "lookup in alpha's scope"
     );
     ensure!(
-        cat.find_chunks(sb.id, &[[7; 32]]).map_err(e)? == vec![Some(cd.id)],
+        cat.find_chunks(sb.id, false, &[[7; 32]]).map_err(e)? == vec![Some(cd.id)],
         "lookup in beta's scope"
     );
     consistent(cat)?;
@@ -566,7 +582,7 @@ pub fn dedup_scopes_and_keyed_chunks(cat: &dyn Catalog) -> CaseResult {
     t.delete_object(a).map_err(e)?;
     t.commit().map_err(e)?;
     ensure!(
-        cat.find_chunks(sa.id, &[[7; 32]]).map_err(e)? == vec![Some(ca.id)],
+        cat.find_chunks(sa.id, false, &[[7; 32]]).map_err(e)? == vec![Some(ca.id)],
         "still referenced by b"
     );
     ensure!(cat.dedup_epoch().map_err(e)? == epoch0, "a chunk still referenced is not gone");
@@ -574,7 +590,7 @@ pub fn dedup_scopes_and_keyed_chunks(cat: &dyn Catalog) -> CaseResult {
     t.delete_object(b).map_err(e)?;
     t.commit().map_err(e)?;
     ensure!(
-        cat.find_chunks(sa.id, &[[7; 32]]).map_err(e)? == vec![None],
+        cat.find_chunks(sa.id, false, &[[7; 32]]).map_err(e)? == vec![None],
         "an unreferenced chunk is not offered"
     );
     ensure!(
@@ -594,5 +610,86 @@ pub fn dedup_scopes_and_keyed_chunks(cat: &dyn Catalog) -> CaseResult {
     ensure!(cat.node_key(alpha).map_err(e)?.as_deref() == Some(&b"wrapped key"[..]), "key stored");
     ensure!(cat.node_key(beta).map_err(e)?.is_none(), "keys are per node");
     ensure!(cat.set_node_key(NodeId(9999), b"k").is_err(), "an unknown node has no key");
+    Ok(())
+}
+
+/// Inventory expiration on a real catalog: versions made at chosen dates expire as the
+/// default copy groups say (2 / 1 / 30 / 60 days, archives at their retention), with several
+/// workers, only for the nodes named, and the catalog stays consistent.
+pub fn expiration_by_policy(cat: &dyn Catalog) -> CaseResult {
+    use crate::expire::{DEFAULT_BATCH, ExpireOptions, ExpireProgress, expire_inventory};
+    let f = fixture(cat)?;
+    let day = 86_400;
+    let now = 1_800_000_000;
+    let at = |days: i64| now - days * day;
+    let mut offset = 48;
+    let mut chunk = || {
+        offset += 100;
+        new_chunk(f.container, offset)
+    };
+    let mut t = cat.begin().map_err(e)?;
+    // a: three versions, the newest active: one inactive kept (10 days), the older one goes.
+    for d in [100, 50, 10] {
+        t.insert_object(&file(f.fs, b"a", 1, vec![chunk()]), at(d)).map_err(e)?;
+    }
+    // b: deleted 61 days ago: past retain-only, both versions go.
+    for d in [100, 70] {
+        t.insert_object(&file(f.fs, b"b", 1, vec![chunk()]), at(d)).map_err(e)?;
+    }
+    t.deactivate(f.fs, b"b", at(61)).map_err(e)?;
+    // c: deleted 5 days ago: kept.
+    t.insert_object(&file(f.fs, b"c", 1, vec![chunk()]), at(5)).map_err(e)?;
+    t.deactivate(f.fs, b"c", at(5)).map_err(e)?;
+    // Archives: one past its retention, one not.
+    let mut archive = |path: &[u8], until: i64| {
+        let mut o = file(f.fs, path, 1, vec![chunk()]);
+        o.kind = ObjectKind::Archive;
+        o.retain_until = Some(until);
+        o
+    };
+    let (old, young) = (archive(b"d", at(1)), archive(b"e", at(-1)));
+    t.insert_object(&old, at(400)).map_err(e)?;
+    t.insert_object(&young, at(2)).map_err(e)?;
+    t.commit().map_err(e)?;
+    let epoch = cat.dedup_epoch().map_err(e)?;
+
+    let cancel = std::sync::atomic::AtomicBool::new(false);
+    let progress = ExpireProgress::default();
+    let mut options = ExpireOptions {
+        resource: 3,
+        nodes: Some(vec![NodeId(i64::MAX)]),
+        duration: None,
+        cancel: &cancel,
+        now,
+        batch: DEFAULT_BATCH,
+        progress: &progress,
+    };
+    // Another node only: nothing of alpha's goes.
+    let none = expire_inventory(cat, &options).map_err(e)?;
+    ensure!(none.backups + none.archives == 0 && none.examined == 0, "{none:?}");
+    options.nodes = None;
+    options.batch = 1; // a transaction per version: the batching must not change the outcome
+    let report = expire_inventory(cat, &options).map_err(e)?;
+    ensure!(report.backups == 3 && report.archives == 1, "{report:?}");
+    ensure!(
+        report.examined == 7 && report.filespaces == 1 && report.stopped.is_none(),
+        "{report:?}"
+    );
+    let left = |path: &[u8]| cat.versions(f.fs, path).map(|v| v.len()).map_err(e);
+    ensure!(left(b"a")? == 2 && left(b"b")? == 0 && left(b"c")? == 1, "versions left");
+    ensure!(left(b"d")? == 0 && left(b"e")? == 1, "archives left");
+    ensure!(cat.dedup_epoch().map_err(e)? > epoch, "chunks lost their last reference");
+    consistent(cat)?;
+    // Run again: nothing more to do.
+    let progress = ExpireProgress::default();
+    options.progress = &progress;
+    let again = expire_inventory(cat, &options).map_err(e)?;
+    ensure!(again.backups + again.archives == 0, "{again:?}");
+    // Cancelled before it starts: it stops, says why, and deletes nothing it did not finish.
+    cancel.store(true, std::sync::atomic::Ordering::Relaxed);
+    let progress = ExpireProgress::default();
+    options.progress = &progress;
+    let stopped = expire_inventory(cat, &options).map_err(e)?;
+    ensure!(stopped.stopped.as_deref() == Some("cancelled"), "{stopped:?}");
     Ok(())
 }

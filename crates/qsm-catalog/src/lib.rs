@@ -16,6 +16,7 @@
 mod chunk_list;
 pub mod conformance;
 pub mod error;
+pub mod expire;
 pub mod migrations;
 pub mod model;
 mod sqlite;
@@ -84,9 +85,13 @@ pub trait Catalog: Send + Sync + std::fmt::Debug {
     fn set_dedup_scope(&self, node: NodeId, name: &str, new_secret: [u8; 32])
     -> Result<DedupScope>;
     /// For each of `hashes`, the live chunk (reference count above 0) of `scope` with that
-    /// keyed id, if any.
-    fn find_chunks(&self, scope: DedupScopeId, hashes: &[[u8; 32]])
-    -> Result<Vec<Option<ChunkId>>>;
+    /// keyed id and kind (`sealed` or plaintext), if any.
+    fn find_chunks(
+        &self,
+        scope: DedupScopeId,
+        sealed: bool,
+        hashes: &[[u8; 32]],
+    ) -> Result<Vec<Option<ChunkId>>>;
     /// A number that rises whenever chunks may have gone (expiration, reclamation): a client's
     /// cache of what the server holds is valid only at the epoch it was made at.
     fn dedup_epoch(&self) -> Result<u64>;
@@ -112,6 +117,14 @@ pub trait Catalog: Send + Sync + std::fmt::Debug {
         &self,
         filespace: FilespaceId,
         visit: &mut dyn FnMut(&ObjectVersion) -> Result<()>,
+    ) -> Result<()>;
+    /// Calls `visit` with the inactive backup versions and archives of `filespace` in path
+    /// order (any order within a path), each with whether its path has an active version:
+    /// what expiration decides on, without chunk lists or attributes.
+    fn for_each_expirable(
+        &self,
+        filespace: FilespaceId,
+        visit: &mut dyn FnMut(&expire::ExpiryRow) -> Result<()>,
     ) -> Result<()>;
     /// Every version of `path` (backups and archives), newest first.
     fn versions(&self, filespace: FilespaceId, path: &[u8]) -> Result<Vec<ObjectVersion>>;

@@ -167,14 +167,17 @@ ALTER TABLE objects ADD COLUMN ino BIGINT NOT NULL DEFAULT 0;
     // 4: deduplication and client-side encryption (issue 6). A chunk's `hash` is its keyed id
     // (BLAKE3 keyed by the node's secret); it is shared, and unique, only within its dedup
     // `scope` (NULL: the chunk is not offered for deduplication, e.g. an encrypted chunk of a
-    // node with dedup off, whose id is kept for restore to check). A node deduplicates in its
+    // node with dedup off, whose id is kept for restore to check) and its kind: `sealed` chunks
+    // and plaintext ones never stand in for each other, so no node of a scope can plant an
+    // encrypted frame (which the server cannot check) under a plaintext chunk's id. A node deduplicates in its
     // own scope unless an administrator puts nodes in one. `key_file` is the server's copy of
     // the node's passphrase-wrapped key, which the server cannot open. `dedup_epoch` rises
     // whenever chunks may have gone, so clients drop their caches of what the server has.
     r#"
 DROP INDEX chunks_by_hash;
 ALTER TABLE chunks ADD COLUMN scope BIGINT;
-CREATE UNIQUE INDEX chunks_by_scope_hash ON chunks (scope, hash) WHERE scope IS NOT NULL;
+ALTER TABLE chunks ADD COLUMN sealed BIGINT NOT NULL DEFAULT 0;
+CREATE UNIQUE INDEX chunks_by_scope_hash ON chunks (scope, sealed, hash) WHERE scope IS NOT NULL;
 CREATE TABLE dedup_scopes (
     id {ID},
     name TEXT NOT NULL UNIQUE,

@@ -284,6 +284,9 @@ pub struct ChunkKey {
     pub hash: [u8; 32],
     /// The dedup scope.
     pub scope: Option<DedupScopeId>,
+    /// Whether the frame is sealed (encrypted): sealed and plaintext chunks of one id are
+    /// different chunks.
+    pub sealed: bool,
 }
 
 /// A chunk of a new object: a frame stored in this transaction, or one already in the catalog

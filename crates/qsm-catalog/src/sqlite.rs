@@ -653,18 +653,19 @@ impl Catalog for SqliteCatalog {
     fn find_chunks(
         &self,
         scope: DedupScopeId,
+        sealed: bool,
         hashes: &[[u8; 32]],
     ) -> Result<Vec<Option<ChunkId>>> {
         self.with_reader(|c| {
             let mut stmt = c
                 .prepare_cached(
-                    "SELECT id FROM chunks WHERE scope = ?1 AND hash = ?2 AND refcount > 0",
+                    "SELECT id FROM chunks WHERE scope = ?1 AND sealed = ?3 AND hash = ?2 AND refcount > 0",
                 )
                 .map_err(CatalogError::db("looking up chunks"))?;
             hashes
                 .iter()
                 .map(|h| {
-                    stmt.query_row(params![scope.0, &h[..]], |r| r.get(0))
+                    stmt.query_row(params![scope.0, &h[..], i64::from(sealed)], |r| r.get(0))
                         .optional()
                         .map(|id| id.map(ChunkId))
                         .map_err(CatalogError::db("looking up chunks"))
@@ -765,6 +766,42 @@ impl Catalog for SqliteCatalog {
             let mut rows = stmt.query([filespace.0]).map_err(CatalogError::db("listing versions"))?;
             while let Some(row) = rows.next().map_err(CatalogError::db("listing versions"))? {
                 visit(&object_from_row(row)?)?;
+            }
+            Ok(())
+        })
+    }
+
+    fn for_each_expirable(
+        &self,
+        filespace: FilespaceId,
+        visit: &mut dyn FnMut(&crate::expire::ExpiryRow) -> Result<()>,
+    ) -> Result<()> {
+        self.with_reader(|c| {
+            // In path order from the partial index of non-active rows; the active version of
+            // each path is one probe of the unique active index.
+            let mut stmt = c
+                .prepare_cached(
+                    "SELECT o.id, o.path, o.state, o.inserted, o.deactivated, o.retain_until, o.mgmt_class_id, \
+                     EXISTS (SELECT 1 FROM objects a WHERE a.filespace_id = o.filespace_id AND a.path = o.path AND a.state = 1) \
+                     FROM objects o WHERE o.filespace_id = ?1 AND o.state <> 1 ORDER BY o.path",
+                )
+                .map_err(CatalogError::db("listing expirable versions"))?;
+            let mut rows = stmt.query([filespace.0]).map_err(CatalogError::db("listing expirable versions"))?;
+            while let Some(r) = rows.next().map_err(CatalogError::db("listing expirable versions"))? {
+                let row = (|| -> rusqlite::Result<crate::expire::ExpiryRow> {
+                    Ok(crate::expire::ExpiryRow {
+                        id: ObjectId(r.get(0)?),
+                        path: r.get(1)?,
+                        archive: r.get::<_, i64>(2)? == STATE_ARCHIVE,
+                        inserted: r.get(3)?,
+                        deactivated: r.get(4)?,
+                        retain_until: r.get(5)?,
+                        mgmt_class: r.get::<_, Option<i64>>(6)?.map(MgmtClassId),
+                        has_active: r.get::<_, i64>(7)? != 0,
+                    })
+                })()
+                .map_err(CatalogError::db("listing expirable versions"))?;
+                visit(&row)?;
             }
             Ok(())
         })
@@ -1127,9 +1164,9 @@ impl Txn for SqliteTxn<'_> {
                     // With a scope, the unique index (scope, hash) decides who stored it first:
                     // a second copy adds a reference to the first, and its frame stays
                     // unreferenced for reclamation.
-                    let id: i64 = c.prepare_cached("INSERT INTO chunks (container_id, frame_offset, stored_len, raw_len, codec, refcount, hash, scope) VALUES (?1, ?2, ?3, ?4, ?5, 1, ?6, ?7) \
-                        ON CONFLICT (scope, hash) WHERE scope IS NOT NULL DO UPDATE SET refcount = refcount + 1 RETURNING id")
-                        .and_then(|mut s| s.query_row(params![n.container.0 as i64, n.offset as i64, n.stored_len, n.raw_len, n.codec, &key.hash[..], key.scope.map(|s| s.0)], |r| r.get(0)))
+                    let id: i64 = c.prepare_cached("INSERT INTO chunks (container_id, frame_offset, stored_len, raw_len, codec, refcount, hash, scope, sealed) VALUES (?1, ?2, ?3, ?4, ?5, 1, ?6, ?7, ?8) \
+                        ON CONFLICT (scope, sealed, hash) WHERE scope IS NOT NULL DO UPDATE SET refcount = refcount + 1 RETURNING id")
+                        .and_then(|mut s| s.query_row(params![n.container.0 as i64, n.offset as i64, n.stored_len, n.raw_len, n.codec, &key.hash[..], key.scope.map(|s| s.0), i64::from(key.sealed)], |r| r.get(0)))
                         .map_err(|e| {
                             if e.sqlite_error_code() == Some(ErrorCode::ConstraintViolation) {
                                 CatalogError::NotFound { what: "container", key: format!("{:016x}", n.container.0) }

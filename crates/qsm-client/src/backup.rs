@@ -309,6 +309,9 @@ fn run(
         });
 
         let mut reader = Reader::new(rx, quantum, dedup, server);
+        // Shared chunks sent in objects that ended: what the cache may learn once everything
+        // is committed (chunks of an abandoned object never are).
+        let mut ended = Ended { shared, sealed: keys.is_some(), ..Ended::default() };
         let mut store_error = None;
         let result = qsm_codec::pipeline::run(
             threads,
@@ -316,7 +319,7 @@ fn run(
             || Ok(FrameEncoder::new(setting)?),
             |encoder, _, piece| piece.encode(encoder, ids_ref, sealer),
             |_, piece| {
-                piece.commit_to(batch.as_mut(), fs, &archive, shared, &mut summary).map_err(
+                piece.commit_to(batch.as_mut(), fs, &archive, &mut ended, &mut summary).map_err(
                     |e| {
                         store_error = Some(e);
                         qsm_codec::Error::Invalid("the server failed".into())
@@ -349,9 +352,9 @@ fn run(
         let dedup = reader.dedup.take();
         drop(reader);
         let walked = walker.join();
-        (walked, result, store_error, dedup)
+        (walked, result, store_error, dedup, ended.ids)
     });
-    let (walked, pipeline_result, store_error, dedup) = outcome;
+    let (walked, pipeline_result, store_error, dedup, ended) = outcome;
     if let Some(d) = &dedup {
         summary.cache_hits = d.cache_hits;
         summary.asked = d.asked;
@@ -388,7 +391,7 @@ fn run(
     }
     // Everything is committed: what this backup sent is on the server now.
     if let (Some(d), Some(path)) = (dedup, &options.dedup_cache)
-        && let Err(e) = d.save(path)
+        && let Err(e) = d.save(path, &ended)
     {
         summary.warnings.push(format!("{}: dedup cache not saved: {e}", path.display()));
     }
@@ -585,9 +588,10 @@ impl Piece {
         batch: &mut dyn Upload,
         fs: FilespaceId,
         archive: &Option<(String, i64)>,
-        shared: bool,
+        ended: &mut Ended,
         summary: &mut BackupSummary,
     ) -> Result<()> {
+        let shared = ended.shared;
         if let Some(path) = &self.gone {
             batch.deactivate(path)?;
             summary.deactivated += 1;
@@ -609,6 +613,7 @@ impl Piece {
         }
         if let Some(why) = &self.failed {
             batch.abandon_object()?;
+            ended.current.clear();
             summary.failed += 1;
             summary.warnings.push(why.clone());
             return Ok(());
@@ -620,13 +625,18 @@ impl Piece {
             (Some(header), _, id) => {
                 let frame = &self.frame[..header.frame_len()];
                 match id {
-                    Some(id) => batch.append_chunk(frame, id, shared)?,
+                    Some(id) => {
+                        batch.append_chunk(frame, id, shared)?;
+                        if shared {
+                            ended.current.push(*id);
+                        }
+                    }
                     None => batch.append_frame(frame)?,
                 }
                 summary.bytes_stored += header.frame_len() as u64;
             }
             (None, Fate::Known, Some(id)) if self.raw_len > 0 => {
-                batch.reference_chunk(id)?;
+                batch.reference_chunk(id, ended.sealed)?;
                 summary.dedup_chunks += 1;
                 summary.dedup_bytes += self.raw_len as u64;
             }
@@ -637,15 +647,33 @@ impl Piece {
             return Ok(());
         }
         batch.end_object()?;
+        ended.ids.append(&mut ended.current);
+        if ended.ids.len() > 2 * DEDUP_CACHE_IDS {
+            // Only the newest can stay in the cache anyway.
+            ended.ids.drain(..DEDUP_CACHE_IDS);
+        }
         summary.backed_up += 1;
         Ok(())
     }
+}
+
+/// Shared chunks sent, by whether their object ended (committed with the batch) or is still
+/// being sent (dropped if it is abandoned).
+#[derive(Default)]
+struct Ended {
+    shared: bool,
+    /// Chunks are sealed (encryption on): references name sealed chunks.
+    sealed: bool,
+    current: Vec<[u8; 32]>,
+    ids: Vec<[u8; 32]>,
 }
 
 /// Deduplication state of one backup: the chunker's parameters, the cache of what the
 /// server holds, and what this backup has sent.
 struct Dedup {
     ids: ChunkIdKey,
+    /// Chunks are sealed: the server is asked about sealed chunks.
+    sealed: bool,
     seed: u64,
     sizes: ChunkSizes,
     /// Chunk ids the server has committed (loaded from the previous backups, grown by the
@@ -683,6 +711,7 @@ impl Dedup {
             None => (DedupCache::new(&owner, info.epoch, DEDUP_CACHE_IDS), None),
         };
         Ok(Dedup {
+            sealed: keys.is_some(),
             seed: ids.chunker_seed(),
             ids,
             sizes: ChunkSizes::DEFAULT,
@@ -694,10 +723,11 @@ impl Dedup {
         })
     }
 
-    fn save(mut self, path: &Path) -> std::io::Result<()> {
-        let sent: Vec<ChunkId> = self.sent.ids().copied().collect();
-        for id in sent {
-            self.cache.insert(id);
+    /// Saves the cache with the chunks this backup committed (`ended`: those of objects that
+    /// ended; a chunk sent for an object abandoned later was never committed).
+    fn save(mut self, path: &Path, ended: &[[u8; 32]]) -> std::io::Result<()> {
+        for id in ended {
+            self.cache.insert(ChunkId(*id));
         }
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
@@ -720,7 +750,7 @@ impl Dedup {
         }
         if !ask.is_empty() {
             self.asked += ask.len() as u64;
-            let have = server.have_chunks(&ask)?;
+            let have = server.have_chunks(&ask, self.sealed)?;
             for (id, have) in ask.iter().zip(have) {
                 if have {
                     self.cache.insert(ChunkId(*id));

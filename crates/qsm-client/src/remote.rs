@@ -410,13 +410,13 @@ impl Server for RemoteServer {
         })
     }
 
-    fn have_chunks(&self, ids: &[[u8; 32]]) -> Result<Vec<bool>> {
+    fn have_chunks(&self, ids: &[[u8; 32]], sealed: bool) -> Result<Vec<bool>> {
         let mut have = Vec::with_capacity(ids.len());
         // The server answers at most HAVE_BATCH ids a call.
         for part in ids.chunks(HAVE_BATCH) {
             let mut node = self.node();
-            let request =
-                v1::HaveChunksRequest { ids: part.iter().map(|id| id.to_vec().into()).collect() };
+            let ids = part.iter().map(|id| id.to_vec().into()).collect();
+            let request = v1::HaveChunksRequest { ids, sealed };
             let r = self.rt.block_on(node.have_chunks(request)).map_err(|s| self.error(s))?;
             let answer = r.into_inner().have;
             if answer.len() != part.len() {
@@ -541,8 +541,8 @@ impl Upload for RemoteUpload<'_> {
         self.push(Op::Chunk(chunk), frame.len() + 40)
     }
 
-    fn reference_chunk(&mut self, id: &[u8; 32]) -> Result<()> {
-        self.push(Op::Reference(id.to_vec().into()), 32)
+    fn reference_chunk(&mut self, id: &[u8; 32], sealed: bool) -> Result<()> {
+        self.push(Op::Reference(v1::ChunkRef { id: id.to_vec().into(), sealed }), 34)
     }
 
     fn end_object(&mut self) -> Result<()> {

@@ -63,6 +63,10 @@ pub struct RestoreOptions {
     pub threads: Option<usize>,
     /// The node's keys, to open encrypted frames (without them, encrypted files fail).
     pub keys: Option<Arc<crate::keys::NodeKeys>>,
+    /// Refuse plaintext frames: every file must have been encrypted. Without it, a server
+    /// that replaces an encrypted file's frames with plaintext ones of its choosing is not
+    /// caught (the client cannot tell them from files backed up before encryption was on).
+    pub require_sealed: bool,
 }
 
 /// What a restore did.
@@ -293,6 +297,7 @@ pub fn restore(
         root,
         options.threads,
         &options.keys,
+        options.require_sealed,
         &mut summary,
         filespace,
     )?;
@@ -580,6 +585,7 @@ fn restore_files(
     root: bool,
     threads: Option<usize>,
     keys: &Option<Arc<crate::keys::NodeKeys>>,
+    require_sealed: bool,
     summary: &mut RestoreSummary,
     filespace: &str,
 ) -> Result<()> {
@@ -600,6 +606,13 @@ fn restore_files(
             let context = piece.chunk_id.as_ref().map_or(&[][..], |id| &id[..]);
             let decoded = decoder.decode_sealed(&piece.frame, &mut piece.raw, sealer, context);
             match decoded {
+                Ok(header) if require_sealed && !header.is_sealed() => {
+                    piece.failed = Some(format!(
+                        "the data at byte {} of the file is not encrypted, and encryption is \
+                         required: it was backed up before encryption was on, or replaced",
+                        piece.offset
+                    ));
+                }
                 Ok(header) if header.raw_len != piece.expected_len => {
                     piece.failed = Some(format!(
                         "the catalog says {} bytes at byte {} of the file, the stored frame holds {}",

@@ -41,8 +41,9 @@ pub trait Server: Send + Sync {
     fn fetch(&self, objects: Vec<ObjectId>) -> Result<Box<dyn Fetch + '_>>;
     /// The node's dedup scope, its secret, the pool and the dedup epoch.
     fn dedup_info(&self) -> Result<DedupInfo>;
-    /// Which of `ids` the node's dedup scope holds (committed and referenced).
-    fn have_chunks(&self, ids: &[[u8; 32]]) -> Result<Vec<bool>>;
+    /// Which of `ids` the node's dedup scope holds (committed and referenced), as sealed
+    /// chunks or as plaintext ones.
+    fn have_chunks(&self, ids: &[[u8; 32]], sealed: bool) -> Result<Vec<bool>>;
     /// Stores the server's copy of the node's wrapped key file.
     fn put_key(&self, key_file: &[u8]) -> Result<()>;
     /// The server's copy of the node's wrapped key file, if any.
@@ -105,8 +106,8 @@ impl<T: Server + ?Sized> Server for &T {
     fn dedup_info(&self) -> Result<DedupInfo> {
         (**self).dedup_info()
     }
-    fn have_chunks(&self, ids: &[[u8; 32]]) -> Result<Vec<bool>> {
-        (**self).have_chunks(ids)
+    fn have_chunks(&self, ids: &[[u8; 32]], sealed: bool) -> Result<Vec<bool>> {
+        (**self).have_chunks(ids, sealed)
     }
     fn put_key(&self, key_file: &[u8]) -> Result<()> {
         (**self).put_key(key_file)
@@ -128,8 +129,8 @@ pub trait Upload: Send {
     /// deduplication in the node's scope.
     fn append_chunk(&mut self, frame: &[u8], id: &[u8; 32], shared: bool) -> Result<()>;
     /// The next chunk of the current object is one the scope holds, or one this upload sent
-    /// with `shared`.
-    fn reference_chunk(&mut self, id: &[u8; 32]) -> Result<()>;
+    /// with `shared`, of the kind named (sealed or plaintext).
+    fn reference_chunk(&mut self, id: &[u8; 32], sealed: bool) -> Result<()>;
     /// Ends the current object.
     fn end_object(&mut self) -> Result<()>;
     /// Drops the current object (its file failed mid-read).
@@ -282,9 +283,10 @@ impl Server for LocalServer<'_> {
         })
     }
 
-    fn have_chunks(&self, ids: &[[u8; 32]]) -> Result<Vec<bool>> {
+    fn have_chunks(&self, ids: &[[u8; 32]], sealed: bool) -> Result<Vec<bool>> {
         let scope = self.scope()?;
-        Ok(self.store.catalog().find_chunks(scope.id, ids)?.iter().map(Option::is_some).collect())
+        let found = self.store.catalog().find_chunks(scope.id, sealed, ids)?;
+        Ok(found.iter().map(Option::is_some).collect())
     }
 
     fn put_key(&self, key_file: &[u8]) -> Result<()> {
@@ -336,12 +338,14 @@ impl Upload for LocalUpload<'_> {
 
     fn append_chunk(&mut self, frame: &[u8], id: &[u8; 32], shared: bool) -> Result<()> {
         let scope = if shared { Some(self.scope()?) } else { None };
-        Ok(self.batch.append_chunk(frame, qsm_catalog::ChunkKey { hash: *id, scope })?)
+        // The store reads `sealed` from the frame itself.
+        let key = qsm_catalog::ChunkKey { hash: *id, scope, sealed: false };
+        Ok(self.batch.append_chunk(frame, key)?)
     }
 
-    fn reference_chunk(&mut self, id: &[u8; 32]) -> Result<()> {
+    fn reference_chunk(&mut self, id: &[u8; 32], sealed: bool) -> Result<()> {
         let scope = self.scope()?;
-        Ok(self.batch.reference_chunk(*id, scope)?)
+        Ok(self.batch.reference_chunk(*id, scope, sealed)?)
     }
 
     fn end_object(&mut self) -> Result<()> {

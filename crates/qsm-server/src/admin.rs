@@ -3,7 +3,7 @@
 //! read the server's files can administer it anyway, and the first administrator needs a way in.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use qsm_proto::v1::{self, admin_server::Admin};
 use tonic::transport::server::UdsConnectInfo;
@@ -11,7 +11,7 @@ use tonic::{Request, Response, Status};
 
 use crate::auth;
 use crate::node::{blocking, catalog_status, token};
-use crate::state::State;
+use crate::state::{Running, State};
 
 /// The service.
 #[derive(Debug, Clone)]
@@ -180,6 +180,161 @@ impl Admin for AdminService {
         let id = request.get_ref().session;
         if !self.state.sessions.cancel(id) {
             return Err(Status::not_found(format!("no session {id}")));
+        }
+        Ok(Response::new(v1::Empty {}))
+    }
+
+    async fn expire_inventory(
+        &self,
+        request: Request<v1::ExpireRequest>,
+    ) -> Result<Response<v1::ExpireReply>, Status> {
+        use qsm_catalog::Severity;
+        use qsm_catalog::expire::{DEFAULT_BATCH, ExpireOptions, ExpireProgress, expire_inventory};
+        self.authorize(&request)?;
+        let r = request.into_inner();
+        let resource = match r.resource {
+            0 => 4,
+            n if n > 64 => {
+                return Err(Status::invalid_argument("--resource: at most 64 workers"));
+            }
+            n => n as usize,
+        };
+        let state = Arc::clone(&self.state);
+        blocking(move || {
+            let catalog = state.store.catalog();
+            let mut nodes = None;
+            if !r.nodes.is_empty() {
+                let mut ids = Vec::new();
+                for name in &r.nodes {
+                    let node = catalog
+                        .node(name)
+                        .map_err(catalog_status)?
+                        .ok_or_else(|| Status::not_found(format!("no node {name}")))?;
+                    ids.push(node.id);
+                }
+                nodes = Some(ids);
+            }
+            let what = match &nodes {
+                None => format!("all nodes, {resource} workers"),
+                Some(_) => format!("nodes {}, {resource} workers", r.nodes.join(", ")),
+            };
+            let process =
+                catalog.start_process("expire inventory", &what).map_err(catalog_status)?;
+            let _ = catalog.log(
+                Severity::Info,
+                &format!("process {}: expire inventory started ({what})", process.0),
+                None,
+                None,
+                Some(process),
+            );
+            let cancel = Arc::new(AtomicBool::new(false));
+            let progress = Arc::new(ExpireProgress::default());
+            let shown = Arc::clone(&progress);
+            state.processes.start(
+                process.0,
+                Running {
+                    kind: "expire inventory".into(),
+                    started: qsm_catalog::now(),
+                    cancel: Arc::clone(&cancel),
+                    progress: Arc::new(move || {
+                        format!(
+                            "{} versions examined, {} backup versions and {} archives deleted, {} filespaces done",
+                            shown.examined.load(Ordering::Relaxed),
+                            shown.backups.load(Ordering::Relaxed),
+                            shown.archives.load(Ordering::Relaxed),
+                            shown.filespaces.load(Ordering::Relaxed)
+                        )
+                    }),
+                },
+            );
+            let started = std::time::Instant::now();
+            let options = ExpireOptions {
+                resource,
+                nodes,
+                duration: (r.duration_minutes > 0)
+                    .then(|| std::time::Duration::from_secs(u64::from(r.duration_minutes) * 60)),
+                cancel: &cancel,
+                now: qsm_catalog::now(),
+                batch: DEFAULT_BATCH,
+                progress: &progress,
+            };
+            let result = expire_inventory(catalog.as_ref(), &options);
+            state.processes.end(process.0);
+            let seconds = started.elapsed().as_secs_f64();
+            match result {
+                Ok(report) => {
+                    let detail = format!(
+                        "examined {}, deleted {} backup versions and {} archives in {} filespaces, {seconds:.1} s{}",
+                        report.examined,
+                        report.backups,
+                        report.archives,
+                        report.filespaces,
+                        report.stopped.as_ref().map(|w| format!("; {w}")).unwrap_or_default()
+                    );
+                    let how = if report.stopped.is_some() { "cancelled" } else { "ended" };
+                    let _ = catalog.end_process(process, how, &detail);
+                    let _ = catalog.log(
+                        Severity::Info,
+                        &format!("process {}: expire inventory {how}: {detail}", process.0),
+                        None,
+                        None,
+                        Some(process),
+                    );
+                    Ok(Response::new(v1::ExpireReply {
+                        process: process.0 as u64,
+                        examined: report.examined,
+                        backups: report.backups,
+                        archives: report.archives,
+                        filespaces: report.filespaces,
+                        stopped: report.stopped.unwrap_or_default(),
+                        seconds,
+                    }))
+                }
+                Err(e) => {
+                    let _ = catalog.end_process(process, "failed", &e.to_string());
+                    let _ = catalog.log(
+                        Severity::Error,
+                        &format!("process {}: expire inventory failed: {e}", process.0),
+                        None,
+                        None,
+                        Some(process),
+                    );
+                    Err(catalog_status(e))
+                }
+            }
+        })
+        .await
+    }
+
+    async fn query_processes(
+        &self,
+        request: Request<v1::Empty>,
+    ) -> Result<Response<v1::ProcessList>, Status> {
+        self.authorize(&request)?;
+        let processes = self
+            .state
+            .processes
+            .list()
+            .into_iter()
+            .map(|(id, kind, started, progress)| v1::ProcessInfo {
+                id: id as u64,
+                kind,
+                started,
+                progress,
+            })
+            .collect();
+        Ok(Response::new(v1::ProcessList { processes }))
+    }
+
+    async fn cancel_process(
+        &self,
+        request: Request<v1::ProcessRequest>,
+    ) -> Result<Response<v1::Empty>, Status> {
+        self.authorize(&request)?;
+        let id = request.get_ref().process;
+        let known = i64::try_from(id).is_ok_and(|id| self.state.processes.cancel(id));
+        if !known {
+            return Err(Status::not_found(format!("no process {id} is running")));
         }
         Ok(Response::new(v1::Empty {}))
     }

@@ -71,7 +71,12 @@ async fn serve(config: ServerConfig, ready: impl FnOnce(&Listening)) -> Result<(
             .await
             .map_err(|e| ServerError(format!("opening the store: {e}")))?
             .map_err(|e| ServerError(format!("opening the store: {e}")))?;
-    let state = Arc::new(State { store, config: config.clone(), sessions: Default::default() });
+    let state = Arc::new(State {
+        store,
+        config: config.clone(),
+        sessions: Default::default(),
+        processes: Default::default(),
+    });
     let node = NodeServer::new(node::NodeService { state: Arc::clone(&state) })
         .max_decoding_message_size(qsm_proto::MAX_MESSAGE)
         .max_encoding_message_size(qsm_proto::MAX_MESSAGE);

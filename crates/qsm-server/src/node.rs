@@ -408,7 +408,7 @@ impl Node for NodeService {
         request: Request<v1::HaveChunksRequest>,
     ) -> Result<Response<v1::HaveChunksReply>, Status> {
         let (_, node) = self.session(&request)?;
-        let ids = request.into_inner().ids;
+        let v1::HaveChunksRequest { ids, sealed } = request.into_inner();
         if ids.len() > HAVE_MAX {
             return Err(Status::invalid_argument(format!(
                 "{} chunk ids in one call; at most {HAVE_MAX}",
@@ -419,8 +419,11 @@ impl Node for NodeService {
         let state = Arc::clone(&self.state);
         blocking(move || {
             let scope = node_scope(&state.store, node)?;
-            let found =
-                state.store.catalog().find_chunks(scope.id, &hashes).map_err(catalog_status)?;
+            let found = state
+                .store
+                .catalog()
+                .find_chunks(scope.id, sealed, &hashes)
+                .map_err(catalog_status)?;
             Ok(Response::new(v1::HaveChunksReply {
                 have: found.iter().map(Option::is_some).collect(),
             }))
@@ -670,22 +673,23 @@ fn run_backup(
                     } else {
                         None
                     };
-                    let key = qsm_catalog::ChunkKey { hash, scope: shared };
+                    // The store reads `sealed` from the frame itself.
+                    let key = qsm_catalog::ChunkKey { hash, scope: shared, sealed: false };
                     batch.append_chunk(&chunk.frame, key).map_err(store_status)?;
                     session.bytes.fetch_add(chunk.frame.len() as u64, Ordering::Relaxed);
                 }
-                Op::Reference(id) => {
+                Op::Reference(r) => {
                     if !in_object {
                         return Err(Status::invalid_argument(
                             "a chunk reference outside an object",
                         ));
                     }
-                    let hash = chunk_id(&id)?;
+                    let hash = chunk_id(&r.id)?;
                     let s = match &scope {
                         Some((s, _)) => *s,
                         None => scope.insert(node_scope_ids(store)?).0,
                     };
-                    batch.reference_chunk(hash, s).map_err(store_status)?;
+                    batch.reference_chunk(hash, s, r.sealed).map_err(store_status)?;
                 }
                 Op::End(_) => {
                     batch.end_object().map_err(store_status)?;

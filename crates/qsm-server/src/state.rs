@@ -1,18 +1,66 @@
 //! What every request handler shares.
 
-use std::sync::atomic::Ordering;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use qsm_store::Store;
 
 use crate::auth::{Session, Sessions};
 use crate::config::ServerConfig;
 
-/// The server's state: its store, configuration and open sessions.
+/// The server's state: its store, configuration, open sessions and running processes.
 #[derive(Debug)]
 pub struct State {
     pub store: Store,
     pub config: ServerConfig,
     pub sessions: Sessions,
+    pub processes: Processes,
+}
+
+/// A server process running now (expiration, ...): what it is and how to stop it.
+pub struct Running {
+    pub kind: String,
+    pub started: i64,
+    pub cancel: Arc<AtomicBool>,
+    /// Progress text, called when listed.
+    pub progress: Arc<dyn Fn() -> String + Send + Sync>,
+}
+
+impl std::fmt::Debug for Running {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Running").field("kind", &self.kind).field("started", &self.started).finish()
+    }
+}
+
+/// The processes running now, by their catalog id.
+#[derive(Debug, Default)]
+pub struct Processes(Mutex<BTreeMap<i64, Running>>);
+
+impl Processes {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<i64, Running>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers a running process.
+    pub fn start(&self, id: i64, running: Running) {
+        self.lock().insert(id, running);
+    }
+
+    /// Forgets an ended process.
+    pub fn end(&self, id: i64) {
+        self.lock().remove(&id);
+    }
+
+    /// Asks a process to stop; false if none runs with that id.
+    pub fn cancel(&self, id: i64) -> bool {
+        self.lock().get(&id).map(|r| r.cancel.store(true, Ordering::Relaxed)).is_some()
+    }
+
+    /// (id, kind, started, progress) of each running process.
+    pub fn list(&self) -> Vec<(i64, String, i64, String)> {
+        self.lock().iter().map(|(id, r)| (*id, r.kind.clone(), r.started, (r.progress)())).collect()
+    }
 }
 
 impl State {

@@ -372,7 +372,7 @@ pub struct Batch<'s> {
     /// objects of this batch can reference them: those of pending objects until their commit,
     /// those of abandoned objects (whose frames are in the pool all the same) for the batch's
     /// life.
-    appended: HashMap<[u8; 32], NewChunk>,
+    appended: HashMap<([u8; 32], bool), NewChunk>,
 }
 
 impl std::fmt::Debug for Batch<'_> {
@@ -437,7 +437,8 @@ impl Batch<'_> {
     }
 
     /// Appends the next frame of the current object, a chunk with its keyed id: offered for
-    /// deduplication in `key.scope` (if any) once committed, and checked by restore.
+    /// deduplication in `key.scope` (if any) once committed, and checked by restore. Whether
+    /// it is sealed is read from the frame, whatever `key.sealed` says.
     pub fn append_chunk(&mut self, frame: &[u8], key: ChunkKey) -> Result<()> {
         self.append(frame, Some(key))
     }
@@ -446,13 +447,18 @@ impl Batch<'_> {
     /// and referenced, or appended earlier in this batch (an object abandoned after sending it
     /// still left its frame in the pool). Errors if neither holds, so a client's stale belief
     /// fails the backup rather than the restore.
-    pub fn reference_chunk(&mut self, hash: [u8; 32], scope: DedupScopeId) -> Result<()> {
+    pub fn reference_chunk(
+        &mut self,
+        hash: [u8; 32],
+        scope: DedupScopeId,
+        sealed: bool,
+    ) -> Result<()> {
         let Some(object) = &self.current else {
             return Err(self.misuse("a chunk was referenced outside an object"));
         };
-        let chunk = match self.appended.get(&hash) {
-            Some(at) => ObjectChunk::Keyed(*at, ChunkKey { hash, scope: Some(scope) }),
-            None => match self.store.catalog.find_chunks(scope, &[hash])?.first() {
+        let chunk = match self.appended.get(&(hash, sealed)) {
+            Some(at) => ObjectChunk::Keyed(*at, ChunkKey { hash, scope: Some(scope), sealed }),
+            None => match self.store.catalog.find_chunks(scope, sealed, &[hash])?.first() {
                 Some(Some(id)) => ObjectChunk::Existing(*id),
                 _ => {
                     return Err(StoreError::UnknownChunk {
@@ -508,8 +514,9 @@ impl Batch<'_> {
             raw_len: header.raw_len,
             codec: header.codec,
         };
+        let key = key.map(|k| ChunkKey { sealed: header.is_sealed(), ..k });
         if let Some(key) = key.filter(|k| k.scope.is_some()) {
-            self.appended.insert(key.hash, at);
+            self.appended.insert((key.hash, key.sealed), at);
         }
         if let Some(object) = &mut self.current {
             object.chunks.push(match key {
@@ -579,7 +586,7 @@ impl Batch<'_> {
         for object in &self.pending {
             for chunk in &object.chunks {
                 if let ObjectChunk::Keyed(_, key) = chunk {
-                    self.appended.remove(&key.hash);
+                    self.appended.remove(&(key.hash, key.sealed));
                 }
             }
         }

@@ -303,7 +303,7 @@ fn keyed_chunks_are_referenced_by_id_and_unknown_ids_are_refused() {
     let scope = store.catalog().dedup_scope(node, [5; 32]).unwrap().id;
     let bytes = data(50_000, 3);
     let frame = &common::frames(&bytes, 1 << 20)[0];
-    let key = |hash: u8| ChunkKey { hash: [hash; 32], scope: Some(scope) };
+    let key = |hash: u8| ChunkKey { hash: [hash; 32], scope: Some(scope), sealed: false };
 
     let mut batch = store.batch(TxnLimits::default()).unwrap();
     // Sent inside an object that is then abandoned (its file changed while being read).
@@ -312,7 +312,7 @@ fn keyed_chunks_are_referenced_by_id_and_unknown_ids_are_refused() {
     batch.abandon_object();
     // Referenced by the next object: resolved to the abandoned object's frame.
     batch.begin_object(common::object(fs, "/a", bytes.len()), 0, 1).unwrap();
-    batch.reference_chunk([1; 32], scope).unwrap();
+    batch.reference_chunk([1; 32], scope, false).unwrap();
     batch.end_object().unwrap();
     let first = batch.finish(2).unwrap();
     assert_eq!(restore(&store, first.objects[0]), bytes);
@@ -320,8 +320,8 @@ fn keyed_chunks_are_referenced_by_id_and_unknown_ids_are_refused() {
     // After commit, through the catalog; twice in one object.
     let mut batch = store.batch(TxnLimits::default()).unwrap();
     batch.begin_object(common::object(fs, "/b", 2 * bytes.len()), 0, 3).unwrap();
-    batch.reference_chunk([1; 32], scope).unwrap();
-    batch.reference_chunk([1; 32], scope).unwrap();
+    batch.reference_chunk([1; 32], scope, false).unwrap();
+    batch.reference_chunk([1; 32], scope, false).unwrap();
     batch.end_object().unwrap();
     let second = batch.finish(4).unwrap();
     assert_eq!(restore(&store, second.objects[0]), [bytes.clone(), bytes.clone()].concat());
@@ -330,9 +330,12 @@ fn keyed_chunks_are_referenced_by_id_and_unknown_ids_are_refused() {
     // Unknown ids, and ids of another scope, are refused by name.
     let mut batch = store.batch(TxnLimits::default()).unwrap();
     batch.begin_object(common::object(fs, "/c", bytes.len()), 0, 5).unwrap();
-    let e = batch.reference_chunk([2; 32], scope).unwrap_err().to_string();
+    let e = batch.reference_chunk([2; 32], scope, false).unwrap_err().to_string();
     assert!(e.contains("/c") && e.contains(&"02".repeat(32)), "{e}");
-    let e = batch.reference_chunk([1; 32], DedupScopeId(scope.0 + 1)).unwrap_err();
+    let e = batch.reference_chunk([1; 32], DedupScopeId(scope.0 + 1), false).unwrap_err();
+    assert!(e.to_string().contains("does not hold"), "{e}");
+    // A plaintext chunk does not stand in for a sealed one of the same id.
+    let e = batch.reference_chunk([1; 32], scope, true).unwrap_err();
     assert!(e.to_string().contains("does not hold"), "{e}");
     drop(batch);
     assert!(store.check().unwrap().problems.is_empty());

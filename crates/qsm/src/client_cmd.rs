@@ -170,6 +170,11 @@ pub struct RestoreArgs {
     /// $QSM_KEY_FILE, or ~/.config/qsm/key; fetched from the server if none is here).
     #[arg(long)]
     key_file: Option<PathBuf>,
+    /// Refuse any file whose data is not encrypted (`require_encryption` in client.toml): a
+    /// server cannot then substitute plaintext of its choosing for encrypted data. Files
+    /// backed up before encryption was turned on fail too.
+    #[arg(long)]
+    require_encryption: bool,
     /// Machine-readable summary.
     #[arg(long)]
     json: bool,
@@ -215,6 +220,9 @@ pub struct RetrieveArgs {
     /// The node's key file, for encrypted archives (as for restore).
     #[arg(long)]
     key_file: Option<PathBuf>,
+    /// Refuse any file whose data is not encrypted (as for restore).
+    #[arg(long)]
+    require_encryption: bool,
     #[command(flatten)]
     existing: ExistingArgs,
     /// Machine-readable summary.
@@ -557,6 +565,7 @@ struct RestoreRequest<'a> {
     select: Selection,
     verb: &'static str,
     keys: Option<std::sync::Arc<qsm_client::keys::NodeKeys>>,
+    require_sealed: bool,
 }
 
 /// The node's keys for a restore or retrieve: opened when there is a key (here or on the
@@ -589,6 +598,7 @@ fn restore_with(server: &dyn Server, r: RestoreRequest<'_>) -> Result<Complete> 
         select: r.select,
         threads: None,
         keys: r.keys,
+        require_sealed: r.require_sealed,
     };
     let s = qsm_client::restore(server, &filespace, &target, &options)
         .with_context(|| format!("{} {}", r.verb, r.path.display()))?;
@@ -641,6 +651,8 @@ pub fn restore(args: RestoreArgs) -> Result<Complete> {
             select,
             verb: "restoring",
             keys,
+            require_sealed: args.require_encryption
+                || args.home.config()?.require_encryption == Some(true),
         },
     )
 }
@@ -658,6 +670,8 @@ pub fn retrieve(args: RetrieveArgs) -> Result<Complete> {
             select: Selection::Archives(args.description.clone()),
             verb: "retrieving",
             keys,
+            require_sealed: args.require_encryption
+                || args.home.config()?.require_encryption == Some(true),
         },
     )
 }

@@ -44,6 +44,8 @@ pub struct ClientConfig {
     pub cipher: Option<String>,
     /// The node's key file (default: $QSM_KEY_FILE, or ~/.config/qsm/key).
     pub key_file: Option<PathBuf>,
+    /// Restores refuse files that were not encrypted (`qsm restore --require-encryption`).
+    pub require_encryption: Option<bool>,
 }
 
 /// How to reach the data: every client command takes these.

@@ -171,6 +171,30 @@ enum AdminCommand {
     /// each other's chunks from now on. By default each node has its own, `node:NAME`. Nodes
     /// with encryption share chunks only if they also share one master key.
     SetDedupScope { node: String, scope: String },
+    /// Expire: remove what policy no longer keeps.
+    #[command(subcommand)]
+    Expire(ExpireWhat),
+}
+
+#[derive(Debug, Subcommand)]
+enum ExpireWhat {
+    /// Remove inactive backup versions and archives past their management class's limits
+    /// (versions-exist, versions-deleted, retain-extra, retain-only; archive retention), and
+    /// release their chunks for reclamation. Runs as a server process (`query process`,
+    /// `cancel process`); a cancelled or timed-out run is simply run again.
+    Inventory {
+        /// Worker threads, each taking whole filespaces (TSM's RESOURCE=; default 4).
+        #[arg(long, default_value_t = 4)]
+        resource: u32,
+        /// Only this node (repeatable).
+        #[arg(long)]
+        node: Vec<String>,
+        /// Stop after this many minutes.
+        #[arg(long)]
+        duration: Option<u32>,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -193,12 +217,20 @@ enum AdminQuery {
         #[arg(long)]
         json: bool,
     },
+    /// Server processes running now (expiration, ...), with their progress.
+    Process {
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
 enum CancelWhat {
     /// A session by number (from `qsm admin query session`).
     Session { id: u64 },
+    /// A process by number (from `qsm admin query process`): it stops at its next
+    /// transaction boundary, keeping what it committed.
+    Process { id: u64 },
 }
 
 fn new_password(r: &Register) -> Result<String> {
@@ -297,6 +329,55 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
                 scope: scope.clone(),
             }))?;
             println!("Node {node} deduplicates in scope {scope}.");
+        }
+        AdminCommand::Expire(ExpireWhat::Inventory { resource, node, duration, json }) => {
+            if resource == 0 {
+                bail!("--resource must be at least 1");
+            }
+            let mut a = server.admin();
+            let r = server.call(a.expire_inventory(v1::ExpireRequest {
+                resource,
+                nodes: node,
+                duration_minutes: duration.unwrap_or(0),
+            }))?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::json!({"process": r.process, "examined": r.examined, "backups": r.backups, "archives": r.archives, "filespaces": r.filespaces, "stopped": (!r.stopped.is_empty()).then_some(&r.stopped), "seconds": r.seconds})
+                );
+            } else {
+                println!(
+                    "Process {}: expire inventory {}: examined {} versions, deleted {} backup versions and {} archives in {} filespaces, {:.1} s ({:.0} versions/s).",
+                    r.process,
+                    if r.stopped.is_empty() { "ended".to_owned() } else { r.stopped.clone() },
+                    r.examined,
+                    r.backups,
+                    r.archives,
+                    r.filespaces,
+                    r.seconds,
+                    (r.backups + r.archives) as f64 / r.seconds.max(1e-9)
+                );
+            }
+        }
+        AdminCommand::Query(AdminQuery::Process { json }) => {
+            let mut a = server.admin();
+            let list = server.call(a.query_processes(v1::Empty {}))?.processes;
+            if json {
+                let rows: Vec<_> = list
+                    .iter()
+                    .map(|p| serde_json::json!({"id": p.id, "kind": p.kind, "started": p.started, "progress": p.progress}))
+                    .collect();
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else {
+                for p in &list {
+                    println!("{:>6}  {:<18} {}", p.id, p.kind, p.progress);
+                }
+            }
+        }
+        AdminCommand::Cancel { what: CancelWhat::Process { id } } => {
+            let mut a = server.admin();
+            server.call(a.cancel_process(v1::ProcessRequest { process: id }))?;
+            println!("Process {id} is stopping.");
         }
     }
     Ok(true)

@@ -258,6 +258,13 @@ fn chunks_of(cat: &SqliteCatalog, path: &str, active: bool) -> Vec<(i64, u64, u6
         .collect()
 }
 
+/// The active version of `path` in the `src` filespace.
+fn chunks_of_active(cat: &SqliteCatalog, path: &str) -> qsm_catalog::ObjectId {
+    let node = cat.node("local").unwrap().unwrap().id;
+    let fs = cat.filespaces(node).unwrap().into_iter().find(|f| f.name.ends_with("/src")).unwrap();
+    cat.versions(fs.id, path.as_bytes()).unwrap().into_iter().find(|v| v.active).unwrap().id
+}
+
 fn set_location(cat: &SqliteCatalog, chunk: i64, to: (u64, u64, u32)) {
     cat.raw_execute_for_tests(&format!(
         "UPDATE chunks SET container_id = {}, frame_offset = {}, stored_len = {} WHERE id = {chunk}",
@@ -329,6 +336,44 @@ fn tampered_frames_are_detected_named_and_never_written() {
     );
     bytes[at] ^= 0x01;
     fs::write(&container, &bytes).unwrap();
+
+    // Downgraded: a's encrypted frame replaced by a plaintext frame of the same length and its
+    // id removed, as a hostile server could. A plain restore cannot tell it from a file backed
+    // up before encryption was on (FORMAT.md 13.1); --require-encryption refuses it.
+    let forged_dir = m.path("forged");
+    fs::create_dir_all(&forged_dir).unwrap();
+    fs::write(forged_dir.join("p.txt"), b"forged plaintext\n".repeat(5000)).unwrap();
+    m.qsm().arg("backup").arg(&forged_dir).assert().success();
+    let node = cat.node("local").unwrap().unwrap().id;
+    let forged_fs =
+        cat.filespaces(node).unwrap().into_iter().find(|f| f.name.ends_with("/forged")).unwrap();
+    let p = &cat.versions(forged_fs.id, b"p.txt").unwrap()[0];
+    let p = cat.object_chunks(p.id).unwrap()[0];
+    let a_hash = cat.object_chunks(chunks_of_active(&cat, "a.txt")).unwrap()[0].hash.unwrap();
+    set_location(&cat, a_new.0, (p.location.container.0, p.location.offset, p.location.stored_len));
+    cat.raw_execute_for_tests(&format!("UPDATE chunks SET hash = NULL WHERE id = {}", a_new.0))
+        .unwrap();
+    let plain = m.path("downgraded");
+    m.qsm().arg("restore").arg(&src).arg("--to").arg(&plain).assert().success();
+    assert_eq!(fs::read(plain.join("a.txt")).unwrap(), b"forged plaintext\n".repeat(5000));
+    let out = m.path("required");
+    m.qsm()
+        .args(["restore", "--require-encryption"])
+        .arg(&src)
+        .arg("--to")
+        .arg(&out)
+        .assert()
+        .code(4)
+        .stderr(
+            predicate::str::contains("a.txt: not restored")
+                .and(predicate::str::contains("not encrypted")),
+        );
+    assert!(!out.join("a.txt").exists());
+    assert_eq!(fs::read(out.join("b.txt")).unwrap(), fs::read(src.join("b.txt")).unwrap());
+    set_location(&cat, a_new.0, loc(a_new));
+    let hex: String = a_hash.iter().map(|b| format!("{b:02x}")).collect();
+    cat.raw_execute_for_tests(&format!("UPDATE chunks SET hash = X'{hex}' WHERE id = {}", a_new.0))
+        .unwrap();
 
     // Mended, everything restores again: the tests above changed nothing stored.
     let out = m.path("mended");

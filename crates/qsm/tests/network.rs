@@ -650,6 +650,16 @@ fn dedup_and_encryption_mixed_across_nodes_and_chunk_ids_do_not_cross_nodes() {
         }
     }
     assert!(!alpha_ids.is_empty());
+    // Beta's own plaintext chunk ids, for the planting attempt below.
+    let beta = cat.node("beta").unwrap().unwrap().id;
+    let beta_fs = cat.filespaces(beta).unwrap()[0].id;
+    let beta_ids: Vec<[u8; 32]> = cat
+        .versions(beta_fs, b"docs/secret.txt")
+        .unwrap()
+        .iter()
+        .flat_map(|v| cat.object_chunks(v.id).unwrap())
+        .map(|c| c.hash.expect("dedup chunks carry their id"))
+        .collect();
 
     // Beta learns alpha's chunk ids: the server says it holds none of them for beta, and a
     // backup that references one is refused.
@@ -675,6 +685,7 @@ fn dedup_and_encryption_mixed_across_nodes_and_chunk_ids_do_not_cross_nodes() {
         let have = node
             .have_chunks(v1::HaveChunksRequest {
                 ids: alpha_ids.iter().map(|id| id.to_vec().into()).collect(),
+                sealed: true,
             })
             .await
             .unwrap()
@@ -694,7 +705,7 @@ fn dedup_and_encryption_mixed_across_nodes_and_chunk_ids_do_not_cross_nodes() {
                 attrs: Some(v1::Attributes { size: 1, ..Default::default() }),
                 ..Default::default()
             }),
-            Op::Reference(alpha_ids[0].to_vec().into()),
+            Op::Reference(v1::ChunkRef { id: alpha_ids[0].to_vec().into(), sealed: true }),
             Op::End(v1::Empty {}),
             Op::Finish(v1::Empty {}),
         ];
@@ -735,15 +746,55 @@ fn dedup_and_encryption_mixed_across_nodes_and_chunk_ids_do_not_cross_nodes() {
         let e = result.expect_err("a planted chunk must be refused");
         assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
         assert!(e.message().contains("does not match its id"), "{e:?}");
+        // A sealed frame (which the server cannot check) planted under a plaintext chunk's id
+        // is kept apart: plaintext lookups and references never find it.
+        let master = qsm_crypt::MasterKey::generate().unwrap();
+        let keys = qsm_crypt::FrameKeys::new(&master, qsm_crypt::Aead::Aes256Gcm).unwrap();
+        let mut sealed = Vec::new();
+        let h = qsm_codec::FrameEncoder::new(qsm_codec::Compression::parse("off").unwrap())
+            .unwrap()
+            .encode_sealed(b"junk under a stolen id", &mut sealed, &keys, &beta_ids[0])
+            .unwrap();
+        sealed.truncate(h.frame_len());
+        let ops = vec![
+            Op::Start(v1::Start { filespace: fs, ..Default::default() }),
+            Op::Begin(v1::Begin {
+                path: b"planted".to_vec().into(),
+                attrs: Some(v1::Attributes { size: 22, ..Default::default() }),
+                ..Default::default()
+            }),
+            Op::Chunk(v1::Chunk {
+                id: beta_ids[0].to_vec().into(),
+                frame: sealed.into(),
+                shared: true,
+            }),
+            Op::End(v1::Empty {}),
+            Op::Finish(v1::Empty {}),
+        ];
+        let ops = ops.into_iter().map(|op| v1::BackupOp { op: Some(op) }).collect();
+        let request = tokio_stream::iter(vec![v1::BackupRequest { ops }]);
+        let mut replies = node.backup(request).await.unwrap().into_inner();
+        while replies.message().await.unwrap().is_some() {}
+        for sealed in [false, true] {
+            let have = node
+                .have_chunks(v1::HaveChunksRequest {
+                    ids: vec![beta_ids[0].to_vec().into()],
+                    sealed,
+                })
+                .await
+                .unwrap()
+                .into_inner()
+                .have;
+            assert_eq!(have, vec![true], "sealed={sealed}: one chunk of each kind");
+        }
         // A malformed id is refused as such.
         let e = node
-            .have_chunks(v1::HaveChunksRequest { ids: vec![vec![1u8; 5].into()] })
+            .have_chunks(v1::HaveChunksRequest { ids: vec![vec![1u8; 5].into()], sealed: false })
             .await
             .unwrap_err();
         assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
     });
     // Nothing of beta's attempt was committed.
-    let beta = cat.node("beta").unwrap().unwrap().id;
     let stolen = cat.filespaces(beta).unwrap().into_iter().find(|f| f.name == "/stolen").unwrap();
     assert!(cat.versions(stolen.id, b"loot").unwrap().is_empty());
 
@@ -753,4 +804,9 @@ fn dedup_and_encryption_mixed_across_nodes_and_chunk_ids_do_not_cross_nodes() {
     let shared =
         json(client(&server, "gamma", &pw).args(["backup", "--full", "--dedup", "on"]).arg(&src));
     assert_eq!(shared[0]["bytes_stored"], 0, "{shared}");
+    // Gamma's files are now beta's plaintext chunks, one of them the id the sealed junk was
+    // planted under: they restore byte for byte.
+    let out = dir.path().join("out-gamma-shared");
+    client(&server, "gamma", &pw).arg("restore").arg(&src).arg("--to").arg(&out).assert().success();
+    assert_same(&src, &out);
 }
