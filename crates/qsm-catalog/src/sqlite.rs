@@ -605,9 +605,12 @@ impl Catalog for SqliteCatalog {
     }
 
     fn dedup_scope(&self, node: NodeId, new_secret: [u8; 32]) -> Result<DedupScope> {
-        let conn = lock(&self.writer);
+        // One transaction on the writer: a node's first scope is set only where none is, so
+        // an administrator's set-dedup-scope running at the same time is never undone.
+        let mut conn = lock(&self.writer);
         let op = "reading a node's dedup scope";
-        let found: Option<(String, Option<i64>)> = conn
+        let t = conn.transaction().map_err(CatalogError::db(op))?;
+        let found: Option<(String, Option<i64>)> = t
             .query_row("SELECT name, dedup_scope FROM nodes WHERE id = ?1", [node.0], |r| {
                 Ok((r.get(0)?, r.get(1)?))
             })
@@ -615,11 +618,29 @@ impl Catalog for SqliteCatalog {
             .map_err(CatalogError::db(op))?;
         let (name, scope) = found
             .ok_or_else(|| CatalogError::NotFound { what: "node", key: node.0.to_string() })?;
-        if let Some(id) = scope {
-            return scope_by_id(&conn, DedupScopeId(id));
-        }
-        drop(conn);
-        self.set_dedup_scope(node, &format!("node:{name}"), new_secret)
+        let id = match scope {
+            Some(id) => id,
+            None => {
+                let own = format!("node:{name}");
+                t.execute(
+                    "INSERT INTO dedup_scopes (name, secret) VALUES (?1, ?2) ON CONFLICT (name) DO NOTHING",
+                    params![own, &new_secret[..]],
+                )
+                .map_err(CatalogError::db(op))?;
+                let id: i64 = t
+                    .query_row("SELECT id FROM dedup_scopes WHERE name = ?1", [&own], |r| r.get(0))
+                    .map_err(CatalogError::db(op))?;
+                t.execute(
+                    "UPDATE nodes SET dedup_scope = ?1 WHERE id = ?2 AND dedup_scope IS NULL",
+                    params![id, node.0],
+                )
+                .map_err(CatalogError::db(op))?;
+                id
+            }
+        };
+        let scope = scope_by_id(&t, DedupScopeId(id))?;
+        t.commit().map_err(CatalogError::db(op))?;
+        Ok(scope)
     }
 
     fn set_dedup_scope(

@@ -568,6 +568,8 @@ fn run_backup(
     let mut bytes = 0u64;
     let mut started: Option<(FilespaceId, qsm_store::Batch<'_>)> = None;
     let mut in_object = false;
+    // The current object's path and chunk count, for messages.
+    let mut current: (Vec<u8>, usize) = (Vec::new(), 0);
     // The node's dedup scope and the key of its plaintext chunk ids, looked up on the first
     // chunk that needs them.
     let mut scope: Option<(qsm_catalog::DedupScopeId, qsm_crypt::ChunkIdKey)> = None;
@@ -639,6 +641,7 @@ fn run_backup(
                         chunks: Vec::new(),
                     };
                     let size = object.attrs.size;
+                    current = (object.path.clone(), 0);
                     let committed = batch
                         .begin_object(object, size, qsm_catalog::now())
                         .map_err(store_status)?;
@@ -668,7 +671,19 @@ fn run_backup(
                             Some(s) => s,
                             None => scope.insert(node_scope_ids(store)?),
                         };
-                        check_plain_id(ids, &chunk.frame, &hash, &mut decoder, &mut raw)?;
+                        check_plain_id(ids, &chunk.frame, &hash, &mut decoder, &mut raw).map_err(
+                            |s| {
+                                Status::new(
+                                    s.code(),
+                                    format!(
+                                        "object {}: chunk {}: {}",
+                                        String::from_utf8_lossy(&current.0),
+                                        current.1,
+                                        s.message()
+                                    ),
+                                )
+                            },
+                        )?;
                         Some(*id)
                     } else {
                         None
@@ -676,6 +691,7 @@ fn run_backup(
                     // The store reads `sealed` from the frame itself.
                     let key = qsm_catalog::ChunkKey { hash, scope: shared, sealed: false };
                     batch.append_chunk(&chunk.frame, key).map_err(store_status)?;
+                    current.1 += 1;
                     session.bytes.fetch_add(chunk.frame.len() as u64, Ordering::Relaxed);
                 }
                 Op::Reference(r) => {
@@ -690,6 +706,7 @@ fn run_backup(
                         None => scope.insert(node_scope_ids(store)?).0,
                     };
                     batch.reference_chunk(hash, s, r.sealed).map_err(store_status)?;
+                    current.1 += 1;
                 }
                 Op::End(_) => {
                     batch.end_object().map_err(store_status)?;

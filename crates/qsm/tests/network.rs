@@ -745,7 +745,11 @@ fn dedup_and_encryption_mixed_across_nodes_and_chunk_ids_do_not_cross_nodes() {
         };
         let e = result.expect_err("a planted chunk must be refused");
         assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
-        assert!(e.message().contains("does not match its id"), "{e:?}");
+        assert!(
+            e.message()
+                .contains("object plant: chunk 0: a shared chunk's data does not match its id"),
+            "{e:?}"
+        );
         // A sealed frame (which the server cannot check) planted under a plaintext chunk's id
         // is kept apart: plaintext lookups and references never find it.
         let master = qsm_crypt::MasterKey::generate().unwrap();
