@@ -268,27 +268,34 @@ impl Store {
                 writer.finish()?;
                 moved
             };
-            let mut t = self.catalog.begin()?;
-            for new in &moved {
-                t.add_container(self.pool_record, ContainerId(new.container))?;
-            }
-            for (chunk, new) in live.iter().zip(&moved) {
-                t.move_chunk(chunk.id, ContainerId(new.container), new.offset)?;
-            }
-            for dead in chunks.iter().filter(|c| c.refcount == 0) {
-                t.delete_chunk(dead.id)?;
-            }
-            for (id, end) in container_ends(&moved) {
-                t.set_container(ContainerId(id), end, true)?;
-            }
-            t.delete_container(container.id)?;
-            t.commit()?;
+            let committed = (|| -> Result<()> {
+                let mut t = self.catalog.begin()?;
+                for new in &moved {
+                    t.add_container(self.pool_record, ContainerId(new.container))?;
+                }
+                for (chunk, new) in live.iter().zip(&moved) {
+                    t.move_chunk(chunk.id, ContainerId(new.container), new.offset)?;
+                }
+                for dead in chunks.iter().filter(|c| c.refcount == 0) {
+                    t.delete_chunk(dead.id)?;
+                }
+                for (id, end) in container_ends(&moved) {
+                    t.set_container(ContainerId(id), end, true)?;
+                }
+                t.delete_container(container.id)?;
+                t.commit()?;
+                Ok(())
+            })();
+            // Committed or not, the copy is no longer being written: if the commit was refused
+            // (a chunk listed dead was referenced again meanwhile), it is an orphan that
+            // `remove_orphans` may delete.
             {
                 let mut open = self.open_set();
                 for new in &moved {
                     open.remove(&ContainerId(new.container));
                 }
             }
+            committed?;
             self.pool.delete(container.id.0)?;
             reclaimed.push(container.id);
         }

@@ -814,3 +814,87 @@ fn dedup_and_encryption_mixed_across_nodes_and_chunk_ids_do_not_cross_nodes() {
     client(&server, "gamma", &pw).arg("restore").arg(&src).arg("--to").arg(&out).assert().success();
     assert_same(&src, &out);
 }
+
+/// Issue 7: `qsm admin expire inventory` through a real server, with the default policy
+/// (2 versions while the file exists; archives at their retention): the oldest of three
+/// versions and a due archive go, what policy keeps stays restorable, the run is in the
+/// activity log's process record, and a node's password cannot run it.
+#[test]
+fn expire_inventory_removes_what_policy_no_longer_keeps() {
+    let dir = TempDir::new().unwrap();
+    let server = ServerProc::start(&dir.path().join("srv"), false);
+    register(&server, "alpha", "alpha-password");
+    let pw = password_file(dir.path(), "pw", "alpha-password");
+    let src = dir.path().join("src");
+    fs::create_dir_all(&src).unwrap();
+    for v in 1..=3 {
+        fs::write(src.join("f.txt"), format!("version {v}\n").repeat(1000)).unwrap();
+        client(&server, "alpha", &pw).arg("backup").arg(&src).assert().success();
+    }
+    client(&server, "alpha", &pw)
+        .args(["archive", "-d", "due now", "--retain-days", "0"])
+        .arg(&src)
+        .assert()
+        .success();
+    client(&server, "alpha", &pw)
+        .args(["archive", "-d", "kept", "--retain-days", "30"])
+        .arg(&src)
+        .assert()
+        .success();
+    let versions = |server: &ServerProc| {
+        let v =
+            json(client(server, "alpha", &pw).args(["query", "backup", "--inactive"]).arg(&src));
+        v.as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["path"].as_str().is_some_and(|p| p.ends_with("f.txt")))
+            .count()
+    };
+    assert_eq!(versions(&server), 3);
+
+    // A node cannot expire anything.
+    let mut c = Command::cargo_bin("qsm").unwrap();
+    c.args(["admin", "--server", &server.url, "--admin", "alpha", "--password-file"])
+        .arg(&pw)
+        .args(["expire", "inventory"])
+        .assert()
+        .code(1);
+    admin(&server)
+        .args(["expire", "inventory", "--node", "nobody"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("no node nobody"));
+    let report = json(admin(&server).args(["expire", "inventory", "--resource", "2"]));
+    assert_eq!(report["backups"], 1, "{report}");
+    assert_eq!(report["archives"], 2, "the due archive of the directory and of its file: {report}");
+    assert!(report["stopped"].is_null(), "{report}");
+    assert_eq!(versions(&server), 2);
+    // Again: nothing left to do.
+    let again = json(admin(&server).args(["expire", "inventory"]));
+    assert_eq!(
+        again["backups"].as_u64().unwrap() + again["archives"].as_u64().unwrap(),
+        0,
+        "{again}"
+    );
+    // What policy keeps restores: the active version, and the kept archive.
+    let out = dir.path().join("out");
+    client(&server, "alpha", &pw).arg("restore").arg(&src).arg("--to").arg(&out).assert().success();
+    assert_same(&src, &out);
+    let kept = dir.path().join("kept");
+    client(&server, "alpha", &pw)
+        .args(["retrieve", "-d", "kept"])
+        .arg(&src)
+        .arg("--to")
+        .arg(&kept)
+        .assert()
+        .success();
+    assert_same(&src, &kept);
+    // No process is left running, and cancelling one that is not is an error.
+    let procs = json(admin(&server).args(["query", "process"]));
+    assert_eq!(procs.as_array().unwrap().len(), 0, "{procs}");
+    admin(&server)
+        .args(["cancel", "process", "999"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("no process 999"));
+}
