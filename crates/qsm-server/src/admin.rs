@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use qsm_catalog::Severity;
 use qsm_proto::v1::{self, admin_server::Admin};
 use tonic::transport::server::UdsConnectInfo;
 use tonic::{Request, Response, Status};
@@ -41,16 +42,17 @@ fn check_password(password: &str) -> Result<(), Status> {
 }
 
 impl AdminService {
-    fn authorize<T>(&self, request: &Request<T>) -> Result<(), Status> {
+    /// Who is asking, for the activity log, if they may administer.
+    fn authorize<T>(&self, request: &Request<T>) -> Result<String, Status> {
         if let Some(info) = request.extensions().get::<UdsConnectInfo>() {
             let me = rustix::process::geteuid().as_raw();
-            if info.peer_cred.is_some_and(|c| c.uid() == me || c.uid() == 0) {
-                return Ok(());
+            if let Some(c) = info.peer_cred.filter(|c| c.uid() == me || c.uid() == 0) {
+                return Ok(format!("the local socket's uid {}", c.uid()));
             }
         }
         match token(request).and_then(|t| self.state.sessions.get(t)) {
             Some(s) if s.is_cancelled() => Err(Status::cancelled("this session was cancelled")),
-            Some(s) if s.node.is_none() => Ok(()),
+            Some(s) if s.node.is_none() => Ok(format!("administrator {}", s.account)),
             Some(_) => Err(Status::permission_denied("a node cannot administer the server")),
             None => Err(Status::unauthenticated(
                 "log in as an administrator, or use the server's local socket as its user",
@@ -68,9 +70,10 @@ impl AdminService {
     async fn register(
         &self,
         request: Request<v1::RegisterRequest>,
+        what: &'static str,
         record: Record,
     ) -> Result<Response<v1::Empty>, Status> {
-        self.authorize(&request)?;
+        let actor = self.authorize(&request)?;
         let r = request.into_inner();
         check_name(&r.name)?;
         check_password(&r.password)?;
@@ -78,6 +81,7 @@ impl AdminService {
         blocking(move || {
             let hash = auth::hash_password(&r.password).map_err(Status::internal)?;
             record(state.store.catalog().as_ref(), &r.name, &hash).map_err(catalog_status)?;
+            state.log(Severity::Info, &format!("{actor} registered {what} {}", r.name), None, None);
             Ok(Response::new(v1::Empty {}))
         })
         .await
@@ -90,7 +94,7 @@ impl Admin for AdminService {
         &self,
         request: Request<v1::RegisterRequest>,
     ) -> Result<Response<v1::Empty>, Status> {
-        self.register(request, |catalog, name, hash| {
+        self.register(request, "node", |catalog, name, hash| {
             catalog.register_node(name, hash, qsm_catalog::standard_domain(catalog)?).map(|_| ())
         })
         .await
@@ -100,14 +104,17 @@ impl Admin for AdminService {
         &self,
         request: Request<v1::RegisterRequest>,
     ) -> Result<Response<v1::Empty>, Status> {
-        self.register(request, |catalog, name, hash| catalog.register_admin(name, hash)).await
+        self.register(request, "administrator", |catalog, name, hash| {
+            catalog.register_admin(name, hash)
+        })
+        .await
     }
 
     async fn set_node_locked(
         &self,
         request: Request<v1::LockRequest>,
     ) -> Result<Response<v1::Empty>, Status> {
-        self.authorize(&request)?;
+        let actor = self.authorize(&request)?;
         let r = request.into_inner();
         let state = Arc::clone(&self.state);
         blocking(move || {
@@ -120,6 +127,13 @@ impl Admin for AdminService {
             if r.locked {
                 state.sessions.cancel_node(node.id);
             }
+            let how = if r.locked { "locked" } else { "unlocked" };
+            state.log(
+                Severity::Info,
+                &format!("{actor} {how} node {}", r.name),
+                Some(node.id),
+                None,
+            );
             Ok(Response::new(v1::Empty {}))
         })
         .await
@@ -176,11 +190,17 @@ impl Admin for AdminService {
         &self,
         request: Request<v1::CancelRequest>,
     ) -> Result<Response<v1::Empty>, Status> {
-        self.authorize(&request)?;
+        let actor = self.authorize(&request)?;
         let id = request.get_ref().session;
         if !self.state.sessions.cancel(id) {
             return Err(Status::not_found(format!("no session {id}")));
         }
+        let state = Arc::clone(&self.state);
+        blocking(move || {
+            state.log(Severity::Info, &format!("{actor} cancelled session {id}"), None, None);
+            Ok(())
+        })
+        .await?;
         Ok(Response::new(v1::Empty {}))
     }
 
@@ -188,9 +208,8 @@ impl Admin for AdminService {
         &self,
         request: Request<v1::ExpireRequest>,
     ) -> Result<Response<v1::ExpireReply>, Status> {
-        use qsm_catalog::Severity;
         use qsm_catalog::expire::{DEFAULT_BATCH, ExpireOptions, ExpireProgress, expire_inventory};
-        self.authorize(&request)?;
+        let actor = self.authorize(&request)?;
         let r = request.into_inner();
         let resource = match r.resource {
             0 => 4,
@@ -222,7 +241,7 @@ impl Admin for AdminService {
                 catalog.start_process("expire inventory", &what).map_err(catalog_status)?;
             let _ = catalog.log(
                 Severity::Info,
-                &format!("process {}: expire inventory started ({what})", process.0),
+                &format!("process {}: expire inventory started by {actor} ({what})", process.0),
                 None,
                 None,
                 Some(process),
@@ -330,20 +349,88 @@ impl Admin for AdminService {
         &self,
         request: Request<v1::ProcessRequest>,
     ) -> Result<Response<v1::Empty>, Status> {
-        self.authorize(&request)?;
+        let actor = self.authorize(&request)?;
         let id = request.get_ref().process;
         let known = i64::try_from(id).is_ok_and(|id| self.state.processes.cancel(id));
         if !known {
             return Err(Status::not_found(format!("no process {id} is running")));
         }
+        let state = Arc::clone(&self.state);
+        blocking(move || {
+            state.log(Severity::Info, &format!("{actor} cancelled process {id}"), None, None);
+            Ok(())
+        })
+        .await?;
         Ok(Response::new(v1::Empty {}))
+    }
+
+    async fn query_actlog(
+        &self,
+        request: Request<v1::ActlogRequest>,
+    ) -> Result<Response<v1::ActlogReply>, Status> {
+        self.authorize(&request)?;
+        let r = request.into_inner();
+        let limit = if r.limit == 0 { 1000 } else { r.limit.min(100_000) } as usize;
+        let search = r.search.to_lowercase();
+        let state = Arc::clone(&self.state);
+        blocking(move || {
+            // Pages through the log from `since`, so a search scans all of it without holding
+            // it in memory; only the newest `limit` matches are kept.
+            let catalog = state.store.catalog();
+            let mut kept = std::collections::VecDeque::new();
+            let (mut since, mut last_id, mut truncated) = (r.since, 0i64, false);
+            loop {
+                let page = catalog.activity(since, 10_000).map_err(catalog_status)?;
+                let full = page.len() == 10_000;
+                let mut new = 0;
+                for e in page {
+                    if e.id <= last_id {
+                        continue;
+                    }
+                    new += 1;
+                    last_id = e.id;
+                    since = e.time;
+                    if search.is_empty() || e.message.to_lowercase().contains(&search) {
+                        kept.push_back(e);
+                        if kept.len() > limit {
+                            kept.pop_front();
+                            truncated = true;
+                        }
+                    }
+                }
+                if !full {
+                    break;
+                }
+                if new == 0 {
+                    // More than a page of entries in one second: paging by time cannot pass
+                    // them. Say the answer is partial rather than loop.
+                    truncated = true;
+                    break;
+                }
+            }
+            let entries = kept
+                .into_iter()
+                .map(|e| v1::ActlogEntry {
+                    time: e.time,
+                    severity: match e.severity {
+                        Severity::Info => "info",
+                        Severity::Warning => "warning",
+                        Severity::Error => "error",
+                    }
+                    .into(),
+                    message: e.message,
+                })
+                .collect();
+            Ok(Response::new(v1::ActlogReply { entries, truncated }))
+        })
+        .await
     }
 
     async fn set_dedup_scope(
         &self,
         request: Request<v1::DedupScopeRequest>,
     ) -> Result<Response<v1::Empty>, Status> {
-        self.authorize(&request)?;
+        let actor = self.authorize(&request)?;
         let r = request.into_inner();
         if r.scope.is_empty() || r.scope.len() > 256 {
             return Err(Status::invalid_argument("a dedup scope name has 1 to 256 bytes"));
@@ -357,6 +444,12 @@ impl Admin for AdminService {
                 .ok_or_else(|| Status::not_found(format!("no node {}", r.node)))?;
             let secret = auth::new_secret().map_err(Status::internal)?;
             catalog.set_dedup_scope(node.id, &r.scope, secret).map_err(catalog_status)?;
+            state.log(
+                Severity::Info,
+                &format!("{actor} put node {} in dedup scope {}", r.node, r.scope),
+                Some(node.id),
+                None,
+            );
             Ok(Response::new(v1::Empty {}))
         })
         .await

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use qsm_catalog::{CatalogError, FilespaceId, NewObject, NodeId, ObjectId, ObjectKind};
+use qsm_catalog::{CatalogError, FilespaceId, NewObject, NodeId, ObjectId, ObjectKind, Severity};
 use qsm_proto::convert;
 use qsm_proto::v1::{self, backup_op::Op, node_server::Node};
 use qsm_store::{Store, StoreError, TxnLimits};
@@ -174,9 +174,27 @@ impl Node for NodeService {
             let (node, record) = if r.admin {
                 let Some(admin) = catalog.admin(&r.account).map_err(catalog_status)? else {
                     auth::verify_nothing(&r.password);
+                    state.log(
+                        Severity::Warning,
+                        &format!(
+                            "failed login of unknown administrator {:?} from {peer}",
+                            r.account
+                        ),
+                        None,
+                        None,
+                    );
                     return Err(refused());
                 };
                 if !auth::verify_password(&r.password, &admin.password_hash) {
+                    state.log(
+                        Severity::Warning,
+                        &format!(
+                            "failed login of administrator {} from {peer}: wrong password",
+                            r.account
+                        ),
+                        None,
+                        None,
+                    );
                     return Err(refused());
                 }
                 if admin.locked {
@@ -189,9 +207,21 @@ impl Node for NodeService {
             } else {
                 let Some(node) = catalog.node(&r.account).map_err(catalog_status)? else {
                     auth::verify_nothing(&r.password);
+                    state.log(
+                        Severity::Warning,
+                        &format!("failed login of unknown node {:?} from {peer}", r.account),
+                        None,
+                        None,
+                    );
                     return Err(refused());
                 };
                 if !auth::verify_password(&r.password, &node.password_hash) {
+                    state.log(
+                        Severity::Warning,
+                        &format!("failed login of node {} from {peer}: wrong password", r.account),
+                        Some(node.id),
+                        None,
+                    );
                     return Err(refused());
                 }
                 if node.locked {
@@ -210,6 +240,19 @@ impl Node for NodeService {
                 state.sessions.open(new, token.clone(), state.config.max_sessions).ok_or_else(
                     || Status::resource_exhausted("the server has as many sessions as it allows"),
                 )?;
+            state.log(
+                Severity::Info,
+                &format!(
+                    "session {}: {} {} logged in from {} ({})",
+                    session.id,
+                    if session.node.is_some() { "node" } else { "administrator" },
+                    session.account,
+                    session.peer,
+                    session.client
+                ),
+                session.node,
+                session.record,
+            );
             Ok(Response::new(v1::LoginReply {
                 protocol: qsm_proto::PROTOCOL,
                 token,

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+use qsm_catalog::{NodeId, SessionId, Severity};
 use qsm_store::Store;
 
 use crate::auth::{Session, Sessions};
@@ -75,11 +76,35 @@ impl State {
         }
     }
 
-    /// Closes a node session's catalog record.
+    /// Closes a node session's catalog record, and says so in the activity log.
     pub fn end_record(&self, session: &Session, how: &str) {
         self.update_record(session);
         if let Some(record) = session.record {
             let _ = self.store.catalog().end_session(record, how);
+            self.log(
+                Severity::Info,
+                &format!(
+                    "session {} of node {} {how}: {} bytes, {} objects",
+                    session.id,
+                    session.account,
+                    session.bytes.load(Ordering::Relaxed),
+                    session.objects.load(Ordering::Relaxed)
+                ),
+                session.node,
+                Some(record),
+            );
         }
+    }
+
+    /// Appends to the activity log. A log that cannot be written must not fail what it
+    /// describes, so errors are dropped.
+    pub fn log(
+        &self,
+        severity: Severity,
+        message: &str,
+        node: Option<NodeId>,
+        session: Option<SessionId>,
+    ) {
+        let _ = self.store.catalog().log(severity, message, node, session, None);
     }
 }

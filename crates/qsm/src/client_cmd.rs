@@ -285,6 +285,27 @@ pub fn parse_time(text: &str) -> std::result::Result<i64, String> {
     Ok(days * 86_400 + hh * 3600 + mm * 60 + ss)
 }
 
+/// `secs` since the epoch as `YYYY-MM-DD HH:MM:SS` (UTC): the form `parse_time` reads.
+pub fn format_time(secs: i64) -> String {
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil date from days (H. Hinnant's algorithm), the inverse of `parse_time`'s.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
 #[derive(Debug, Subcommand)]
 pub enum QueryWhat {
     /// The archives of a filespace (all filespaces when none is named).
@@ -869,7 +890,15 @@ impl ProgressLine {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_time;
+    use super::{format_time, parse_time};
+
+    #[test]
+    fn formatted_times_parse_back() {
+        for t in [0, 951_782_400, 1_795_350_000, 4_102_444_799, 1_709_164_800] {
+            assert_eq!(parse_time(&format_time(t)), Ok(t), "{}", format_time(t));
+        }
+        assert_eq!(format_time(1_709_164_800), "2024-02-29 00:00:00");
+    }
 
     #[test]
     fn parses_times_in_utc() {

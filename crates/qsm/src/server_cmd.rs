@@ -222,6 +222,20 @@ enum AdminQuery {
         #[arg(long)]
         json: bool,
     },
+    /// The activity log: logins, session ends, administrative actions, processes, warnings.
+    Actlog {
+        /// From this time (UTC; as `qsm restore --pit` takes it; default: the last 24 hours).
+        #[arg(long, value_parser = crate::client_cmd::parse_time)]
+        since: Option<i64>,
+        /// Only entries containing this text (case-insensitive).
+        #[arg(long)]
+        search: Option<String>,
+        /// At most this many entries, the newest.
+        #[arg(long, default_value_t = 1000)]
+        limit: u32,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -372,6 +386,35 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
                 for p in &list {
                     println!("{:>6}  {:<18} {}", p.id, p.kind, p.progress);
                 }
+            }
+        }
+        AdminCommand::Query(AdminQuery::Actlog { since, search, limit, json }) => {
+            let mut a = server.admin();
+            let since = since.unwrap_or_else(|| qsm_catalog::now() - 86_400);
+            let r = server.call(a.query_actlog(v1::ActlogRequest {
+                since,
+                search: search.unwrap_or_default(),
+                limit,
+            }))?;
+            if json {
+                let rows: Vec<_> = r
+                    .entries
+                    .iter()
+                    .map(|e| serde_json::json!({"time": e.time, "severity": e.severity, "message": e.message}))
+                    .collect();
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else {
+                for e in &r.entries {
+                    println!(
+                        "{}  {:<7}  {}",
+                        crate::client_cmd::format_time(e.time),
+                        e.severity,
+                        e.message
+                    );
+                }
+            }
+            if r.truncated {
+                eprintln!("qsm: warning: more entries matched; the oldest were left out (--limit)");
             }
         }
         AdminCommand::Cancel { what: CancelWhat::Process { id } } => {

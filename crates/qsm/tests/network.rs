@@ -889,6 +889,32 @@ fn expire_inventory_removes_what_policy_no_longer_keeps() {
         .assert()
         .success();
     assert_same(&src, &kept);
+    // The activity log has it all: the expiration's start (by whom) and end with its counts,
+    // the node's logins and session ends, the refused administrator login.
+    let log = |search: &str| {
+        let rows = json(admin(&server).args(["query", "actlog", "--search", search]));
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["message"].as_str().unwrap().to_owned())
+            .collect::<Vec<_>>()
+    };
+    let expire = log("EXPIRE INVENTORY");
+    assert!(expire.iter().any(|m| m.contains("started by the local socket's uid")), "{expire:?}");
+    assert!(
+        expire.iter().any(|m| m.contains("ended: examined")
+            && m.contains("deleted 1 backup versions and 2 archives")),
+        "{expire:?}"
+    );
+    assert!(log("node alpha logged in").len() >= 5, "{:?}", log("logged in"));
+    assert!(!log("of node alpha ended").is_empty(), "{:?}", log("session"));
+    assert_eq!(
+        log("failed login of unknown administrator \"alpha\"").len(),
+        1,
+        "{:?}",
+        log("failed")
+    );
+    assert!(log("no such text anywhere").is_empty());
     // No process is left running, and cancelling one that is not is an error.
     let procs = json(admin(&server).args(["query", "process"]));
     assert_eq!(procs.as_array().unwrap().len(), 0, "{procs}");
