@@ -364,6 +364,92 @@ impl Admin for AdminService {
         Ok(Response::new(v1::Empty {}))
     }
 
+    async fn reclaim_stgpool(
+        &self,
+        request: Request<v1::ReclaimRequest>,
+    ) -> Result<Response<v1::ReclaimReply>, Status> {
+        let actor = self.authorize(&request)?;
+        let pct = match request.into_inner().threshold_percent {
+            0 => 60,
+            p if p > 100 => {
+                return Err(Status::invalid_argument("--threshold is a percentage, 1 to 100"));
+            }
+            p => p,
+        };
+        let state = Arc::clone(&self.state);
+        blocking(move || {
+            let catalog = state.store.catalog();
+            let what = format!("containers at least {pct}% reclaimable");
+            let process =
+                catalog.start_process("reclaim stgpool", &what).map_err(catalog_status)?;
+            state.log(
+                Severity::Info,
+                &format!("process {}: reclaim stgpool started by {actor} ({what})", process.0),
+                None,
+                None,
+            );
+            let cancel = Arc::new(AtomicBool::new(false));
+            state.processes.start(
+                process.0,
+                Running {
+                    kind: "reclaim stgpool".into(),
+                    started: qsm_catalog::now(),
+                    cancel: Arc::clone(&cancel),
+                    progress: Arc::new(move || what.clone()),
+                },
+            );
+            let started = std::time::Instant::now();
+            // Live below (100 - pct)% of a container's bytes: at least pct% is reclaimable.
+            let result =
+                state.store.reclaim_until(f64::from(100 - pct) / 100.0, &cancel).and_then(|done| {
+                    // This server is the pool's only writer, and its own open containers are
+                    // known to the store: orphans are leftovers of crashes or refused
+                    // reclamations.
+                    let orphans = state.store.remove_orphans()?;
+                    Ok((done, orphans))
+                });
+            state.processes.end(process.0);
+            let seconds = started.elapsed().as_secs_f64();
+            let stopped = cancel.load(Ordering::Relaxed).then(|| "cancelled".to_owned());
+            match result {
+                Ok((done, orphans)) => {
+                    let detail = format!(
+                        "{} containers reclaimed, {} orphan containers removed, {seconds:.1} s{}",
+                        done.len(),
+                        orphans.len(),
+                        stopped.as_ref().map(|w| format!("; {w}")).unwrap_or_default()
+                    );
+                    let how = if stopped.is_some() { "cancelled" } else { "ended" };
+                    let _ = catalog.end_process(process, how, &detail);
+                    state.log(
+                        Severity::Info,
+                        &format!("process {}: reclaim stgpool {how}: {detail}", process.0),
+                        None,
+                        None,
+                    );
+                    Ok(Response::new(v1::ReclaimReply {
+                        process: process.0 as u64,
+                        containers: done.len() as u64,
+                        orphans: orphans.len() as u64,
+                        stopped: stopped.unwrap_or_default(),
+                        seconds,
+                    }))
+                }
+                Err(e) => {
+                    let _ = catalog.end_process(process, "failed", &e.to_string());
+                    state.log(
+                        Severity::Error,
+                        &format!("process {}: reclaim stgpool failed: {e}", process.0),
+                        None,
+                        None,
+                    );
+                    Err(Status::internal(e.to_string()))
+                }
+            }
+        })
+        .await
+    }
+
     async fn query_actlog(
         &self,
         request: Request<v1::ActlogRequest>,

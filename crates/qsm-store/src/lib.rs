@@ -241,11 +241,24 @@ impl Store {
     /// catalog is repointed and dead chunks dropped in one transaction, then the old container
     /// is deleted. Returns the containers reclaimed.
     pub fn reclaim(&self, threshold: f64) -> Result<Vec<ContainerId>> {
+        self.reclaim_until(threshold, &std::sync::atomic::AtomicBool::new(false))
+    }
+
+    /// [`Store::reclaim`], stopping before the next container once `stop` is set (what was
+    /// reclaimed stays reclaimed: each container is its own transaction).
+    pub fn reclaim_until(
+        &self,
+        threshold: f64,
+        stop: &std::sync::atomic::AtomicBool,
+    ) -> Result<Vec<ContainerId>> {
         let open = self.open_set().clone();
         let sizes: BTreeMap<u64, u64> =
             self.pool.containers()?.into_iter().map(|c| (c.id, c.size)).collect();
         let mut reclaimed = Vec::new();
         for container in self.catalog.containers(self.pool_record)? {
+            if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                break;
+            }
             if open.contains(&container.id) {
                 continue;
             }

@@ -174,6 +174,23 @@ enum AdminCommand {
     /// Expire: remove what policy no longer keeps.
     #[command(subcommand)]
     Expire(ExpireWhat),
+    /// Reclaim: rewrite containers whose space is mostly dead.
+    #[command(subcommand)]
+    Reclaim(ReclaimWhat),
+}
+
+#[derive(Debug, Subcommand)]
+enum ReclaimWhat {
+    /// Copy the live frames of containers at least PCT% reclaimable into new containers and
+    /// delete the old ones (and containers no catalog record names). Runs as a server process
+    /// (`query process`, `cancel process`).
+    Stgpool {
+        /// Reclaimable share of a container that makes it worth rewriting (TSM's RECLAIM=).
+        #[arg(long, default_value_t = 60)]
+        threshold: u32,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -386,6 +403,29 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
                 for p in &list {
                     println!("{:>6}  {:<18} {}", p.id, p.kind, p.progress);
                 }
+            }
+        }
+        AdminCommand::Reclaim(ReclaimWhat::Stgpool { threshold, json }) => {
+            if !(1..=100).contains(&threshold) {
+                bail!("--threshold is a percentage, 1 to 100");
+            }
+            let mut a = server.admin();
+            let r = server
+                .call(a.reclaim_stgpool(v1::ReclaimRequest { threshold_percent: threshold }))?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::json!({"process": r.process, "containers": r.containers, "orphans": r.orphans, "stopped": (!r.stopped.is_empty()).then_some(&r.stopped), "seconds": r.seconds})
+                );
+            } else {
+                println!(
+                    "Process {}: reclaim stgpool {}: {} containers reclaimed, {} orphan containers removed, {:.1} s.",
+                    r.process,
+                    if r.stopped.is_empty() { "ended" } else { r.stopped.as_str() },
+                    r.containers,
+                    r.orphans,
+                    r.seconds
+                );
             }
         }
         AdminCommand::Query(AdminQuery::Actlog { since, search, limit, json }) => {

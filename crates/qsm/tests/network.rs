@@ -889,6 +889,23 @@ fn expire_inventory_removes_what_policy_no_longer_keeps() {
         .assert()
         .success();
     assert_same(&src, &kept);
+    // Reclamation: the expired versions' frames are dead space; rewriting every container
+    // with any of it keeps everything that is still referenced.
+    let reclaimed = json(admin(&server).args(["reclaim", "stgpool", "--threshold", "1"]));
+    assert!(reclaimed["containers"].as_u64().unwrap() > 0, "{reclaimed}");
+    admin(&server).args(["reclaim", "stgpool", "--threshold", "0"]).assert().code(1);
+    let out = dir.path().join("out-after-reclaim");
+    client(&server, "alpha", &pw).arg("restore").arg(&src).arg("--to").arg(&out).assert().success();
+    assert_same(&src, &out);
+    let kept = dir.path().join("kept-after-reclaim");
+    client(&server, "alpha", &pw)
+        .args(["retrieve", "-d", "kept"])
+        .arg(&src)
+        .arg("--to")
+        .arg(&kept)
+        .assert()
+        .success();
+    assert_same(&src, &kept);
     // The activity log has it all: the expiration's start (by whom) and end with its counts,
     // the node's logins and session ends, the refused administrator login.
     let log = |search: &str| {
