@@ -7,7 +7,8 @@
 #
 #   bench/backup.sh [--runs N]
 #
-# Fairness notes (also in the report): qsm does not encrypt yet (issue 6); Borg runs with
+# Fairness notes (also in the report): qsm runs its default, without encryption or dedup
+# (bench/dedup.sh runs them, issue 6); Borg runs with
 # `-e none` and zstd,3 like qsm's default; restic cannot run unencrypted and uses its own
 # `auto` (zstd) compression. Page cache warm for all (each data set is read once first).
 set -euo pipefail
@@ -113,7 +114,7 @@ done
 	echo "- **machine**: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, $(free -g | awk '/Mem:/ {print $2}') GB RAM, Linux $(uname -r)"
 	echo "- **date**: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
 	echo "- **command**: \`bench/backup.sh --runs $RUNS\`"
-	echo "- **tools**: qsm $(git -C "$REPO" rev-parse --short HEAD) (embedded server, compression auto = zstd -3 with the incompressible probe, no encryption yet); $(restic version | cut -d' ' -f1-2) (encrypted, compression auto); $(borg --version) (\`-e none\`, \`--compression zstd,3\`)"
+	echo "- **tools**: qsm $(git -C "$REPO" rev-parse --short HEAD) (embedded server, compression auto = zstd -3 with the incompressible probe, encryption and dedup off); $(restic version | cut -d' ' -f1-2) (encrypted, compression auto); $(borg --version) (\`-e none\`, \`--compression zstd,3\`)"
 	echo "- **method**: median of $RUNS runs; each run starts from an empty repository; the source is in the page cache; every restore is compared with the source (diff -r)."
 	echo
 	echo "| data | tool | first backup | second backup (nothing changed) | restore | repository |"
