@@ -36,6 +36,7 @@ pub const CASES: &[(&str, Case)] = &[
     ("reclamation_moves", reclamation_moves),
     ("dedup_scopes_and_keyed_chunks", dedup_scopes_and_keyed_chunks),
     ("expiration_by_policy", expiration_by_policy),
+    ("policy_changes", policy_changes),
 ];
 
 /// Runs every case on catalogs from `make`; returns the failures.
@@ -692,4 +693,81 @@ pub fn expiration_by_policy(cat: &dyn Catalog) -> CaseResult {
     let stopped = expire_inventory(cat, &options).map_err(e)?;
     ensure!(stopped.stopped.as_deref() == Some("cancelled"), "{stopped:?}");
     Ok(())
+}
+
+/// Domains and classes change and go only while nothing depends on them; nodes move between
+/// domains; bad copy groups are refused.
+pub fn policy_changes(cat: &dyn Catalog) -> CaseResult {
+    let f = fixture(cat)?;
+    let standard = cat.domain("standard").map_err(e)?.ok_or("no standard domain")?.id;
+    let short = cat.define_domain("short", "days, not months").map_err(e)?;
+    let names: Vec<String> = cat.domains().map_err(e)?.into_iter().map(|d| d.name).collect();
+    ensure!(names == ["short", "standard"], "{names:?}");
+    let group = BackupCopyGroup {
+        versions_exist: 1,
+        versions_deleted: 1,
+        retain_extra_days: 0,
+        retain_only_days: 1,
+    };
+    let class = cat
+        .define_mgmt_class(short, "quick", group, ArchiveCopyGroup { retain_version_days: 7 })
+        .map_err(e)?;
+    let wider = BackupCopyGroup { versions_exist: 3, ..group };
+    cat.update_mgmt_class(class, wider, ArchiveCopyGroup { retain_version_days: 9 }).map_err(e)?;
+    let classes = cat.mgmt_classes(short).map_err(e)?;
+    ensure!(
+        classes.len() == 1
+            && classes[0].backup == wider
+            && classes[0].archive.retain_version_days == 9,
+        "{classes:?}"
+    );
+    let bad = BackupCopyGroup { versions_exist: 0, ..group };
+    ensure!(
+        matches!(
+            cat.update_mgmt_class(class, bad, ArchiveCopyGroup::default()),
+            Err(CatalogError::Refused(_))
+        ),
+        "versions-exist 0 refused"
+    );
+    ensure!(
+        matches!(
+            cat.update_mgmt_class(MgmtClassId(9999), group, ArchiveCopyGroup::default()),
+            Err(CatalogError::NotFound { .. })
+        ),
+        "unknown class"
+    );
+
+    // A node moves to the short domain: the domain is in use and cannot go.
+    let node = cat.node("alpha").map_err(e)?.ok_or("no node")?.id;
+    cat.set_node_domain(node, short).map_err(e)?;
+    ensure!(cat.node("alpha").map_err(e)?.map(|n| n.domain) == Some(short), "moved");
+    ensure!(
+        matches!(cat.delete_domain(short), Err(CatalogError::Refused(_))),
+        "a domain with nodes stays"
+    );
+    ensure!(cat.set_node_domain(node, DomainId(9999)).is_err(), "unknown domain");
+    // A version bound to the class keeps the class and its domain.
+    let mut t = cat.begin().map_err(e)?;
+    let mut o = file(f.fs, b"bound", 1, vec![new_chunk(f.container, 48)]);
+    o.mgmt_class = Some(class);
+    let bound = t.insert_object(&o, 1).map_err(e)?;
+    t.commit().map_err(e)?;
+    cat.set_node_domain(node, standard).map_err(e)?;
+    ensure!(
+        matches!(cat.delete_mgmt_class(class), Err(CatalogError::Refused(_))),
+        "a bound class stays"
+    );
+    ensure!(
+        matches!(cat.delete_domain(short), Err(CatalogError::Refused(_))),
+        "a domain with bound versions stays"
+    );
+    let mut t = cat.begin().map_err(e)?;
+    t.delete_object(bound).map_err(e)?;
+    t.commit().map_err(e)?;
+    cat.delete_mgmt_class(class).map_err(e)?;
+    ensure!(cat.mgmt_classes(short).map_err(e)?.is_empty(), "class gone");
+    cat.delete_domain(short).map_err(e)?;
+    ensure!(cat.domain("short").map_err(e)?.is_none(), "domain gone");
+    ensure!(matches!(cat.delete_domain(short), Err(CatalogError::NotFound { .. })), "gone twice");
+    consistent(cat)
 }

@@ -46,6 +46,22 @@ pub trait Catalog: Send + Sync + std::fmt::Debug {
     ) -> Result<MgmtClassId>;
     /// The management classes of `domain`, by name.
     fn mgmt_classes(&self, domain: DomainId) -> Result<Vec<MgmtClass>>;
+    /// Every domain, by name.
+    fn domains(&self) -> Result<Vec<Domain>>;
+    /// Deletes a domain and its management classes; refused while nodes belong to it or
+    /// versions are bound to one of its classes.
+    fn delete_domain(&self, domain: DomainId) -> Result<()>;
+    /// Replaces a management class's copy groups.
+    fn update_mgmt_class(
+        &self,
+        class: MgmtClassId,
+        backup: BackupCopyGroup,
+        archive: ArchiveCopyGroup,
+    ) -> Result<()>;
+    /// Deletes a management class; refused while versions are bound to it.
+    fn delete_mgmt_class(&self, class: MgmtClassId) -> Result<()>;
+    /// Moves a node to another policy domain.
+    fn set_node_domain(&self, node: NodeId, domain: DomainId) -> Result<()>;
 
     // --- nodes and filespaces ---
     /// Registers a node; its name must be new.

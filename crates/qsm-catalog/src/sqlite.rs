@@ -380,6 +380,145 @@ impl Catalog for SqliteCatalog {
         Ok(MgmtClassId(id))
     }
 
+    fn domains(&self) -> Result<Vec<Domain>> {
+        self.with_reader(|c| {
+            let mut stmt = c
+                .prepare_cached("SELECT id, name, description FROM domains ORDER BY name")
+                .map_err(CatalogError::db("reading domains"))?;
+            let rows = stmt
+                .query_map([], |r| {
+                    Ok(Domain { id: DomainId(r.get(0)?), name: r.get(1)?, description: r.get(2)? })
+                })
+                .map_err(CatalogError::db("reading domains"))?;
+            rows.collect::<rusqlite::Result<Vec<_>>>().map_err(CatalogError::db("reading domains"))
+        })
+    }
+
+    fn delete_domain(&self, domain: DomainId) -> Result<()> {
+        let mut conn = lock(&self.writer);
+        let op = "deleting a domain";
+        let t = conn.transaction().map_err(CatalogError::db(op))?;
+        let count = |sql: &str| -> Result<i64> {
+            t.query_row(sql, [domain.0], |r| r.get(0)).map_err(CatalogError::db(op))
+        };
+        let nodes = count("SELECT count(*) FROM nodes WHERE domain_id = ?1")?;
+        if nodes > 0 {
+            return Err(CatalogError::Refused(format!(
+                "the domain still has {nodes} nodes: move them to another domain first"
+            )));
+        }
+        let bound = count(
+            "SELECT count(*) FROM objects WHERE mgmt_class_id IN (SELECT id FROM mgmt_classes WHERE domain_id = ?1)",
+        )?;
+        if bound > 0 {
+            return Err(CatalogError::Refused(format!(
+                "{bound} versions are bound to the domain's management classes"
+            )));
+        }
+        for sql in [
+            "DELETE FROM backup_copygroups WHERE mgmt_class_id IN (SELECT id FROM mgmt_classes WHERE domain_id = ?1)",
+            "DELETE FROM archive_copygroups WHERE mgmt_class_id IN (SELECT id FROM mgmt_classes WHERE domain_id = ?1)",
+            "DELETE FROM mgmt_classes WHERE domain_id = ?1",
+        ] {
+            t.execute(sql, [domain.0]).map_err(CatalogError::db(op))?;
+        }
+        let n = t
+            .execute("DELETE FROM domains WHERE id = ?1", [domain.0])
+            .map_err(CatalogError::db(op))?;
+        if n == 0 {
+            return Err(CatalogError::NotFound { what: "domain", key: domain.0.to_string() });
+        }
+        t.commit().map_err(CatalogError::db(op))
+    }
+
+    fn update_mgmt_class(
+        &self,
+        class: MgmtClassId,
+        backup: BackupCopyGroup,
+        archive: ArchiveCopyGroup,
+    ) -> Result<()> {
+        let mut conn = lock(&self.writer);
+        let op = "updating a management class";
+        let t = conn.transaction().map_err(CatalogError::db(op))?;
+        let n = t
+            .execute(
+                "UPDATE backup_copygroups SET versions_exist = ?1, versions_deleted = ?2, retain_extra_days = ?3, retain_only_days = ?4 WHERE mgmt_class_id = ?5",
+                params![backup.versions_exist, backup.versions_deleted, backup.retain_extra_days, backup.retain_only_days, class.0],
+            )
+            .map_err(|e| {
+                if unique_violation(&e) {
+                    CatalogError::Refused("versions-exist must be at least 1".into())
+                } else {
+                    CatalogError::Db { op, source: e }
+                }
+            })?;
+        if n == 0 {
+            return Err(CatalogError::NotFound {
+                what: "management class",
+                key: class.0.to_string(),
+            });
+        }
+        t.execute(
+            "UPDATE archive_copygroups SET retain_version_days = ?1 WHERE mgmt_class_id = ?2",
+            params![archive.retain_version_days, class.0],
+        )
+        .map_err(CatalogError::db(op))?;
+        t.commit().map_err(CatalogError::db(op))
+    }
+
+    fn delete_mgmt_class(&self, class: MgmtClassId) -> Result<()> {
+        let mut conn = lock(&self.writer);
+        let op = "deleting a management class";
+        let t = conn.transaction().map_err(CatalogError::db(op))?;
+        let bound: i64 = t
+            .query_row("SELECT count(*) FROM objects WHERE mgmt_class_id = ?1", [class.0], |r| {
+                r.get(0)
+            })
+            .map_err(CatalogError::db(op))?;
+        if bound > 0 {
+            return Err(CatalogError::Refused(format!(
+                "{bound} versions are bound to the management class"
+            )));
+        }
+        t.execute("DELETE FROM backup_copygroups WHERE mgmt_class_id = ?1", [class.0])
+            .map_err(CatalogError::db(op))?;
+        t.execute("DELETE FROM archive_copygroups WHERE mgmt_class_id = ?1", [class.0])
+            .map_err(CatalogError::db(op))?;
+        let n = t
+            .execute("DELETE FROM mgmt_classes WHERE id = ?1", [class.0])
+            .map_err(CatalogError::db(op))?;
+        if n == 0 {
+            return Err(CatalogError::NotFound {
+                what: "management class",
+                key: class.0.to_string(),
+            });
+        }
+        t.commit().map_err(CatalogError::db(op))
+    }
+
+    fn set_node_domain(&self, node: NodeId, domain: DomainId) -> Result<()> {
+        let n = self
+            .with_writer(
+                |c| {
+                    c.execute(
+                        "UPDATE nodes SET domain_id = ?1 WHERE id = ?2",
+                        params![domain.0, node.0],
+                    )
+                },
+                "moving a node to a domain",
+            )
+            .map_err(|e| match e {
+                CatalogError::Db { source, .. } if unique_violation(&source) => {
+                    CatalogError::NotFound { what: "domain", key: domain.0.to_string() }
+                }
+                other => other,
+            })?;
+        if n == 0 {
+            return Err(CatalogError::NotFound { what: "node", key: node.0.to_string() });
+        }
+        Ok(())
+    }
+
     fn mgmt_classes(&self, domain: DomainId) -> Result<Vec<MgmtClass>> {
         self.with_reader(|c| {
             let mut stmt = c

@@ -61,10 +61,95 @@ impl AdminService {
     }
 }
 
+fn domain_named(
+    catalog: &dyn qsm_catalog::Catalog,
+    name: &str,
+) -> Result<qsm_catalog::Domain, Status> {
+    catalog
+        .domain(name)
+        .map_err(catalog_status)?
+        .ok_or_else(|| Status::not_found(format!("no domain {name}")))
+}
+
+fn class_named(
+    catalog: &dyn qsm_catalog::Catalog,
+    domain: &str,
+    name: &str,
+) -> Result<qsm_catalog::MgmtClass, Status> {
+    let d = domain_named(catalog, domain)?;
+    catalog
+        .mgmt_classes(d.id)
+        .map_err(catalog_status)?
+        .into_iter()
+        .find(|c| c.name == name)
+        .ok_or_else(|| Status::not_found(format!("no management class {name} in domain {domain}")))
+}
+
+/// A catalog refusal, with the name of what was refused.
+fn named(e: qsm_catalog::CatalogError, what: &str, name: &str) -> Status {
+    match e {
+        qsm_catalog::CatalogError::Refused(why) => {
+            Status::failed_precondition(format!("{what} {name}: {why}"))
+        }
+        qsm_catalog::CatalogError::Exists { .. } => {
+            Status::already_exists(format!("{what} {name} exists"))
+        }
+        other => catalog_status(other),
+    }
+}
+
+/// The copy groups a request asks for, over `base` for what it leaves unset.
+fn copy_groups(
+    r: &v1::MgmtClassRequest,
+    base: (qsm_catalog::BackupCopyGroup, qsm_catalog::ArchiveCopyGroup),
+) -> Result<(qsm_catalog::BackupCopyGroup, qsm_catalog::ArchiveCopyGroup), Status> {
+    let (mut b, mut a) = base;
+    b.versions_exist = r.versions_exist.unwrap_or(b.versions_exist);
+    b.versions_deleted = r.versions_deleted.unwrap_or(b.versions_deleted);
+    b.retain_extra_days = r.retain_extra_days.unwrap_or(b.retain_extra_days);
+    b.retain_only_days = r.retain_only_days.unwrap_or(b.retain_only_days);
+    a.retain_version_days = r.retain_version_days.unwrap_or(a.retain_version_days);
+    if b.versions_exist == 0 {
+        return Err(Status::invalid_argument(
+            "versions-exist must be at least 1: the active version is one of them",
+        ));
+    }
+    Ok((b, a))
+}
+
+fn describe(b: qsm_catalog::BackupCopyGroup, a: qsm_catalog::ArchiveCopyGroup) -> String {
+    let n = |v: u32| {
+        if v == qsm_catalog::expire::NO_LIMIT { "nolimit".to_owned() } else { v.to_string() }
+    };
+    format!(
+        "versions-exist {}, versions-deleted {}, retain-extra {}, retain-only {}, retain-archive {}",
+        n(b.versions_exist),
+        n(b.versions_deleted),
+        n(b.retain_extra_days),
+        n(b.retain_only_days),
+        n(a.retain_version_days)
+    )
+}
+
 /// Records a new account in the catalog, given its name and password hash.
 type Record = fn(&dyn qsm_catalog::Catalog, &str, &str) -> Result<(), qsm_catalog::CatalogError>;
 
 impl AdminService {
+    /// A policy change: `change` runs off the async threads and returns what the activity
+    /// log should say.
+    async fn policy(
+        &self,
+        change: impl FnOnce(&State) -> Result<String, Status> + Send + 'static,
+    ) -> Result<Response<v1::Empty>, Status> {
+        let state = Arc::clone(&self.state);
+        blocking(move || {
+            let said = change(&state)?;
+            state.log(Severity::Info, &said, None, None);
+            Ok(Response::new(v1::Empty {}))
+        })
+        .await
+    }
+
     /// A registration: authorized, name and password checked, the password hashed off the
     /// async threads (argon2id takes tens of milliseconds by design), then `record`.
     async fn register(
@@ -446,6 +531,159 @@ impl Admin for AdminService {
                     Err(Status::internal(e.to_string()))
                 }
             }
+        })
+        .await
+    }
+
+    async fn define_domain(
+        &self,
+        request: Request<v1::DomainRequest>,
+    ) -> Result<Response<v1::Empty>, Status> {
+        let actor = self.authorize(&request)?;
+        let r = request.into_inner();
+        check_name(&r.name)?;
+        if r.description.len() > 4096 {
+            return Err(Status::invalid_argument("a description has at most 4096 bytes"));
+        }
+        self.policy(move |state| {
+            state.store.catalog().define_domain(&r.name, &r.description).map_err(catalog_status)?;
+            Ok(format!("{actor} defined domain {}", r.name))
+        })
+        .await
+    }
+
+    async fn delete_domain(
+        &self,
+        request: Request<v1::DomainRequest>,
+    ) -> Result<Response<v1::Empty>, Status> {
+        let actor = self.authorize(&request)?;
+        let r = request.into_inner();
+        self.policy(move |state| {
+            let catalog = state.store.catalog();
+            let d = domain_named(catalog.as_ref(), &r.name)?;
+            catalog.delete_domain(d.id).map_err(|e| named(e, "domain", &r.name))?;
+            Ok(format!("{actor} deleted domain {}", r.name))
+        })
+        .await
+    }
+
+    async fn define_mgmt_class(
+        &self,
+        request: Request<v1::MgmtClassRequest>,
+    ) -> Result<Response<v1::Empty>, Status> {
+        let actor = self.authorize(&request)?;
+        let r = request.into_inner();
+        check_name(&r.name)?;
+        self.policy(move |state| {
+            let catalog = state.store.catalog();
+            let d = domain_named(catalog.as_ref(), &r.domain)?;
+            let (backup, archive) = copy_groups(&r, Default::default())?;
+            catalog
+                .define_mgmt_class(d.id, &r.name, backup, archive)
+                .map_err(|e| named(e, "management class", &r.name))?;
+            Ok(format!(
+                "{actor} defined management class {}/{}: {}",
+                r.domain,
+                r.name,
+                describe(backup, archive)
+            ))
+        })
+        .await
+    }
+
+    async fn update_mgmt_class(
+        &self,
+        request: Request<v1::MgmtClassRequest>,
+    ) -> Result<Response<v1::Empty>, Status> {
+        let actor = self.authorize(&request)?;
+        let r = request.into_inner();
+        self.policy(move |state| {
+            let catalog = state.store.catalog();
+            let class = class_named(catalog.as_ref(), &r.domain, &r.name)?;
+            let (backup, archive) = copy_groups(&r, (class.backup, class.archive))?;
+            catalog.update_mgmt_class(class.id, backup, archive).map_err(catalog_status)?;
+            Ok(format!(
+                "{actor} updated management class {}/{}: {}",
+                r.domain,
+                r.name,
+                describe(backup, archive)
+            ))
+        })
+        .await
+    }
+
+    async fn delete_mgmt_class(
+        &self,
+        request: Request<v1::MgmtClassRequest>,
+    ) -> Result<Response<v1::Empty>, Status> {
+        let actor = self.authorize(&request)?;
+        let r = request.into_inner();
+        self.policy(move |state| {
+            let catalog = state.store.catalog();
+            let class = class_named(catalog.as_ref(), &r.domain, &r.name)?;
+            catalog
+                .delete_mgmt_class(class.id)
+                .map_err(|e| named(e, "management class", &format!("{}/{}", r.domain, r.name)))?;
+            Ok(format!("{actor} deleted management class {}/{}", r.domain, r.name))
+        })
+        .await
+    }
+
+    async fn query_policy(
+        &self,
+        request: Request<v1::Empty>,
+    ) -> Result<Response<v1::PolicyList>, Status> {
+        self.authorize(&request)?;
+        let state = Arc::clone(&self.state);
+        blocking(move || {
+            let catalog = state.store.catalog();
+            let nodes = catalog.nodes().map_err(catalog_status)?;
+            let mut domains = Vec::new();
+            for d in catalog.domains().map_err(catalog_status)? {
+                let classes = catalog
+                    .mgmt_classes(d.id)
+                    .map_err(catalog_status)?
+                    .into_iter()
+                    .map(|c| v1::MgmtClassInfo {
+                        name: c.name,
+                        versions_exist: c.backup.versions_exist,
+                        versions_deleted: c.backup.versions_deleted,
+                        retain_extra_days: c.backup.retain_extra_days,
+                        retain_only_days: c.backup.retain_only_days,
+                        retain_version_days: c.archive.retain_version_days,
+                    })
+                    .collect();
+                domains.push(v1::DomainInfo {
+                    nodes: nodes
+                        .iter()
+                        .filter(|n| n.domain == d.id)
+                        .map(|n| n.name.clone())
+                        .collect(),
+                    name: d.name,
+                    description: d.description,
+                    classes,
+                });
+            }
+            Ok(Response::new(v1::PolicyList { domains }))
+        })
+        .await
+    }
+
+    async fn update_node(
+        &self,
+        request: Request<v1::UpdateNodeRequest>,
+    ) -> Result<Response<v1::Empty>, Status> {
+        let actor = self.authorize(&request)?;
+        let r = request.into_inner();
+        self.policy(move |state| {
+            let catalog = state.store.catalog();
+            let node = catalog
+                .node(&r.name)
+                .map_err(catalog_status)?
+                .ok_or_else(|| Status::not_found(format!("no node {}", r.name)))?;
+            let d = domain_named(catalog.as_ref(), &r.domain)?;
+            catalog.set_node_domain(node.id, d.id).map_err(catalog_status)?;
+            Ok(format!("{actor} moved node {} to domain {}", r.name, r.domain))
         })
         .await
     }

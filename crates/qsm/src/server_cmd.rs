@@ -177,6 +177,106 @@ enum AdminCommand {
     /// Reclaim: rewrite containers whose space is mostly dead.
     #[command(subcommand)]
     Reclaim(ReclaimWhat),
+    /// Define a policy domain or a management class.
+    #[command(subcommand)]
+    Define(DefineWhat),
+    /// Change a management class, or move a node to another domain.
+    #[command(subcommand)]
+    Update(UpdateWhat),
+    /// Delete a domain or a management class (refused while in use).
+    #[command(subcommand)]
+    Delete(DeleteWhat),
+}
+
+#[derive(Debug, Subcommand)]
+enum DefineWhat {
+    /// A policy domain; nodes join it with `update node NAME --domain DOMAIN`.
+    Domain {
+        name: String,
+        #[arg(long, default_value = "")]
+        description: String,
+    },
+    /// A management class with its copy groups (unset: TSM's defaults, 2 / 1 / 30 / 60 and
+    /// 365 days). The class called `standard` is its domain's default.
+    Mgmtclass {
+        domain: String,
+        name: String,
+        #[command(flatten)]
+        groups: CopyGroups,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum UpdateWhat {
+    /// Change a management class's copy groups (unset values stay).
+    Mgmtclass {
+        domain: String,
+        name: String,
+        #[command(flatten)]
+        groups: CopyGroups,
+    },
+    /// Move a node to another domain.
+    Node {
+        name: String,
+        #[arg(long)]
+        domain: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum DeleteWhat {
+    /// A domain and its classes: refused while nodes belong to it or versions use its classes.
+    Domain { name: String },
+    /// A management class: refused while versions are bound to it.
+    Mgmtclass { domain: String, name: String },
+}
+
+/// Copy-group values: a count or number of days, or `nolimit`.
+#[derive(Debug, Args)]
+struct CopyGroups {
+    /// Versions kept while the file exists, the active one included.
+    #[arg(long, value_parser = limit, allow_negative_numbers = true)]
+    versions_exist: Option<u32>,
+    /// Inactive versions kept after the file was deleted.
+    #[arg(long, value_parser = limit, allow_negative_numbers = true)]
+    versions_deleted: Option<u32>,
+    /// Days an inactive version is kept (but the last of a deleted file).
+    #[arg(long, value_parser = limit, allow_negative_numbers = true)]
+    retain_extra: Option<u32>,
+    /// Days the last inactive version of a deleted file is kept.
+    #[arg(long, value_parser = limit, allow_negative_numbers = true)]
+    retain_only: Option<u32>,
+    /// Days an archive is kept.
+    #[arg(long, value_parser = limit, allow_negative_numbers = true)]
+    retain_archive: Option<u32>,
+}
+
+impl CopyGroups {
+    fn request(&self, domain: &str, name: &str) -> v1::MgmtClassRequest {
+        v1::MgmtClassRequest {
+            domain: domain.to_owned(),
+            name: name.to_owned(),
+            versions_exist: self.versions_exist,
+            versions_deleted: self.versions_deleted,
+            retain_extra_days: self.retain_extra,
+            retain_only_days: self.retain_only,
+            retain_version_days: self.retain_archive,
+        }
+    }
+}
+
+/// A count or number of days, or `nolimit` (TSM's NOLIMIT).
+fn limit(text: &str) -> std::result::Result<u32, String> {
+    if text.eq_ignore_ascii_case("nolimit") {
+        return Ok(qsm_catalog::expire::NO_LIMIT);
+    }
+    match text.parse::<u32>() {
+        Ok(n) if n < qsm_catalog::expire::NO_LIMIT => Ok(n),
+        _ => Err(format!(
+            "{text:?} is not a number of versions or days: give 0 to {}, or nolimit",
+            qsm_catalog::expire::NO_LIMIT - 1
+        )),
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -236,6 +336,11 @@ enum AdminQuery {
     },
     /// Server processes running now (expiration, ...), with their progress.
     Process {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Policy domains, their nodes, and their management classes with their copy groups.
+    Domain {
         #[arg(long)]
         json: bool,
     },
@@ -402,6 +507,80 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
             } else {
                 for p in &list {
                     println!("{:>6}  {:<18} {}", p.id, p.kind, p.progress);
+                }
+            }
+        }
+        AdminCommand::Define(DefineWhat::Domain { name, description }) => {
+            let mut a = server.admin();
+            server.call(a.define_domain(v1::DomainRequest { name: name.clone(), description }))?;
+            println!("Domain {name} defined.");
+        }
+        AdminCommand::Define(DefineWhat::Mgmtclass { domain, name, groups }) => {
+            let mut a = server.admin();
+            server.call(a.define_mgmt_class(groups.request(&domain, &name)))?;
+            println!("Management class {domain}/{name} defined.");
+        }
+        AdminCommand::Update(UpdateWhat::Mgmtclass { domain, name, groups }) => {
+            let mut a = server.admin();
+            server.call(a.update_mgmt_class(groups.request(&domain, &name)))?;
+            println!("Management class {domain}/{name} updated.");
+        }
+        AdminCommand::Update(UpdateWhat::Node { name, domain }) => {
+            let mut a = server.admin();
+            server.call(a.update_node(v1::UpdateNodeRequest {
+                name: name.clone(),
+                domain: domain.clone(),
+            }))?;
+            println!("Node {name} is in domain {domain}.");
+        }
+        AdminCommand::Delete(DeleteWhat::Domain { name }) => {
+            let mut a = server.admin();
+            server.call(a.delete_domain(v1::DomainRequest {
+                name: name.clone(),
+                description: String::new(),
+            }))?;
+            println!("Domain {name} deleted.");
+        }
+        AdminCommand::Delete(DeleteWhat::Mgmtclass { domain, name }) => {
+            let mut a = server.admin();
+            let request = v1::MgmtClassRequest {
+                domain: domain.clone(),
+                name: name.clone(),
+                ..Default::default()
+            };
+            server.call(a.delete_mgmt_class(request))?;
+            println!("Management class {domain}/{name} deleted.");
+        }
+        AdminCommand::Query(AdminQuery::Domain { json }) => {
+            let mut a = server.admin();
+            let list = server.call(a.query_policy(v1::Empty {}))?.domains;
+            let n = |v: u32| {
+                if v == qsm_catalog::expire::NO_LIMIT {
+                    "nolimit".to_owned()
+                } else {
+                    v.to_string()
+                }
+            };
+            if json {
+                let rows: Vec<_> = list
+                    .iter()
+                    .map(|d| serde_json::json!({"name": d.name, "description": d.description, "nodes": d.nodes, "classes": d.classes.iter().map(|c| serde_json::json!({"name": c.name, "versions_exist": c.versions_exist, "versions_deleted": c.versions_deleted, "retain_extra_days": c.retain_extra_days, "retain_only_days": c.retain_only_days, "retain_version_days": c.retain_version_days})).collect::<Vec<_>>()}))
+                    .collect();
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else {
+                for d in &list {
+                    println!("{}  ({} nodes) {}", d.name, d.nodes.len(), d.description);
+                    for c in &d.classes {
+                        println!(
+                            "  {:<16} versions-exist {}, versions-deleted {}, retain-extra {}, retain-only {}, retain-archive {}",
+                            c.name,
+                            n(c.versions_exist),
+                            n(c.versions_deleted),
+                            n(c.retain_extra_days),
+                            n(c.retain_only_days),
+                            n(c.retain_version_days)
+                        );
+                    }
                 }
             }
         }

@@ -941,3 +941,89 @@ fn expire_inventory_removes_what_policy_no_longer_keeps() {
         .code(1)
         .stderr(predicate::str::contains("no process 999"));
 }
+
+/// Issue 7 policy: domains and management classes defined, validated, changed and deleted
+/// through the real server, and expiration following the class of the node's domain.
+#[test]
+fn policy_is_defined_validated_and_followed_by_expiration() {
+    let dir = TempDir::new().unwrap();
+    let server = ServerProc::start(&dir.path().join("srv"), false);
+    register(&server, "alpha", "alpha-password");
+    let pw = password_file(dir.path(), "pw", "alpha-password");
+    admin(&server)
+        .args(["define", "domain", "short", "--description", "one version"])
+        .assert()
+        .success();
+    admin(&server)
+        .args(["define", "domain", "short"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("exists"));
+    // Bad values are named: not a number, zero versions, an unknown domain.
+    admin(&server)
+        .args(["define", "mgmtclass", "short", "standard", "--versions-exist", "-1"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("not a number of versions or days"));
+    admin(&server)
+        .args(["define", "mgmtclass", "short", "standard", "--versions-exist", "0"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("versions-exist must be at least 1"));
+    admin(&server)
+        .args(["define", "mgmtclass", "nowhere", "standard"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("no domain nowhere"));
+    admin(&server)
+        .args([
+            "define",
+            "mgmtclass",
+            "short",
+            "standard",
+            "--versions-exist",
+            "2",
+            "--retain-archive",
+            "nolimit",
+        ])
+        .assert()
+        .success();
+    admin(&server)
+        .args(["update", "mgmtclass", "short", "standard", "--versions-exist", "1"])
+        .assert()
+        .success();
+    admin(&server).args(["update", "node", "alpha", "--domain", "short"]).assert().success();
+    let policy = json(admin(&server).args(["query", "domain"]));
+    let short = policy.as_array().unwrap().iter().find(|d| d["name"] == "short").unwrap().clone();
+    assert_eq!(short["nodes"], serde_json::json!(["alpha"]), "{policy}");
+    assert_eq!(short["classes"][0]["versions_exist"], 1, "{policy}");
+    assert_eq!(short["classes"][0]["retain_version_days"], u32::MAX, "{policy}");
+
+    // Two versions of a file: the default policy would keep the inactive one 30 days; the
+    // short domain keeps one version in all.
+    let src = dir.path().join("src");
+    fs::create_dir_all(&src).unwrap();
+    for v in 1..=2 {
+        fs::write(src.join("f.txt"), format!("version {v}\n")).unwrap();
+        client(&server, "alpha", &pw).arg("backup").arg(&src).assert().success();
+    }
+    let report = json(admin(&server).args(["expire", "inventory"]));
+    assert_eq!(report["backups"], 1, "{report}");
+
+    // In use, a domain cannot go; once its node moved away, it can.
+    admin(&server)
+        .args(["delete", "domain", "short"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("domain short: the domain still has 1 nodes"));
+    admin(&server).args(["update", "node", "alpha", "--domain", "standard"]).assert().success();
+    admin(&server).args(["delete", "mgmtclass", "short", "standard"]).assert().success();
+    admin(&server).args(["delete", "domain", "short"]).assert().success();
+    admin(&server)
+        .args(["delete", "domain", "short"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("no domain short"));
+    let said = json(admin(&server).args(["query", "actlog", "--search", "domain short"]));
+    assert!(said.as_array().unwrap().len() >= 3, "{said}");
+}
