@@ -12,8 +12,8 @@
 //! - **the file was deleted** (no active version): at most `versions_deleted` inactive
 //!   versions; of those kept, the newest goes `retain_only_days` after it became inactive, the
 //!   others `retain_extra_days` after;
-//! - **archives** go when their `retain_until` has passed (set at archive time from the
-//!   archive copy group's `retain_version_days`).
+//! - **archives** go `retain_version_days` after they were made, as their class says now (a
+//!   longer retention the client asked for, `retain_until`, is kept; a shorter one is not).
 //!
 //! A count or a number of days of [`NO_LIMIT`] never expires anything (TSM's `NOLIMIT`).
 //! Chunks whose last reference goes stay in the pool until reclamation; the catalog raises
@@ -67,10 +67,12 @@ pub fn expired(
 ) -> Vec<ObjectId> {
     let mut out = Vec::new();
     for a in rows.iter().filter(|r| r.archive) {
-        let until = a.retain_until.unwrap_or_else(|| {
-            let days = policy(a.mgmt_class).1.retain_version_days;
-            if days == NO_LIMIT { Timestamp::MAX } else { a.inserted + i64::from(days) * DAY }
-        });
+        // The class's retention, from the archive's date, as it is now (TSM's RETVER): the
+        // server's policy decides. A retention the client asked for can only lengthen it.
+        let days = policy(a.mgmt_class).1.retain_version_days;
+        let by_policy =
+            if days == NO_LIMIT { Timestamp::MAX } else { a.inserted + i64::from(days) * DAY };
+        let until = by_policy.max(a.retain_until.unwrap_or(Timestamp::MIN));
         if until <= now {
             out.push(a.id);
         }
@@ -251,25 +253,27 @@ fn expire_filespace(
     let mut doomed: Vec<(ObjectId, bool)> = Vec::new();
     let mut group: Vec<ExpiryRow> = Vec::new();
     let mut stopped = None;
+    // Transactions of at most `batch` deletions, whatever the paths: one path with a million
+    // archives must not hold the writer for all of them.
     let flush = |doomed: &mut Vec<(ObjectId, bool)>| -> Result<()> {
-        if doomed.is_empty() {
-            return Ok(());
+        for part in doomed.chunks(options.batch.max(1)) {
+            let mut t = catalog.begin()?;
+            for (id, _) in part {
+                t.delete_object(*id)?;
+            }
+            t.commit()?;
+            let archives = part.iter().filter(|(_, a)| *a).count() as u64;
+            options.progress.archives.fetch_add(archives, Ordering::Relaxed);
+            options.progress.backups.fetch_add(part.len() as u64 - archives, Ordering::Relaxed);
         }
-        let mut t = catalog.begin()?;
-        for (id, _) in doomed.iter() {
-            t.delete_object(*id)?;
-        }
-        t.commit()?;
-        let archives = doomed.iter().filter(|(_, a)| *a).count() as u64;
-        options.progress.archives.fetch_add(archives, Ordering::Relaxed);
-        options.progress.backups.fetch_add(doomed.len() as u64 - archives, Ordering::Relaxed);
         doomed.clear();
         Ok(())
     };
     let decide = |group: &mut Vec<ExpiryRow>, doomed: &mut Vec<(ObjectId, bool)>| {
+        let archives: std::collections::HashSet<ObjectId> =
+            group.iter().filter(|r| r.archive).map(|r| r.id).collect();
         for id in expired(group, policy, options.now) {
-            let archive = group.iter().any(|r| r.id == id && r.archive);
-            doomed.push((id, archive));
+            doomed.push((id, archives.contains(&id)));
         }
         options.progress.examined.fetch_add(group.len() as u64, Ordering::Relaxed);
         group.clear();
@@ -281,10 +285,13 @@ fn expire_filespace(
             decide(&mut group, &mut doomed);
             if doomed.len() >= options.batch {
                 flush(&mut doomed)?;
-                if let Some(why) = should_stop() {
-                    stopped = Some(why);
-                    return Err(crate::CatalogError::Refused("expiration stopped".into()));
-                }
+            }
+            // Checked at every path, so a cancel or a deadline stops a long scan that finds
+            // little to delete too; what was decided is deleted first.
+            if let Some(why) = should_stop() {
+                flush(&mut doomed)?;
+                stopped = Some(why);
+                return Err(crate::CatalogError::Refused("expiration stopped".into()));
             }
         }
         group.push(row.clone());
@@ -296,7 +303,8 @@ fn expire_filespace(
     result?;
     decide(&mut group, &mut doomed);
     flush(&mut doomed)?;
-    Ok(should_stop())
+    // The filespace is done: finished, whatever the flag says now.
+    Ok(None)
 }
 
 #[cfg(test)]
@@ -397,14 +405,20 @@ mod tests {
             has_active: false,
         };
         let rows = vec![
-            archive(1, Some(NOW - 1), 0),
-            archive(2, Some(NOW + 1), 0),
-            archive(3, Some(NOW), 0),
-            // Without a recorded retention, the class's 365 days from the archive's date.
-            archive(4, None, NOW - 365 * DAY),
-            archive(5, None, NOW - 364 * DAY),
+            // Past the class's 365 days: the client's shorter retention changes nothing...
+            archive(1, Some(NOW - 1), NOW - 365 * DAY),
+            archive(2, Some(NOW - 1), NOW - 364 * DAY),
+            // ...and a longer one is kept.
+            archive(3, Some(NOW + 1), NOW - 400 * DAY),
+            archive(4, Some(NOW), NOW - 400 * DAY),
+            archive(5, None, NOW - 365 * DAY),
+            archive(6, None, NOW - 364 * DAY),
         ];
         let p = policy(BackupCopyGroup::default());
-        assert_eq!(ids(expired(&rows, &p, NOW)), vec![4, 3, 1]);
+        assert_eq!(ids(expired(&rows, &p, NOW)), vec![5, 4, 1]);
+        let forever = |_: Option<MgmtClassId>| {
+            (BackupCopyGroup::default(), ArchiveCopyGroup { retain_version_days: NO_LIMIT })
+        };
+        assert!(expired(&rows, &forever, NOW).is_empty(), "nolimit keeps every archive");
     }
 }

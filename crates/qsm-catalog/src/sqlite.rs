@@ -480,6 +480,21 @@ impl Catalog for SqliteCatalog {
                 "{bound} versions are bound to the management class"
             )));
         }
+        // `standard` is the policy of every version of the domain's nodes not bound to
+        // another class: without it they would fall back to the built-in defaults, which
+        // may keep far less.
+        let nodes: i64 = t
+            .query_row(
+                "SELECT count(*) FROM nodes n JOIN mgmt_classes m ON m.domain_id = n.domain_id WHERE m.id = ?1 AND m.name = 'standard'",
+                [class.0],
+                |r| r.get(0),
+            )
+            .map_err(CatalogError::db(op))?;
+        if nodes > 0 {
+            return Err(CatalogError::Refused(format!(
+                "it is the default class of the domain's {nodes} nodes: move them to another domain first"
+            )));
+        }
         t.execute("DELETE FROM backup_copygroups WHERE mgmt_class_id = ?1", [class.0])
             .map_err(CatalogError::db(op))?;
         t.execute("DELETE FROM archive_copygroups WHERE mgmt_class_id = ?1", [class.0])

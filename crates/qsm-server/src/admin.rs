@@ -322,6 +322,11 @@ impl Admin for AdminService {
                 None => format!("all nodes, {resource} workers"),
                 Some(_) => format!("nodes {}, {resource} workers", r.nodes.join(", ")),
             };
+            if let Some(other) = state.processes.running("expire inventory") {
+                return Err(Status::failed_precondition(format!(
+                    "expire inventory is already running as process {other}"
+                )));
+            }
             let process =
                 catalog.start_process("expire inventory", &what).map_err(catalog_status)?;
             let _ = catalog.log(
@@ -334,7 +339,7 @@ impl Admin for AdminService {
             let cancel = Arc::new(AtomicBool::new(false));
             let progress = Arc::new(ExpireProgress::default());
             let shown = Arc::clone(&progress);
-            state.processes.start(
+            let guard = state.processes.start(
                 process.0,
                 Running {
                     kind: "expire inventory".into(),
@@ -351,6 +356,10 @@ impl Admin for AdminService {
                     }),
                 },
             );
+            let Ok(guard) = guard else {
+                let _ = catalog.end_process(process, "failed", "another expiration started first");
+                return Err(Status::failed_precondition("expire inventory is already running"));
+            };
             let started = std::time::Instant::now();
             let options = ExpireOptions {
                 resource,
@@ -363,7 +372,7 @@ impl Admin for AdminService {
                 progress: &progress,
             };
             let result = expire_inventory(catalog.as_ref(), &options);
-            state.processes.end(process.0);
+            drop(guard);
             let seconds = started.elapsed().as_secs_f64();
             match result {
                 Ok(report) => {
@@ -465,6 +474,11 @@ impl Admin for AdminService {
         blocking(move || {
             let catalog = state.store.catalog();
             let what = format!("containers at least {pct}% reclaimable");
+            if let Some(other) = state.processes.running("reclaim stgpool") {
+                return Err(Status::failed_precondition(format!(
+                    "reclaim stgpool is already running as process {other}"
+                )));
+            }
             let process =
                 catalog.start_process("reclaim stgpool", &what).map_err(catalog_status)?;
             state.log(
@@ -474,7 +488,7 @@ impl Admin for AdminService {
                 None,
             );
             let cancel = Arc::new(AtomicBool::new(false));
-            state.processes.start(
+            let guard = state.processes.start(
                 process.0,
                 Running {
                     kind: "reclaim stgpool".into(),
@@ -483,6 +497,10 @@ impl Admin for AdminService {
                     progress: Arc::new(move || what.clone()),
                 },
             );
+            let Ok(guard) = guard else {
+                let _ = catalog.end_process(process, "failed", "another reclamation started first");
+                return Err(Status::failed_precondition("reclaim stgpool is already running"));
+            };
             let started = std::time::Instant::now();
             // Live below (100 - pct)% of a container's bytes: at least pct% is reclaimable.
             let result =
@@ -493,7 +511,7 @@ impl Admin for AdminService {
                     let orphans = state.store.remove_orphans()?;
                     Ok((done, orphans))
                 });
-            state.processes.end(process.0);
+            drop(guard);
             let seconds = started.elapsed().as_secs_f64();
             let stopped = cancel.load(Ordering::Relaxed).then(|| "cancelled".to_owned());
             match result {

@@ -181,6 +181,8 @@ async fn serve(config: ServerConfig, ready: impl FnOnce(&Listening)) -> Result<(
     };
     let _ = stop_tx.send(true);
     reaper.abort();
+    // Expiration and reclamation stop at their next transaction boundary.
+    state.processes.cancel_all();
     // Let running transactions see their streams end; what was committed stays committed.
     let _ = tokio::time::timeout(Duration::from_secs(10), async {
         while tasks.join_next().await.is_some() {}

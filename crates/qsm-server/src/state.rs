@@ -38,19 +38,46 @@ impl std::fmt::Debug for Running {
 #[derive(Debug, Default)]
 pub struct Processes(Mutex<BTreeMap<i64, Running>>);
 
+/// A running process's place in [`Processes`]: it is forgotten when this drops, however the
+/// process ended (a panic included).
+#[derive(Debug)]
+pub struct ProcessGuard<'a> {
+    processes: &'a Processes,
+    id: i64,
+}
+
+impl Drop for ProcessGuard<'_> {
+    fn drop(&mut self) {
+        self.processes.lock().remove(&self.id);
+    }
+}
+
 impl Processes {
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<i64, Running>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Registers a running process.
-    pub fn start(&self, id: i64, running: Running) {
-        self.lock().insert(id, running);
+    /// The id of the running process of `kind`, if one runs: one of each kind at a time, so
+    /// two expirations never decide the same versions.
+    pub fn running(&self, kind: &str) -> Option<i64> {
+        self.lock().iter().find(|(_, r)| r.kind == kind).map(|(id, _)| *id)
     }
 
-    /// Forgets an ended process.
-    pub fn end(&self, id: i64) {
-        self.lock().remove(&id);
+    /// Registers a running process, unless one of its kind runs (then its id is the error).
+    pub fn start(&self, id: i64, running: Running) -> Result<ProcessGuard<'_>, i64> {
+        let mut map = self.lock();
+        if let Some((other, _)) = map.iter().find(|(_, r)| r.kind == running.kind) {
+            return Err(*other);
+        }
+        map.insert(id, running);
+        Ok(ProcessGuard { processes: self, id })
+    }
+
+    /// Asks every running process to stop (the server is shutting down).
+    pub fn cancel_all(&self) {
+        for r in self.lock().values() {
+            r.cancel.store(true, Ordering::Relaxed);
+        }
     }
 
     /// Asks a process to stop; false if none runs with that id.

@@ -633,7 +633,9 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
                 }
             }
             if r.truncated {
-                eprintln!("qsm: warning: more entries matched; the oldest were left out (--limit)");
+                eprintln!(
+                    "qsm: warning: more entries matched than were returned: narrow --since or --search, or raise --limit"
+                );
             }
         }
         AdminCommand::Cancel { what: CancelWhat::Process { id } } => {

@@ -825,6 +825,13 @@ fn expire_inventory_removes_what_policy_no_longer_keeps() {
     let server = ServerProc::start(&dir.path().join("srv"), false);
     register(&server, "alpha", "alpha-password");
     let pw = password_file(dir.path(), "pw", "alpha-password");
+    // Archives follow the server's policy: the standard class keeps them no days, so the
+    // archive asked for no retention goes, and the one asked for 30 days is kept (a client
+    // may lengthen the policy's retention, never shorten it).
+    admin(&server)
+        .args(["define", "mgmtclass", "standard", "standard", "--retain-archive", "0"])
+        .assert()
+        .success();
     let src = dir.path().join("src");
     fs::create_dir_all(&src).unwrap();
     for v in 1..=3 {
@@ -1010,7 +1017,12 @@ fn policy_is_defined_validated_and_followed_by_expiration() {
     let report = json(admin(&server).args(["expire", "inventory"]));
     assert_eq!(report["backups"], 1, "{report}");
 
-    // In use, a domain cannot go; once its node moved away, it can.
+    // In use, a domain and its default class cannot go; once its node moved away, they can.
+    admin(&server)
+        .args(["delete", "mgmtclass", "short", "standard"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("default class of the domain's 1 nodes"));
     admin(&server)
         .args(["delete", "domain", "short"])
         .assert()
