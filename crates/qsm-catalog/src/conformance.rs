@@ -37,6 +37,7 @@ pub const CASES: &[(&str, Case)] = &[
     ("dedup_scopes_and_keyed_chunks", dedup_scopes_and_keyed_chunks),
     ("expiration_by_policy", expiration_by_policy),
     ("policy_changes", policy_changes),
+    ("expiration_across_pages", expiration_across_pages),
 ];
 
 /// Runs every case on catalogs from `make`; returns the failures.
@@ -769,5 +770,48 @@ pub fn policy_changes(cat: &dyn Catalog) -> CaseResult {
     cat.delete_domain(short).map_err(e)?;
     ensure!(cat.domain("short").map_err(e)?.is_none(), "domain gone");
     ensure!(matches!(cat.delete_domain(short), Err(CatalogError::NotFound { .. })), "gone twice");
+    consistent(cat)
+}
+
+/// Expiration over more rows than one page of the scan, with a path's rows straddling every
+/// page boundary (3 per path): each path is decided whole, once.
+pub fn expiration_across_pages(cat: &dyn Catalog) -> CaseResult {
+    use crate::expire::{DEFAULT_BATCH, ExpireOptions, ExpireProgress, expire_inventory};
+    let f = fixture(cat)?;
+    let now = 1_800_000_000;
+    let paths = 4_001u64;
+    let mut t = cat.begin().map_err(e)?;
+    for p in 0..paths {
+        let path = format!("d{:02}/f{p:05}", p % 37);
+        // Three inactive versions (since 50, 40 and 10 days) and an active one: the newest
+        // inactive stays (30 days), the other two go.
+        for days in [60, 50, 40, 10] {
+            t.insert_object(&file(f.fs, path.as_bytes(), 1, vec![]), now - days * 86_400)
+                .map_err(e)?;
+        }
+    }
+    t.commit().map_err(e)?;
+    let cancel = std::sync::atomic::AtomicBool::new(false);
+    let progress = ExpireProgress::default();
+    let options = ExpireOptions {
+        resource: 1,
+        nodes: None,
+        duration: None,
+        cancel: &cancel,
+        now,
+        batch: DEFAULT_BATCH,
+        progress: &progress,
+    };
+    let r = expire_inventory(cat, &options).map_err(e)?;
+    ensure!(r.examined == 3 * paths && r.backups == 2 * paths, "{r:?}");
+    for p in [0, 3_332, 3_333, 3_334, 4_000] {
+        let path = format!("d{:02}/f{p:05}", p % 37);
+        let left = cat.versions(f.fs, path.as_bytes()).map_err(e)?;
+        ensure!(
+            left.len() == 2 && left.iter().filter(|v| v.active).count() == 1,
+            "{path}: {} left",
+            left.len()
+        );
+    }
     consistent(cat)
 }

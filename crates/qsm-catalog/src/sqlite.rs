@@ -22,6 +22,8 @@ const MAX_IDLE_READERS: usize = 4;
 const BUSY_TIMEOUT_MS: u32 = 10_000;
 /// Versions per page of the active inventory.
 const INVENTORY_PAGE: usize = 10_000;
+/// Rows per page of the expiration scan.
+const EXPIRY_PAGE: usize = 10_000;
 /// Problems listed by a consistency check before the rest are only counted.
 const MAX_PROBLEMS: usize = 1000;
 
@@ -169,6 +171,44 @@ impl SqliteCatalog {
     #[doc(hidden)]
     pub fn raw_execute_for_tests(&self, sql: &str) -> Result<()> {
         lock(&self.writer).execute_batch(sql).map_err(CatalogError::db("running raw SQL"))
+    }
+
+    /// One page of [`Catalog::for_each_expirable`]: the non-active rows after `after` (path,
+    /// state, id) in index order, each with whether its path has an active version.
+    fn expirable_page(
+        &self,
+        filespace: FilespaceId,
+        after: &(Vec<u8>, i64, i64),
+    ) -> Result<Vec<crate::expire::ExpiryRow>> {
+        let op = "listing expirable versions";
+        self.with_reader(|c| {
+            let mut stmt = c
+                .prepare_cached(
+                    "SELECT o.id, o.path, o.state, o.inserted, o.deactivated, o.retain_until, o.mgmt_class_id, \
+                     EXISTS (SELECT 1 FROM objects a WHERE a.filespace_id = o.filespace_id AND a.path = o.path AND a.state = 1) \
+                     FROM objects o WHERE o.filespace_id = ?1 AND o.state <> 1 AND (o.path, o.state, o.id) > (?2, ?3, ?4) \
+                     ORDER BY o.path, o.state, o.id LIMIT ?5",
+                )
+                .map_err(CatalogError::db(op))?;
+            let rows = stmt
+                .query_map(
+                    params![filespace.0, after.0, after.1, after.2, EXPIRY_PAGE as i64],
+                    |r| {
+                        Ok(crate::expire::ExpiryRow {
+                            id: ObjectId(r.get(0)?),
+                            path: r.get(1)?,
+                            archive: r.get::<_, i64>(2)? == STATE_ARCHIVE,
+                            inserted: r.get(3)?,
+                            deactivated: r.get(4)?,
+                            retain_until: r.get(5)?,
+                            mgmt_class: r.get::<_, Option<i64>>(6)?.map(MgmtClassId),
+                            has_active: r.get::<_, i64>(7)? != 0,
+                        })
+                    },
+                )
+                .map_err(CatalogError::db(op))?;
+            rows.collect::<rusqlite::Result<Vec<_>>>().map_err(CatalogError::db(op))
+        })
     }
 
     fn with_reader<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
@@ -951,35 +991,26 @@ impl Catalog for SqliteCatalog {
         filespace: FilespaceId,
         visit: &mut dyn FnMut(&crate::expire::ExpiryRow) -> Result<()>,
     ) -> Result<()> {
-        self.with_reader(|c| {
-            // In path order from the partial index of non-active rows; the active version of
-            // each path is one probe of the unique active index.
-            let mut stmt = c
-                .prepare_cached(
-                    "SELECT o.id, o.path, o.state, o.inserted, o.deactivated, o.retain_until, o.mgmt_class_id, \
-                     EXISTS (SELECT 1 FROM objects a WHERE a.filespace_id = o.filespace_id AND a.path = o.path AND a.state = 1) \
-                     FROM objects o WHERE o.filespace_id = ?1 AND o.state <> 1 ORDER BY o.path",
-                )
-                .map_err(CatalogError::db("listing expirable versions"))?;
-            let mut rows = stmt.query([filespace.0]).map_err(CatalogError::db("listing expirable versions"))?;
-            while let Some(r) = rows.next().map_err(CatalogError::db("listing expirable versions"))? {
-                let row = (|| -> rusqlite::Result<crate::expire::ExpiryRow> {
-                    Ok(crate::expire::ExpiryRow {
-                        id: ObjectId(r.get(0)?),
-                        path: r.get(1)?,
-                        archive: r.get::<_, i64>(2)? == STATE_ARCHIVE,
-                        inserted: r.get(3)?,
-                        deactivated: r.get(4)?,
-                        retain_until: r.get(5)?,
-                        mgmt_class: r.get::<_, Option<i64>>(6)?.map(MgmtClassId),
-                        has_active: r.get::<_, i64>(7)? != 0,
-                    })
-                })()
-                .map_err(CatalogError::db("listing expirable versions"))?;
-                visit(&row)?;
+        // In pages, each its own read snapshot (as the active inventory): a scan of millions of
+        // versions must not stop WAL checkpoints for its whole length, and each page sees
+        // which paths still have an active version as of its own reading. Pages follow the
+        // partial index of non-active rows, (path, state, rowid), so they never skip or repeat
+        // a row; `visit` runs between pages, outside any read.
+        let mut after: (Vec<u8>, i64, i64) = (Vec::new(), -1, -1);
+        loop {
+            let page = self.expirable_page(filespace, &after)?;
+            let full = page.len() == EXPIRY_PAGE;
+            if let Some(last) = page.last() {
+                let state = if last.archive { STATE_ARCHIVE } else { 0 };
+                after = (last.path.clone(), state, last.id.0);
             }
-            Ok(())
-        })
+            for row in &page {
+                visit(row)?;
+            }
+            if !full {
+                return Ok(());
+            }
+        }
     }
 
     fn versions(&self, filespace: FilespaceId, path: &[u8]) -> Result<Vec<ObjectVersion>> {
