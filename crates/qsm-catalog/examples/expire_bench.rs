@@ -15,7 +15,7 @@ use std::error::Error;
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
-use qsm_catalog::expire::{DEFAULT_BATCH, ExpireOptions, ExpireProgress, expire_inventory};
+use qsm_catalog::expire::{ExpireOptions, ExpireProgress, expire_inventory};
 use qsm_catalog::{
     Attributes, Catalog, ContainerId, NewChunk, NewObject, ObjectChunk, ObjectKind, ObjectType,
     SqliteCatalog,
@@ -108,15 +108,8 @@ fn expire(db: &std::path::Path, resource: usize) -> Result<(), Box<dyn Error>> {
     let cat = SqliteCatalog::open(db)?;
     let cancel = AtomicBool::new(false);
     let progress = ExpireProgress::default();
-    let options = ExpireOptions {
-        resource,
-        nodes: None,
-        duration: None,
-        cancel: &cancel,
-        now: qsm_catalog::now(),
-        batch: DEFAULT_BATCH,
-        progress: &progress,
-    };
+    let options =
+        ExpireOptions { resource, ..ExpireOptions::new(qsm_catalog::now(), &cancel, &progress) };
     let started = Instant::now();
     let r = expire_inventory(&cat, &options)?;
     let seconds = started.elapsed().as_secs_f64();

@@ -619,7 +619,7 @@ pub fn dedup_scopes_and_keyed_chunks(cat: &dyn Catalog) -> CaseResult {
 /// default copy groups say (2 / 1 / 30 / 60 days, archives at their retention), with several
 /// workers, only for the nodes named, and the catalog stays consistent.
 pub fn expiration_by_policy(cat: &dyn Catalog) -> CaseResult {
-    use crate::expire::{DEFAULT_BATCH, ExpireOptions, ExpireProgress, expire_inventory};
+    use crate::expire::{ExpireOptions, ExpireProgress, expire_inventory};
     let f = fixture(cat)?;
     let day = 86_400;
     let now = 1_800_000_000;
@@ -660,11 +660,7 @@ pub fn expiration_by_policy(cat: &dyn Catalog) -> CaseResult {
     let mut options = ExpireOptions {
         resource: 3,
         nodes: Some(vec![NodeId(i64::MAX)]),
-        duration: None,
-        cancel: &cancel,
-        now,
-        batch: DEFAULT_BATCH,
-        progress: &progress,
+        ..ExpireOptions::new(now, &cancel, &progress)
     };
     // Another node only: nothing of alpha's goes.
     let none = expire_inventory(cat, &options).map_err(e)?;
@@ -776,7 +772,7 @@ pub fn policy_changes(cat: &dyn Catalog) -> CaseResult {
 /// Expiration over more rows than one page of the scan, with a path's rows straddling every
 /// page boundary (3 per path): each path is decided whole, once.
 pub fn expiration_across_pages(cat: &dyn Catalog) -> CaseResult {
-    use crate::expire::{DEFAULT_BATCH, ExpireOptions, ExpireProgress, expire_inventory};
+    use crate::expire::{ExpireOptions, ExpireProgress, expire_inventory};
     let f = fixture(cat)?;
     let now = 1_800_000_000;
     let paths = 4_001u64;
@@ -793,15 +789,7 @@ pub fn expiration_across_pages(cat: &dyn Catalog) -> CaseResult {
     t.commit().map_err(e)?;
     let cancel = std::sync::atomic::AtomicBool::new(false);
     let progress = ExpireProgress::default();
-    let options = ExpireOptions {
-        resource: 1,
-        nodes: None,
-        duration: None,
-        cancel: &cancel,
-        now,
-        batch: DEFAULT_BATCH,
-        progress: &progress,
-    };
+    let options = ExpireOptions::new(now, &cancel, &progress);
     let r = expire_inventory(cat, &options).map_err(e)?;
     ensure!(r.examined == 3 * paths && r.backups == 2 * paths, "{r:?}");
     for p in [0, 3_332, 3_333, 3_334, 4_000] {

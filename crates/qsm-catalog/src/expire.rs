@@ -120,6 +120,26 @@ pub struct ExpireOptions<'a> {
     pub progress: &'a ExpireProgress,
 }
 
+impl<'a> ExpireOptions<'a> {
+    /// One worker, all nodes, no time limit, [`DEFAULT_BATCH`] deletions per transaction:
+    /// callers set what they want otherwise with struct update syntax.
+    pub fn new(
+        now: Timestamp,
+        cancel: &'a AtomicBool,
+        progress: &'a ExpireProgress,
+    ) -> ExpireOptions<'a> {
+        ExpireOptions {
+            resource: 1,
+            nodes: None,
+            duration: None,
+            cancel,
+            now,
+            batch: DEFAULT_BATCH,
+            progress,
+        }
+    }
+}
+
 /// Counters an expiration updates as it goes.
 #[derive(Debug, Default)]
 pub struct ExpireProgress {

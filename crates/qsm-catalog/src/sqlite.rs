@@ -309,6 +309,18 @@ fn chunk_from_row(row: &Row<'_>) -> rusqlite::Result<Chunk> {
 
 const CHUNK_COLUMNS: &str = "id, container_id, frame_offset, stored_len, raw_len, codec, refcount";
 
+/// The id of the dedup scope `name`, made with `secret` if it does not exist (an existing
+/// scope keeps its own secret).
+fn scope_named(c: &Connection, name: &str, secret: &[u8; 32], op: &'static str) -> Result<i64> {
+    c.execute(
+        "INSERT INTO dedup_scopes (name, secret) VALUES (?1, ?2) ON CONFLICT (name) DO NOTHING",
+        params![name, &secret[..]],
+    )
+    .map_err(CatalogError::db(op))?;
+    c.query_row("SELECT id FROM dedup_scopes WHERE name = ?1", [name], |r| r.get(0))
+        .map_err(CatalogError::db(op))
+}
+
 fn scope_by_id(c: &Connection, id: DedupScopeId) -> Result<DedupScope> {
     let (name, secret): (String, Vec<u8>) = c
         .query_row("SELECT name, secret FROM dedup_scopes WHERE id = ?1", [id.0], |r| {
@@ -815,15 +827,7 @@ impl Catalog for SqliteCatalog {
         let id = match scope {
             Some(id) => id,
             None => {
-                let own = format!("node:{name}");
-                t.execute(
-                    "INSERT INTO dedup_scopes (name, secret) VALUES (?1, ?2) ON CONFLICT (name) DO NOTHING",
-                    params![own, &new_secret[..]],
-                )
-                .map_err(CatalogError::db(op))?;
-                let id: i64 = t
-                    .query_row("SELECT id FROM dedup_scopes WHERE name = ?1", [&own], |r| r.get(0))
-                    .map_err(CatalogError::db(op))?;
+                let id = scope_named(&t, &format!("node:{name}"), &new_secret, op)?;
                 t.execute(
                     "UPDATE nodes SET dedup_scope = ?1 WHERE id = ?2 AND dedup_scope IS NULL",
                     params![id, node.0],
@@ -846,14 +850,7 @@ impl Catalog for SqliteCatalog {
         let mut conn = lock(&self.writer);
         let op = "setting a node's dedup scope";
         let t = conn.transaction().map_err(CatalogError::db(op))?;
-        t.execute(
-            "INSERT INTO dedup_scopes (name, secret) VALUES (?1, ?2) ON CONFLICT (name) DO NOTHING",
-            params![name, &new_secret[..]],
-        )
-        .map_err(CatalogError::db(op))?;
-        let id: i64 = t
-            .query_row("SELECT id FROM dedup_scopes WHERE name = ?1", [name], |r| r.get(0))
-            .map_err(CatalogError::db(op))?;
+        let id = scope_named(&t, name, &new_secret, op)?;
         let n = t
             .execute("UPDATE nodes SET dedup_scope = ?1 WHERE id = ?2", params![id, node.0])
             .map_err(CatalogError::db(op))?;

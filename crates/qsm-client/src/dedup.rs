@@ -102,16 +102,6 @@ impl DedupCache {
         }
     }
 
-    /// The ids held, oldest first.
-    pub fn ids(&self) -> impl Iterator<Item = &ChunkId> {
-        self.order.iter()
-    }
-
-    /// The server and epoch the cache belongs to.
-    pub fn belongs_to(&self) -> (&str, u64) {
-        (&self.server, self.epoch)
-    }
-
     /// Ids held.
     pub fn len(&self) -> usize {
         self.ids.len()

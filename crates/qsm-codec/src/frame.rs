@@ -341,6 +341,27 @@ impl FrameEncoder {
     }
 }
 
+/// The header of `frame`, which must be exactly one whole frame.
+fn parse_whole(frame: &[u8]) -> Result<FrameHeader, FrameError> {
+    let header = FrameHeader::parse(frame)?;
+    if frame.len() != header.frame_len() {
+        return Err(FrameError::Truncated {
+            needed: header.frame_len() as u64,
+            found: frame.len() as u64,
+        });
+    }
+    Ok(header)
+}
+
+/// A sealed frame's checksum, over the sealed payload: what can be checked without the key.
+fn check_sealed(header: &FrameHeader, payload: &[u8]) -> Result<(), FrameError> {
+    let computed = checksum(payload);
+    if computed != header.checksum {
+        return Err(FrameError::ChecksumMismatch { stored: header.checksum, computed });
+    }
+    Ok(())
+}
+
 /// Decodes frames of any codec; keeps one decompressor per codec seen. One per worker thread.
 #[derive(Default)]
 pub struct FrameDecoder {
@@ -378,18 +399,9 @@ impl FrameDecoder {
         frame: &[u8],
         scratch: &mut Vec<u8>,
     ) -> Result<FrameHeader, FrameError> {
-        let header = FrameHeader::parse(frame)?;
-        if frame.len() != header.frame_len() {
-            return Err(FrameError::Truncated {
-                needed: header.frame_len() as u64,
-                found: frame.len() as u64,
-            });
-        }
+        let header = parse_whole(frame)?;
         if header.is_sealed() {
-            let computed = checksum(&frame[FRAME_HEADER_LEN..]);
-            if computed != header.checksum {
-                return Err(FrameError::ChecksumMismatch { stored: header.checksum, computed });
-            }
+            check_sealed(&header, &frame[FRAME_HEADER_LEN..])?;
             return Ok(header);
         }
         self.decode(frame, scratch)
@@ -404,13 +416,7 @@ impl FrameDecoder {
         sealer: Option<&dyn PayloadSealer>,
         context: &[u8],
     ) -> Result<FrameHeader, FrameError> {
-        let header = FrameHeader::parse(frame)?;
-        if frame.len() != header.frame_len() {
-            return Err(FrameError::Truncated {
-                needed: header.frame_len() as u64,
-                found: frame.len() as u64,
-            });
-        }
+        let header = parse_whole(frame)?;
         let raw_len = header.raw_len as usize;
         if out.len() < raw_len {
             out.resize(raw_len, 0);
@@ -421,10 +427,7 @@ impl FrameDecoder {
             return Ok(header);
         }
         // The checksum first: damage in storage is told apart from tampering.
-        let computed = checksum(payload);
-        if computed != header.checksum {
-            return Err(FrameError::ChecksumMismatch { stored: header.checksum, computed });
-        }
+        check_sealed(&header, payload)?;
         let sealer = sealer.ok_or(FrameError::Encrypted)?;
         header.aad(context, &mut self.aad);
         let mut plain = std::mem::take(&mut self.plain);

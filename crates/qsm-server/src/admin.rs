@@ -3,7 +3,7 @@
 //! read the server's files can administer it anyway, and the first administrator needs a way in.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 
 use qsm_catalog::Severity;
 use qsm_proto::v1::{self, admin_server::Admin};
@@ -12,7 +12,7 @@ use tonic::{Request, Response, Status};
 
 use crate::auth;
 use crate::node::{blocking, catalog_status, token};
-use crate::state::{Running, State};
+use crate::state::{Finished, State};
 
 /// The service.
 #[derive(Debug, Clone)]
@@ -293,7 +293,7 @@ impl Admin for AdminService {
         &self,
         request: Request<v1::ExpireRequest>,
     ) -> Result<Response<v1::ExpireReply>, Status> {
-        use qsm_catalog::expire::{DEFAULT_BATCH, ExpireOptions, ExpireProgress, expire_inventory};
+        use qsm_catalog::expire::{ExpireOptions, ExpireProgress, expire_inventory};
         let actor = self.authorize(&request)?;
         let r = request.into_inner();
         let resource = match r.resource {
@@ -322,99 +322,45 @@ impl Admin for AdminService {
                 None => format!("all nodes, {resource} workers"),
                 Some(_) => format!("nodes {}, {resource} workers", r.nodes.join(", ")),
             };
-            if let Some(other) = state.processes.running("expire inventory") {
-                return Err(Status::failed_precondition(format!(
-                    "expire inventory is already running as process {other}"
-                )));
-            }
-            let process =
-                catalog.start_process("expire inventory", &what).map_err(catalog_status)?;
-            let _ = catalog.log(
-                Severity::Info,
-                &format!("process {}: expire inventory started by {actor} ({what})", process.0),
-                None,
-                None,
-                Some(process),
-            );
-            let cancel = Arc::new(AtomicBool::new(false));
             let progress = Arc::new(ExpireProgress::default());
             let shown = Arc::clone(&progress);
-            let guard = state.processes.start(
-                process.0,
-                Running {
-                    kind: "expire inventory".into(),
-                    started: qsm_catalog::now(),
-                    cancel: Arc::clone(&cancel),
-                    progress: Arc::new(move || {
-                        format!(
-                            "{} versions examined, {} backup versions and {} archives deleted, {} filespaces done",
-                            shown.examined.load(Ordering::Relaxed),
-                            shown.backups.load(Ordering::Relaxed),
-                            shown.archives.load(Ordering::Relaxed),
-                            shown.filespaces.load(Ordering::Relaxed)
-                        )
+            let show = Arc::new(move || {
+                format!(
+                    "{} versions examined, {} backup versions and {} archives deleted, {} filespaces done",
+                    shown.examined.load(Ordering::Relaxed),
+                    shown.backups.load(Ordering::Relaxed),
+                    shown.archives.load(Ordering::Relaxed),
+                    shown.filespaces.load(Ordering::Relaxed)
+                )
+            });
+            let ran = state.run_process("expire inventory", &what, &actor, show, |cancel| {
+                let options = ExpireOptions {
+                    resource,
+                    nodes,
+                    duration: (r.duration_minutes > 0).then(|| {
+                        std::time::Duration::from_secs(u64::from(r.duration_minutes) * 60)
                     }),
-                },
-            );
-            let Ok(guard) = guard else {
-                let _ = catalog.end_process(process, "failed", "another expiration started first");
-                return Err(Status::failed_precondition("expire inventory is already running"));
-            };
-            let started = std::time::Instant::now();
-            let options = ExpireOptions {
-                resource,
-                nodes,
-                duration: (r.duration_minutes > 0)
-                    .then(|| std::time::Duration::from_secs(u64::from(r.duration_minutes) * 60)),
-                cancel: &cancel,
-                now: qsm_catalog::now(),
-                batch: DEFAULT_BATCH,
-                progress: &progress,
-            };
-            let result = expire_inventory(catalog.as_ref(), &options);
-            drop(guard);
-            let seconds = started.elapsed().as_secs_f64();
-            match result {
-                Ok(report) => {
-                    let detail = format!(
-                        "examined {}, deleted {} backup versions and {} archives in {} filespaces, {seconds:.1} s{}",
-                        report.examined,
-                        report.backups,
-                        report.archives,
-                        report.filespaces,
-                        report.stopped.as_ref().map(|w| format!("; {w}")).unwrap_or_default()
-                    );
-                    let how = if report.stopped.is_some() { "cancelled" } else { "ended" };
-                    let _ = catalog.end_process(process, how, &detail);
-                    let _ = catalog.log(
-                        Severity::Info,
-                        &format!("process {}: expire inventory {how}: {detail}", process.0),
-                        None,
-                        None,
-                        Some(process),
-                    );
-                    Ok(Response::new(v1::ExpireReply {
-                        process: process.0 as u64,
-                        examined: report.examined,
-                        backups: report.backups,
-                        archives: report.archives,
-                        filespaces: report.filespaces,
-                        stopped: report.stopped.unwrap_or_default(),
-                        seconds,
-                    }))
-                }
-                Err(e) => {
-                    let _ = catalog.end_process(process, "failed", &e.to_string());
-                    let _ = catalog.log(
-                        Severity::Error,
-                        &format!("process {}: expire inventory failed: {e}", process.0),
-                        None,
-                        None,
-                        Some(process),
-                    );
-                    Err(catalog_status(e))
-                }
-            }
+                    ..ExpireOptions::new(qsm_catalog::now(), cancel, &progress)
+                };
+                let report = expire_inventory(catalog.as_ref(), &options).map_err(catalog_status)?;
+                Ok(Finished {
+                    detail: format!(
+                        "examined {}, deleted {} backup versions and {} archives in {} filespaces",
+                        report.examined, report.backups, report.archives, report.filespaces
+                    ),
+                    stopped: report.stopped.clone(),
+                    value: report,
+                })
+            })?;
+            Ok(Response::new(v1::ExpireReply {
+                process: ran.process as u64,
+                examined: ran.value.examined,
+                backups: ran.value.backups,
+                archives: ran.value.archives,
+                filespaces: ran.value.filespaces,
+                stopped: ran.stopped.unwrap_or_default(),
+                seconds: ran.seconds,
+            }))
         })
         .await
     }
@@ -472,83 +418,41 @@ impl Admin for AdminService {
         };
         let state = Arc::clone(&self.state);
         blocking(move || {
-            let catalog = state.store.catalog();
             let what = format!("containers at least {pct}% reclaimable");
-            if let Some(other) = state.processes.running("reclaim stgpool") {
-                return Err(Status::failed_precondition(format!(
-                    "reclaim stgpool is already running as process {other}"
-                )));
-            }
-            let process =
-                catalog.start_process("reclaim stgpool", &what).map_err(catalog_status)?;
-            state.log(
-                Severity::Info,
-                &format!("process {}: reclaim stgpool started by {actor} ({what})", process.0),
-                None,
-                None,
-            );
-            let cancel = Arc::new(AtomicBool::new(false));
-            let guard = state.processes.start(
-                process.0,
-                Running {
-                    kind: "reclaim stgpool".into(),
-                    started: qsm_catalog::now(),
-                    cancel: Arc::clone(&cancel),
-                    progress: Arc::new(move || what.clone()),
+            let shown = what.clone();
+            let ran = state.run_process(
+                "reclaim stgpool",
+                &what,
+                &actor,
+                Arc::new(move || shown.clone()),
+                |cancel| {
+                    // Live below (100 - pct)% of a container's bytes: at least pct% is reclaimable.
+                    let store_status = |e: qsm_store::StoreError| Status::internal(e.to_string());
+                    let done = state
+                        .store
+                        .reclaim_until(f64::from(100 - pct) / 100.0, cancel)
+                        .map_err(store_status)?;
+                    // This server is the pool's only writer, and its own open containers are known
+                    // to the store: orphans are leftovers of crashes or refused reclamations.
+                    let orphans = state.store.remove_orphans().map_err(store_status)?;
+                    Ok(Finished {
+                        detail: format!(
+                            "{} containers reclaimed, {} orphan containers removed",
+                            done.len(),
+                            orphans.len()
+                        ),
+                        stopped: cancel.load(Ordering::Relaxed).then(|| "cancelled".to_owned()),
+                        value: (done.len() as u64, orphans.len() as u64),
+                    })
                 },
-            );
-            let Ok(guard) = guard else {
-                let _ = catalog.end_process(process, "failed", "another reclamation started first");
-                return Err(Status::failed_precondition("reclaim stgpool is already running"));
-            };
-            let started = std::time::Instant::now();
-            // Live below (100 - pct)% of a container's bytes: at least pct% is reclaimable.
-            let result =
-                state.store.reclaim_until(f64::from(100 - pct) / 100.0, &cancel).and_then(|done| {
-                    // This server is the pool's only writer, and its own open containers are
-                    // known to the store: orphans are leftovers of crashes or refused
-                    // reclamations.
-                    let orphans = state.store.remove_orphans()?;
-                    Ok((done, orphans))
-                });
-            drop(guard);
-            let seconds = started.elapsed().as_secs_f64();
-            let stopped = cancel.load(Ordering::Relaxed).then(|| "cancelled".to_owned());
-            match result {
-                Ok((done, orphans)) => {
-                    let detail = format!(
-                        "{} containers reclaimed, {} orphan containers removed, {seconds:.1} s{}",
-                        done.len(),
-                        orphans.len(),
-                        stopped.as_ref().map(|w| format!("; {w}")).unwrap_or_default()
-                    );
-                    let how = if stopped.is_some() { "cancelled" } else { "ended" };
-                    let _ = catalog.end_process(process, how, &detail);
-                    state.log(
-                        Severity::Info,
-                        &format!("process {}: reclaim stgpool {how}: {detail}", process.0),
-                        None,
-                        None,
-                    );
-                    Ok(Response::new(v1::ReclaimReply {
-                        process: process.0 as u64,
-                        containers: done.len() as u64,
-                        orphans: orphans.len() as u64,
-                        stopped: stopped.unwrap_or_default(),
-                        seconds,
-                    }))
-                }
-                Err(e) => {
-                    let _ = catalog.end_process(process, "failed", &e.to_string());
-                    state.log(
-                        Severity::Error,
-                        &format!("process {}: reclaim stgpool failed: {e}", process.0),
-                        None,
-                        None,
-                    );
-                    Err(Status::internal(e.to_string()))
-                }
-            }
+            )?;
+            Ok(Response::new(v1::ReclaimReply {
+                process: ran.process as u64,
+                containers: ran.value.0,
+                orphans: ran.value.1,
+                stopped: ran.stopped.unwrap_or_default(),
+                seconds: ran.seconds,
+            }))
         })
         .await
     }
@@ -784,7 +688,7 @@ impl Admin for AdminService {
                 .node(&r.node)
                 .map_err(catalog_status)?
                 .ok_or_else(|| Status::not_found(format!("no node {}", r.node)))?;
-            let secret = auth::new_secret().map_err(Status::internal)?;
+            let secret = crate::node::new_secret()?;
             catalog.set_dedup_scope(node.id, &r.scope, secret).map_err(catalog_status)?;
             state.log(
                 Severity::Info,

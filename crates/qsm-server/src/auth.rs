@@ -42,13 +42,6 @@ pub fn new_token() -> Result<String, String> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// A new dedup scope secret.
-pub fn new_secret() -> Result<[u8; 32], String> {
-    let mut bytes = [0u8; 32];
-    getrandom::fill(&mut bytes).map_err(|e| format!("no randomness for a secret: {e}"))?;
-    Ok(bytes)
-}
-
 /// One logged-in client.
 #[derive(Debug)]
 pub struct Session {

@@ -531,9 +531,14 @@ const HAVE_MAX: usize = 10_000;
 /// The largest key file the server keeps for a node (a QSM key file is 96 bytes).
 const KEY_FILE_MAX: usize = 4096;
 
+/// A new dedup scope secret, from the same generator as the node keys (`qsm-crypt`).
+pub(crate) fn new_secret() -> Result<[u8; 32], Status> {
+    qsm_crypt::random().map_err(|e| Status::internal(format!("no randomness for a secret: {e}")))
+}
+
 /// The dedup scope of `node`, made on first use.
 fn node_scope(store: &Store, node: NodeId) -> Result<qsm_catalog::DedupScope, Status> {
-    let secret = auth::new_secret().map_err(Status::internal)?;
+    let secret = new_secret()?;
     store.catalog().dedup_scope(node, secret).map_err(catalog_status)
 }
 

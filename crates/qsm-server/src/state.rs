@@ -6,9 +6,11 @@ use std::sync::{Arc, Mutex};
 
 use qsm_catalog::{NodeId, SessionId, Severity};
 use qsm_store::Store;
+use tonic::Status;
 
 use crate::auth::{Session, Sessions};
 use crate::config::ServerConfig;
+use crate::node::catalog_status;
 
 /// The server's state: its store, configuration, open sessions and running processes.
 #[derive(Debug)]
@@ -17,6 +19,82 @@ pub struct State {
     pub config: ServerConfig,
     pub sessions: Sessions,
     pub processes: Processes,
+}
+
+/// What a process's work reports when it ends: its result, a line for the process table and
+/// the activity log, and why it stopped early, if it did.
+#[derive(Debug)]
+pub struct Finished<T> {
+    pub value: T,
+    pub detail: String,
+    pub stopped: Option<String>,
+}
+
+/// A process that ran to its end (or stopped early, as `stopped` says).
+#[derive(Debug)]
+pub struct Ran<T> {
+    pub process: i64,
+    pub value: T,
+    pub stopped: Option<String>,
+    pub seconds: f64,
+}
+
+impl State {
+    /// Runs `work` as the server process `kind`, for `actor`: one process of each kind at a
+    /// time (a second is refused, naming the first); recorded in the catalog's process table
+    /// and the activity log at its start and its end, with `work`'s detail and the time it
+    /// took; listed with `progress` while it runs; cancelled through the flag `work` is given
+    /// (by `CancelProcess`, or at shutdown).
+    pub fn run_process<T>(
+        &self,
+        kind: &str,
+        what: &str,
+        actor: &str,
+        progress: Arc<dyn Fn() -> String + Send + Sync>,
+        work: impl FnOnce(&AtomicBool) -> Result<Finished<T>, Status>,
+    ) -> Result<Ran<T>, Status> {
+        let catalog = self.store.catalog();
+        let process = catalog.start_process(kind, what).map_err(catalog_status)?;
+        let cancel = Arc::new(AtomicBool::new(false));
+        let running = Running {
+            kind: kind.to_owned(),
+            started: qsm_catalog::now(),
+            cancel: Arc::clone(&cancel),
+            progress,
+        };
+        let guard = match self.processes.start(process.0, running) {
+            Ok(guard) => guard,
+            Err(other) => {
+                let why = format!("{kind} is already running as process {other}");
+                let _ = catalog.end_process(process, "failed", &why);
+                return Err(Status::failed_precondition(why));
+            }
+        };
+        let say = |severity, text: &str| {
+            let message = format!("process {}: {kind} {text}", process.0);
+            let _ = catalog.log(severity, &message, None, None, Some(process));
+        };
+        say(Severity::Info, &format!("started by {actor} ({what})"));
+        let started = std::time::Instant::now();
+        let result = work(&cancel);
+        drop(guard);
+        let seconds = started.elapsed().as_secs_f64();
+        match result {
+            Ok(f) => {
+                let why = f.stopped.as_ref().map(|w| format!("; {w}")).unwrap_or_default();
+                let detail = format!("{}, {seconds:.1} s{why}", f.detail);
+                let how = if f.stopped.is_some() { "cancelled" } else { "ended" };
+                let _ = catalog.end_process(process, how, &detail);
+                say(Severity::Info, &format!("{how}: {detail}"));
+                Ok(Ran { process: process.0, value: f.value, stopped: f.stopped, seconds })
+            }
+            Err(status) => {
+                let _ = catalog.end_process(process, "failed", status.message());
+                say(Severity::Error, &format!("failed: {}", status.message()));
+                Err(status)
+            }
+        }
+    }
 }
 
 /// A server process running now (expiration, ...): what it is and how to stop it.
@@ -57,13 +135,8 @@ impl Processes {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The id of the running process of `kind`, if one runs: one of each kind at a time, so
-    /// two expirations never decide the same versions.
-    pub fn running(&self, kind: &str) -> Option<i64> {
-        self.lock().iter().find(|(_, r)| r.kind == kind).map(|(id, _)| *id)
-    }
-
-    /// Registers a running process, unless one of its kind runs (then its id is the error).
+    /// Registers a running process, unless one of its kind runs (then its id is the error):
+    /// one of each kind at a time, so two expirations never decide the same versions.
     pub fn start(&self, id: i64, running: Running) -> Result<ProcessGuard<'_>, i64> {
         let mut map = self.lock();
         if let Some((other, _)) = map.iter().find(|(_, r)| r.kind == running.kind) {

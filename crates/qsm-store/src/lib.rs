@@ -340,7 +340,7 @@ impl Store {
 }
 
 /// Lower-case hex of `bytes`, for messages.
-pub fn hex(bytes: &[u8]) -> String {
+fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 

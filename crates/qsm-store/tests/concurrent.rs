@@ -68,15 +68,12 @@ fn expiration_and_reclamation_beside_backups_lose_no_active_version() {
             let cancel = AtomicBool::new(false);
             while !done.load(Ordering::Relaxed) {
                 let progress = ExpireProgress::default();
+                // Far ahead: every inactive version is past its retention.
+                let now = qsm_catalog::now() + 1000 * 86_400;
                 let options = ExpireOptions {
                     resource: 2,
-                    nodes: None,
-                    duration: None,
-                    cancel: &cancel,
-                    // Far ahead: every inactive version is past its retention.
-                    now: qsm_catalog::now() + 1000 * 86_400,
                     batch: 7,
-                    progress: &progress,
+                    ..ExpireOptions::new(now, &cancel, &progress)
                 };
                 let r = expire_inventory(store.catalog().as_ref(), &options).unwrap();
                 deleted += r.backups;
@@ -103,15 +100,8 @@ fn expiration_and_reclamation_beside_backups_lose_no_active_version() {
     // Once more each, quietly, then everything must hold.
     let cancel = AtomicBool::new(false);
     let progress = ExpireProgress::default();
-    let options = ExpireOptions {
-        resource: 1,
-        nodes: None,
-        duration: None,
-        cancel: &cancel,
-        now: qsm_catalog::now() + 1000 * 86_400,
-        batch: 100,
-        progress: &progress,
-    };
+    let now = qsm_catalog::now() + 1000 * 86_400;
+    let options = ExpireOptions { batch: 100, ..ExpireOptions::new(now, &cancel, &progress) };
     expired += expire_inventory(store.catalog().as_ref(), &options).unwrap().backups;
     reclaimed += store.reclaim(0.9).unwrap().len();
     eprintln!(

@@ -591,20 +591,23 @@ struct RestoreRequest<'a> {
 
 /// The node's keys for a restore or retrieve: opened when there is a key (here or on the
 /// server) and a passphrase can be had, before anything is written, so a wrong passphrase
-/// stops it at once. Required when the configuration says encryption is on.
-fn restore_keys(
+/// stops it at once. Required when the configuration says encryption is on. Also whether
+/// plaintext data is refused (`--require-encryption`, or `require_encryption`).
+fn restore_protection(
     home: &Conn,
     key_file: Option<PathBuf>,
+    require_flag: bool,
     server: &dyn Server,
-) -> Result<Option<std::sync::Arc<qsm_client::keys::NodeKeys>>> {
+) -> Result<(Option<std::sync::Arc<qsm_client::keys::NodeKeys>>, bool)> {
     let config = home.config()?;
     let required = config.encryption.unwrap_or(false);
-    crate::key_cmd::node_keys(
+    let keys = crate::key_cmd::node_keys(
         key_file.or(config.key_file),
         config.cipher.as_deref(),
         server,
         KeyUse::Restore { required },
-    )
+    )?;
+    Ok((keys, require_flag || config.require_encryption == Some(true)))
 }
 
 fn restore_with(server: &dyn Server, r: RestoreRequest<'_>) -> Result<Complete> {
@@ -656,7 +659,12 @@ fn restore_with(server: &dyn Server, r: RestoreRequest<'_>) -> Result<Complete> 
 
 pub fn restore(args: RestoreArgs) -> Result<Complete> {
     let connected = args.home.open()?;
-    let keys = restore_keys(&args.home, args.key_file.clone(), connected.server().as_ref())?;
+    let (keys, require_sealed) = restore_protection(
+        &args.home,
+        args.key_file.clone(),
+        args.require_encryption,
+        connected.server().as_ref(),
+    )?;
     let select = match (args.pit, args.id) {
         (Some(t), _) => Selection::AsOf(t),
         (None, Some(id)) => Selection::Version(ObjectId(id)),
@@ -672,15 +680,19 @@ pub fn restore(args: RestoreArgs) -> Result<Complete> {
             select,
             verb: "restoring",
             keys,
-            require_sealed: args.require_encryption
-                || args.home.config()?.require_encryption == Some(true),
+            require_sealed,
         },
     )
 }
 
 pub fn retrieve(args: RetrieveArgs) -> Result<Complete> {
     let connected = args.home.open()?;
-    let keys = restore_keys(&args.home, args.key_file.clone(), connected.server().as_ref())?;
+    let (keys, require_sealed) = restore_protection(
+        &args.home,
+        args.key_file.clone(),
+        args.require_encryption,
+        connected.server().as_ref(),
+    )?;
     restore_with(
         connected.server().as_ref(),
         RestoreRequest {
@@ -691,8 +703,7 @@ pub fn retrieve(args: RetrieveArgs) -> Result<Complete> {
             select: Selection::Archives(args.description.clone()),
             verb: "retrieving",
             keys,
-            require_sealed: args.require_encryption
-                || args.home.config()?.require_encryption == Some(true),
+            require_sealed,
         },
     )
 }

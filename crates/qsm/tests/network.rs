@@ -14,6 +14,22 @@ use assert_cmd::Command;
 use predicates::prelude::*;
 use tempfile::TempDir;
 
+/// Sends `ops` as one Backup stream on the raw gRPC client `node` and reads the replies to
+/// the end: `Ok` if the server accepted them all, else its first error. A macro because the
+/// client's type (its interceptor closure) cannot be named.
+macro_rules! backup_ops {
+    ($node:expr, $ops:expr) => {
+        async {
+            let ops = $ops.into_iter().map(|op| v1::BackupOp { op: Some(op) }).collect();
+            let request = tokio_stream::iter(vec![v1::BackupRequest { ops }]);
+            let mut replies = $node.backup(request).await?.into_inner();
+            while replies.message().await?.is_some() {}
+            Ok::<(), tonic::Status>(())
+        }
+        .await
+    };
+}
+
 /// A `qsm server` process on a free port, killed when dropped.
 struct ServerProc {
     child: Child,
@@ -553,12 +569,7 @@ fn malformed_and_oversized_requests_are_refused_and_the_server_keeps_serving() {
             ),
         ];
         for (what, ops, code, text) in cases {
-            let ops = ops.into_iter().map(|op| v1::BackupOp { op: Some(op) }).collect();
-            let request = tokio_stream::iter(vec![v1::BackupRequest { ops }]);
-            let result = match node.backup(request).await {
-                Ok(r) => r.into_inner().message().await.map(|_| ()),
-                Err(e) => Err(e),
-            };
+            let result = backup_ops!(node, ops);
             let e = result.expect_err(what);
             // An oversized message is refused by the transport, whichever code it picks.
             if what != "oversized message" {
@@ -709,12 +720,7 @@ fn dedup_and_encryption_mixed_across_nodes_and_chunk_ids_do_not_cross_nodes() {
             Op::End(v1::Empty {}),
             Op::Finish(v1::Empty {}),
         ];
-        let ops = ops.into_iter().map(|op| v1::BackupOp { op: Some(op) }).collect();
-        let request = tokio_stream::iter(vec![v1::BackupRequest { ops }]);
-        let result = match node.backup(request).await {
-            Ok(r) => r.into_inner().message().await.map(|_| ()),
-            Err(e) => Err(e),
-        };
+        let result = backup_ops!(node, ops);
         let e = result.expect_err("a reference to another node's chunk must fail");
         assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
         assert!(e.message().contains("does not hold"), "{e:?}");
@@ -737,12 +743,7 @@ fn dedup_and_encryption_mixed_across_nodes_and_chunk_ids_do_not_cross_nodes() {
             Op::End(v1::Empty {}),
             Op::Finish(v1::Empty {}),
         ];
-        let ops = ops.into_iter().map(|op| v1::BackupOp { op: Some(op) }).collect();
-        let request = tokio_stream::iter(vec![v1::BackupRequest { ops }]);
-        let result = match node.backup(request).await {
-            Ok(r) => r.into_inner().message().await.map(|_| ()),
-            Err(e) => Err(e),
-        };
+        let result = backup_ops!(node, ops);
         let e = result.expect_err("a planted chunk must be refused");
         assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
         assert!(
@@ -775,10 +776,7 @@ fn dedup_and_encryption_mixed_across_nodes_and_chunk_ids_do_not_cross_nodes() {
             Op::End(v1::Empty {}),
             Op::Finish(v1::Empty {}),
         ];
-        let ops = ops.into_iter().map(|op| v1::BackupOp { op: Some(op) }).collect();
-        let request = tokio_stream::iter(vec![v1::BackupRequest { ops }]);
-        let mut replies = node.backup(request).await.unwrap().into_inner();
-        while replies.message().await.unwrap().is_some() {}
+        backup_ops!(node, ops).unwrap();
         for sealed in [false, true] {
             let have = node
                 .have_chunks(v1::HaveChunksRequest {
