@@ -44,6 +44,14 @@ fn generate(db: &std::path::Path, versions: u64, filespaces: u64) -> Result<(), 
     let _ = std::fs::remove_file(db);
     let cat = SqliteCatalog::open(db)?;
     let domain = cat.define_domain("standard", "")?;
+    // Versions-exist applies at backup time: the catalog is made under a class keeping every
+    // version, then tightened to TSM's defaults (2 / 1 / 30 / 60) for expiration to apply,
+    // as after an administrator's policy change.
+    let keep_all = qsm_catalog::BackupCopyGroup {
+        versions_exist: qsm_catalog::expire::NO_LIMIT,
+        ..Default::default()
+    };
+    let class = cat.define_mgmt_class(domain, "standard", keep_all, Default::default())?;
     let pool = cat.define_pool("disk", "dir", "/pool")?;
     let container = ContainerId(1);
     let mut t = cat.begin()?;
@@ -94,6 +102,7 @@ fn generate(db: &std::path::Path, versions: u64, filespaces: u64) -> Result<(), 
             t.commit()?;
         }
     }
+    cat.update_mgmt_class(class, Default::default(), Default::default())?;
     eprintln!(
         "{} versions in {} filespaces in {:.1} s; catalog {} MB",
         made * 5,

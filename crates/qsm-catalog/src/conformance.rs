@@ -38,6 +38,9 @@ pub const CASES: &[(&str, Case)] = &[
     ("expiration_by_policy", expiration_by_policy),
     ("policy_changes", policy_changes),
     ("expiration_across_pages", expiration_across_pages),
+    ("versions_exist_at_backup", versions_exist_at_backup),
+    ("damaged_chunks_and_repair", damaged_chunks_and_repair),
+    ("state_and_snapshot", state_and_snapshot),
 ];
 
 /// Runs every case on catalogs from `make`; returns the failures.
@@ -91,6 +94,20 @@ fn file(fs: FilespaceId, path: &[u8], size: u64, chunks: Vec<ObjectChunk>) -> Ne
 
 fn new_chunk(container: ContainerId, offset: u64) -> ObjectChunk {
     ObjectChunk::New(NewChunk { container, offset, stored_len: 100, raw_len: 300, codec: 2 })
+}
+
+/// Gives the fixture's domain a default class keeping every version, so a case can store
+/// more versions than versions-exist (which applies at backup time), then tighten the
+/// policy to TSM's defaults, as an administrator would, with [`default_policy`].
+fn keep_every_version(cat: &dyn Catalog) -> std::result::Result<MgmtClassId, String> {
+    let domain = cat.domain("standard").map_err(e)?.ok_or("no standard domain")?.id;
+    let all =
+        BackupCopyGroup { versions_exist: crate::expire::NO_LIMIT, ..BackupCopyGroup::default() };
+    cat.define_mgmt_class(domain, "standard", all, ArchiveCopyGroup::default()).map_err(e)
+}
+
+fn default_policy(cat: &dyn Catalog, class: MgmtClassId) -> CaseResult {
+    cat.update_mgmt_class(class, BackupCopyGroup::default(), ArchiveCopyGroup::default()).map_err(e)
 }
 
 fn consistent(cat: &dyn Catalog) -> CaseResult {
@@ -186,13 +203,30 @@ pub fn nodes_and_filespaces(cat: &dyn Catalog) -> CaseResult {
     ensure!(cat.filespace(NodeId(999), "/x").is_err(), "filespace of unknown node created");
     ensure!(cat.nodes().map_err(e)?.len() == 1, "node list");
     // Administrators are separate accounts: the same name may be a node and an administrator.
-    cat.register_admin("alpha", "$argon2id$admin").map_err(e)?;
+    cat.register_admin("alpha", "$argon2id$admin", &[]).map_err(e)?;
     ensure!(
-        matches!(cat.register_admin("alpha", "h"), Err(CatalogError::Exists { .. })),
+        matches!(
+            cat.register_admin("alpha", "h", &[Privilege::System]),
+            Err(CatalogError::Exists { .. })
+        ),
         "duplicate administrator accepted"
     );
     let admin = cat.admin("alpha").map_err(e)?.ok_or("registered administrator not found")?;
-    ensure!(admin.password_hash == "$argon2id$admin" && !admin.locked, "admin record {admin:?}");
+    ensure!(
+        admin.password_hash == "$argon2id$admin" && !admin.locked && admin.privileges.is_empty(),
+        "admin record {admin:?}"
+    );
+    cat.set_admin_privileges("alpha", &[Privilege::Policy, Privilege::Operator]).map_err(e)?;
+    let admin = cat.admin("alpha").map_err(e)?.ok_or("administrator gone")?;
+    ensure!(
+        admin.privileges == [Privilege::Policy, Privilege::Operator],
+        "granted {:?}",
+        admin.privileges
+    );
+    ensure!(
+        matches!(cat.set_admin_privileges("nobody", &[]), Err(CatalogError::NotFound { .. })),
+        "privileges granted to nobody"
+    );
     ensure!(cat.admin("nobody").map_err(e)?.is_none(), "unknown administrator found");
     ensure!(cat.nodes().map_err(e)?.len() == 1, "an administrator listed as a node");
     Ok(())
@@ -621,6 +655,7 @@ pub fn dedup_scopes_and_keyed_chunks(cat: &dyn Catalog) -> CaseResult {
 pub fn expiration_by_policy(cat: &dyn Catalog) -> CaseResult {
     use crate::expire::{ExpireOptions, ExpireProgress, expire_inventory};
     let f = fixture(cat)?;
+    let class = keep_every_version(cat)?;
     let day = 86_400;
     let now = 1_800_000_000;
     let at = |days: i64| now - days * day;
@@ -653,6 +688,7 @@ pub fn expiration_by_policy(cat: &dyn Catalog) -> CaseResult {
     t.insert_object(&old, at(400)).map_err(e)?;
     t.insert_object(&young, at(2)).map_err(e)?;
     t.commit().map_err(e)?;
+    default_policy(cat, class)?;
     let epoch = cat.dedup_epoch().map_err(e)?;
 
     let cancel = std::sync::atomic::AtomicBool::new(false);
@@ -774,6 +810,7 @@ pub fn policy_changes(cat: &dyn Catalog) -> CaseResult {
 pub fn expiration_across_pages(cat: &dyn Catalog) -> CaseResult {
     use crate::expire::{ExpireOptions, ExpireProgress, expire_inventory};
     let f = fixture(cat)?;
+    let class = keep_every_version(cat)?;
     let now = 1_800_000_000;
     let paths = 4_001u64;
     let mut t = cat.begin().map_err(e)?;
@@ -787,6 +824,7 @@ pub fn expiration_across_pages(cat: &dyn Catalog) -> CaseResult {
         }
     }
     t.commit().map_err(e)?;
+    default_policy(cat, class)?;
     let cancel = std::sync::atomic::AtomicBool::new(false);
     let progress = ExpireProgress::default();
     let options = ExpireOptions::new(now, &cancel, &progress);
@@ -802,4 +840,130 @@ pub fn expiration_across_pages(cat: &dyn Catalog) -> CaseResult {
         );
     }
     consistent(cat)
+}
+
+/// A new active version deletes, in its own transaction, the inactive versions beyond its
+/// class's versions-exist (the active one counts), releasing their chunks; an unlimited class
+/// keeps them all; a domain without a "standard" class uses TSM's default of 2.
+pub fn versions_exist_at_backup(cat: &dyn Catalog) -> CaseResult {
+    let fx = fixture(cat)?;
+    let domain = cat.domain("standard").map_err(e)?.ok_or("no domain")?.id;
+    let three = BackupCopyGroup { versions_exist: 3, ..BackupCopyGroup::default() };
+    let keep3 =
+        cat.define_mgmt_class(domain, "three", three, ArchiveCopyGroup::default()).map_err(e)?;
+    let all = BackupCopyGroup { versions_exist: crate::expire::NO_LIMIT, ..three };
+    let keep_all =
+        cat.define_mgmt_class(domain, "all", all, ArchiveCopyGroup::default()).map_err(e)?;
+    let backup = |path: &[u8], class: Option<MgmtClassId>, k: u64| -> CaseResult {
+        let mut object = file(fx.fs, path, k, vec![new_chunk(fx.container, k * 1000)]);
+        object.mgmt_class = class;
+        let mut t = cat.begin().map_err(e)?;
+        t.insert_object(&object, 100 + k as i64).map_err(e)?;
+        t.commit().map_err(e)
+    };
+    for k in 0..6 {
+        backup(b"/default", None, k)?;
+        backup(b"/three", Some(keep3), 10 + k)?;
+        backup(b"/all", Some(keep_all), 20 + k)?;
+    }
+    let sizes = |path: &[u8]| -> std::result::Result<Vec<(u64, bool)>, String> {
+        Ok(cat.versions(fx.fs, path).map_err(e)?.iter().map(|v| (v.attrs.size, v.active)).collect())
+    };
+    ensure!(sizes(b"/default")? == [(5, true), (4, false)], "default: {:?}", sizes(b"/default")?);
+    ensure!(
+        sizes(b"/three")? == [(15, true), (14, false), (13, false)],
+        "three: {:?}",
+        sizes(b"/three")?
+    );
+    ensure!(sizes(b"/all")?.len() == 6, "unlimited: {:?}", sizes(b"/all")?);
+    // The deleted versions' chunks lost their references (6 + 3 + 2 live).
+    let mut live = 0;
+    for c in cat.chunks_in_container(fx.container).map_err(e)? {
+        live += u64::from(c.refcount > 0);
+    }
+    ensure!(live == 11, "{live} chunks still referenced");
+    // A file deleted on the client keeps its versions until expiration decides.
+    let mut t = cat.begin().map_err(e)?;
+    t.deactivate(fx.fs, b"/three", 200).map_err(e)?;
+    t.commit().map_err(e)?;
+    ensure!(sizes(b"/three")?.len() == 3, "deactivation deleted versions");
+    consistent(cat)
+}
+
+/// An audit's marks: a damaged chunk is no longer offered for deduplication and the next
+/// copy of its data repairs it in place; its objects are found, flagged, and the dedup epoch
+/// rises.
+pub fn damaged_chunks_and_repair(cat: &dyn Catalog) -> CaseResult {
+    let fx = fixture(cat)?;
+    let node = cat.node("alpha").map_err(e)?.ok_or("no node")?;
+    let scope = cat.dedup_scope(node.id, [7; 32]).map_err(e)?;
+    let key = ChunkKey { hash: [9; 32], scope: Some(scope.id), sealed: false };
+    let keyed = |offset: u64| {
+        ObjectChunk::Keyed(
+            NewChunk { container: fx.container, offset, stored_len: 50, raw_len: 80, codec: 1 },
+            key,
+        )
+    };
+    let mut t = cat.begin().map_err(e)?;
+    let a = t.insert_object(&file(fx.fs, b"/a", 80, vec![keyed(0)]), 100).map_err(e)?;
+    let b = t
+        .insert_object(&file(fx.fs, b"/b", 80, vec![new_chunk(fx.container, 100)]), 100)
+        .map_err(e)?;
+    t.commit().map_err(e)?;
+    let chunk = cat.find_chunks(scope.id, false, &[[9; 32]]).map_err(e)?[0].ok_or("no chunk")?;
+    let used = cat.objects_using(&[chunk].into_iter().collect()).map_err(e)?;
+    ensure!(used == [(a, fx.fs, b"/a".to_vec())], "objects using the chunk: {used:?}");
+    let epoch = cat.dedup_epoch().map_err(e)?;
+    cat.mark_damaged(&[chunk], &[a]).map_err(e)?;
+    ensure!(cat.dedup_epoch().map_err(e)? > epoch, "epoch did not rise");
+    ensure!(
+        cat.find_chunks(scope.id, false, &[[9; 32]]).map_err(e)?[0].is_none(),
+        "a damaged chunk offered for deduplication"
+    );
+    let flagged: Vec<bool> = [a, b]
+        .iter()
+        .map(|id| cat.object(*id).map(|o| o.is_some_and(|o| o.damaged)))
+        .collect::<crate::Result<_>>()
+        .map_err(e)?;
+    ensure!(flagged == [true, false], "damaged flags {flagged:?}");
+    let stats = cat.stats().map_err(e)?;
+    ensure!(
+        stats.damaged_chunks == 1 && stats.damaged_objects == 1,
+        "stats {} damaged chunks, {} objects",
+        stats.damaged_chunks,
+        stats.damaged_objects
+    );
+    // The same data stored again (the file sent anew): one chunk, now at the new frame.
+    let mut t = cat.begin().map_err(e)?;
+    t.insert_object(&file(fx.fs, b"/a", 80, vec![keyed(500)]), 200).map_err(e)?;
+    t.commit().map_err(e)?;
+    let again = cat.find_chunks(scope.id, false, &[[9; 32]]).map_err(e)?[0];
+    ensure!(again == Some(chunk), "repair made a new chunk: {again:?}");
+    let refs = cat.object_chunks(a).map_err(e)?;
+    ensure!(refs[0].location.offset == 500, "old version not repaired: {:?}", refs[0]);
+    ensure!(cat.stats().map_err(e)?.damaged_chunks == 0, "chunk still damaged");
+    ensure!(cat.objects_using(&Default::default()).map_err(e)?.is_empty(), "empty set matched");
+    consistent(cat)
+}
+
+/// Named state values, and a snapshot that refuses to overwrite a file.
+pub fn state_and_snapshot(cat: &dyn Catalog) -> CaseResult {
+    let fx = fixture(cat)?;
+    ensure!(cat.state_value("restored_at").map_err(e)?.is_none(), "unset state has a value");
+    cat.set_state_value("restored_at", 42).map_err(e)?;
+    cat.set_state_value("restored_at", 43).map_err(e)?;
+    ensure!(cat.state_value("restored_at").map_err(e)? == Some(43), "state value");
+    let mut t = cat.begin().map_err(e)?;
+    t.insert_object(&file(fx.fs, b"/x", 1, vec![new_chunk(fx.container, 0)]), 100).map_err(e)?;
+    t.commit().map_err(e)?;
+    let dir = tempfile::TempDir::new().map_err(|x| x.to_string())?;
+    let dest = dir.path().join("copy.db");
+    cat.snapshot(&dest).map_err(e)?;
+    ensure!(
+        matches!(cat.snapshot(&dest), Err(CatalogError::Refused(_))),
+        "a snapshot overwrote a file"
+    );
+    // What a copy holds is checked per backend (it is that backend's file format).
+    ensure!(dest.metadata().map_err(|x| x.to_string())?.len() > 0, "empty snapshot");
+    Ok(())
 }

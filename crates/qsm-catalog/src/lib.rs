@@ -23,7 +23,7 @@ mod sqlite;
 
 pub use error::{CatalogError, Result};
 pub use model::*;
-pub use sqlite::SqliteCatalog;
+pub use sqlite::{SqliteCatalog, Upgrade};
 
 /// The catalog interface. Implementations are shared between threads; each call is its own
 /// transaction unless made through a [`Txn`].
@@ -72,8 +72,16 @@ pub trait Catalog: Send + Sync + std::fmt::Debug {
     fn nodes(&self) -> Result<Vec<Node>>;
     /// Locks or unlocks a node.
     fn set_node_locked(&self, node: NodeId, locked: bool) -> Result<()>;
-    /// Registers an administrator; `Exists` if the name is taken.
-    fn register_admin(&self, name: &str, password_hash: &str) -> Result<()>;
+    /// Registers an administrator with `privileges` (none: queries only); `Exists` if the
+    /// name is taken.
+    fn register_admin(
+        &self,
+        name: &str,
+        password_hash: &str,
+        privileges: &[Privilege],
+    ) -> Result<()>;
+    /// Replaces an administrator's privilege classes.
+    fn set_admin_privileges(&self, name: &str, privileges: &[Privilege]) -> Result<()>;
     /// An administrator by name.
     fn admin(&self, name: &str) -> Result<Option<Admin>>;
     /// The filespace `name` of `node`, created if new.
@@ -149,7 +157,25 @@ pub trait Catalog: Send + Sync + std::fmt::Debug {
     /// The chunks of `object` in order, with their locations.
     fn object_chunks(&self, object: ObjectId) -> Result<Vec<ChunkRef>>;
 
-    // --- integrity and size ---
+    // --- integrity, audit and size ---
+    /// The versions (id, filespace, path) whose chunk lists hold any of `chunks`: the objects
+    /// an audit's damaged chunks belong to. Reads every version, in pages.
+    fn objects_using(
+        &self,
+        chunks: &std::collections::HashSet<ChunkId>,
+    ) -> Result<Vec<(ObjectId, FilespaceId, Vec<u8>)>>;
+    /// Marks `chunks` and `objects` damaged in one transaction: the chunks are no longer
+    /// offered for deduplication (the next copy stored replaces them), the objects leave the
+    /// active inventory (the next incremental backup sends their files again), and the dedup
+    /// epoch rises so clients drop what they cached of the chunks.
+    fn mark_damaged(&self, chunks: &[ChunkId], objects: &[ObjectId]) -> Result<()>;
+    /// A named number of the catalog's own state (`None` if never set).
+    fn state_value(&self, name: &str) -> Result<Option<i64>>;
+    /// Sets a named number of the catalog's own state.
+    fn set_state_value(&self, name: &str, value: i64) -> Result<()>;
+    /// Writes a consistent copy of the whole catalog, as of one moment, to the new file
+    /// `dest`, while other connections keep reading and writing.
+    fn snapshot(&self, dest: &std::path::Path) -> Result<()>;
     /// Checks every invariant the catalog can check alone: reference counts equal the
     /// references from object versions, every referenced chunk and container exists, at most
     /// one active version per path.

@@ -191,6 +191,16 @@ CREATE TABLE catalog_state (
 );
 INSERT INTO catalog_state (name, value) VALUES ('dedup_epoch', 0);
 "#,
+    // 5: maintenance (issue 7). `damaged` marks a chunk an audit found unreadable or corrupt
+    // (it is no longer offered for deduplication, and the next copy of its data stored
+    // replaces it) and an object with such a chunk (it leaves the active inventory a client
+    // compares with, so the next incremental backup sends the file again). Administrators
+    // get privilege classes; those registered before them keep the power they had: system.
+    r#"
+ALTER TABLE chunks ADD COLUMN damaged BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE objects ADD COLUMN damaged BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE admins ADD COLUMN privileges TEXT NOT NULL DEFAULT 'system';
+"#,
 ];
 
 /// The newest schema version this program knows.

@@ -127,6 +127,63 @@ pub struct Admin {
     pub locked: bool,
     /// Registration time.
     pub registered: Timestamp,
+    /// What the administrator may do beyond queries.
+    pub privileges: Vec<Privilege>,
+}
+
+/// An administrator's privilege class (TSM's). Every administrator may query; each class
+/// adds a kind of change, and `System` holds them all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Privilege {
+    /// Everything, including administrators, expiration and the catalog's restore.
+    System,
+    /// Policy domains, management classes and nodes.
+    Policy,
+    /// Storage pools: reclamation, audit, catalog backups.
+    Storage,
+    /// Sessions and processes: cancel them; catalog backups.
+    Operator,
+}
+
+impl Privilege {
+    /// Every class, in the order they are listed.
+    pub const ALL: [Privilege; 4] =
+        [Privilege::System, Privilege::Policy, Privilege::Storage, Privilege::Operator];
+
+    /// The name used in commands and the catalog.
+    pub fn name(self) -> &'static str {
+        match self {
+            Privilege::System => "system",
+            Privilege::Policy => "policy",
+            Privilege::Storage => "storage",
+            Privilege::Operator => "operator",
+        }
+    }
+
+    /// The class called `name`.
+    pub fn parse(name: &str) -> Option<Privilege> {
+        Privilege::ALL.into_iter().find(|p| p.name().eq_ignore_ascii_case(name.trim()))
+    }
+
+    /// A comma-separated list (empty: none), as stored; unknown names are an error naming them.
+    pub fn parse_list(text: &str) -> std::result::Result<Vec<Privilege>, String> {
+        let mut out = Vec::new();
+        for part in text.split(',').map(str::trim).filter(|p| !p.is_empty() && *p != "none") {
+            let p = Privilege::parse(part).ok_or_else(|| {
+                format!("unknown privilege class {part:?}: use system, policy, storage or operator")
+            })?;
+            if !out.contains(&p) {
+                out.push(p);
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// The list as stored and shown ("" for none).
+    pub fn join(list: &[Privilege]) -> String {
+        list.iter().map(|p| p.name()).collect::<Vec<_>>().join(",")
+    }
 }
 
 /// A filespace of a node.
@@ -355,6 +412,8 @@ pub struct ObjectVersion {
     pub deactivated: Option<Timestamp>,
     /// Its chunks, in order.
     pub chunks: Vec<ChunkId>,
+    /// An audit found one of its chunks unreadable or corrupt.
+    pub damaged: bool,
 }
 
 /// A chunk of an object with where to read it, for restore.
@@ -458,4 +517,8 @@ pub struct CatalogStats {
     pub containers: u64,
     /// Bytes the database occupies.
     pub database_bytes: u64,
+    /// Chunks an audit marked damaged.
+    pub damaged_chunks: u64,
+    /// Object versions with a damaged chunk.
+    pub damaged_objects: u64,
 }

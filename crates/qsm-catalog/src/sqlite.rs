@@ -29,7 +29,7 @@ const MAX_PROBLEMS: usize = 1000;
 
 const OBJECT_COLUMNS: &str = "id, filespace_id, state, path, object_type, size, mtime_ns, \
      ctime_ns, mode, uid, gid, inserted, deactivated, mgmt_class_id, description, \
-     retain_until, link_target, chunk_list, ino";
+     retain_until, link_target, chunk_list, ino, damaged";
 
 // Object states (0 = inactive backup is written as a literal in the UPDATEs).
 const STATE_ACTIVE: i64 = 1;
@@ -41,6 +41,18 @@ pub struct SqliteCatalog {
     path: PathBuf,
     writer: Mutex<Connection>,
     readers: Mutex<Vec<Connection>>,
+    upgraded: Option<Upgrade>,
+}
+
+/// An upgrade of the schema done when the catalog was opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Upgrade {
+    /// The schema version found.
+    pub from: u32,
+    /// The schema version now.
+    pub to: u32,
+    /// The copy of the catalog taken before migrating it.
+    pub backup: PathBuf,
 }
 
 fn classify(path: &Path, op: &'static str) -> impl FnOnce(rusqlite::Error) -> CatalogError {
@@ -112,6 +124,20 @@ fn read_version(conn: &Connection, path: &Path) -> Result<u32> {
         .map_err(|_| CatalogError::Damaged(format!("schema version {v} in {}", path.display())))
 }
 
+/// Where the copy of a catalog of schema `from` goes before it is upgraded: beside it, never
+/// over an earlier copy.
+fn pre_upgrade_path(path: &Path, from: u32) -> PathBuf {
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let base = path.with_file_name(format!("{name}.schema-{from}.bak"));
+    if !base.exists() {
+        return base;
+    }
+    (2..)
+        .map(|k| path.with_file_name(format!("{name}.schema-{from}.{k}.bak")))
+        .find(|p| !p.exists())
+        .unwrap_or(base)
+}
+
 fn migrate(conn: &Connection, path: &Path, from: u32, to: u32) -> Result<()> {
     for version in from + 1..=to {
         let sql = migrations::sql(version, Dialect::Sqlite)
@@ -151,19 +177,44 @@ impl SqliteCatalog {
                 supported: LATEST,
             });
         }
+        let mut upgraded = None;
         if found < version {
-            migrate(&conn, path, found, version.min(LATEST))?;
+            let to = version.min(LATEST);
+            // A catalog in use is copied before its schema changes: a migration that fails
+            // half-way rolls back, but one that succeeds and turns out wrong, or a program
+            // that must be downgraded, needs the catalog as it was.
+            if found > 0 {
+                let backup = pre_upgrade_path(path, found);
+                let text = backup.to_str().ok_or_else(|| {
+                    CatalogError::Refused(format!("{} is not a UTF-8 path", backup.display()))
+                })?;
+                conn.execute("VACUUM INTO ?1", [text]).map_err(|e| {
+                    CatalogError::Refused(format!(
+                        "not upgrading {} from schema {found}: its copy to {} failed first: {e}",
+                        path.display(),
+                        backup.display()
+                    ))
+                })?;
+                upgraded = Some(Upgrade { from: found, to, backup });
+            }
+            migrate(&conn, path, found, to)?;
         }
         Ok(SqliteCatalog {
             path: path.to_path_buf(),
             writer: Mutex::new(conn),
             readers: Mutex::new(Vec::new()),
+            upgraded,
         })
     }
 
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The schema upgrade done at opening, with the copy taken before it, if there was one.
+    pub fn upgraded(&self) -> Option<&Upgrade> {
+        self.upgraded.as_ref()
     }
 
     /// Runs raw SQL on the writer connection. For tests that must build states the API
@@ -275,6 +326,7 @@ fn object_from_row(row: &Row<'_>) -> Result<ObjectVersion> {
         retain_until: row.get(15).map_err(get)?,
         chunks: chunk_list::decode(&blob)
             .map_err(|e| CatalogError::Damaged(format!("object {id}: {e}")))?,
+        damaged: int(19)? != 0,
     })
 }
 
@@ -662,11 +714,16 @@ impl Catalog for SqliteCatalog {
         Ok(())
     }
 
-    fn register_admin(&self, name: &str, password_hash: &str) -> Result<()> {
+    fn register_admin(
+        &self,
+        name: &str,
+        password_hash: &str,
+        privileges: &[Privilege],
+    ) -> Result<()> {
         let conn = lock(&self.writer);
         match conn.execute(
-            "INSERT INTO admins (name, password_hash, locked, registered) VALUES (?1, ?2, 0, ?3)",
-            params![name, password_hash, crate::now()],
+            "INSERT INTO admins (name, password_hash, locked, registered, privileges) VALUES (?1, ?2, 0, ?3, ?4)",
+            params![name, password_hash, crate::now(), Privilege::join(privileges)],
         ) {
             Ok(_) => Ok(()),
             Err(e) if unique_violation(&e) => {
@@ -679,20 +736,35 @@ impl Catalog for SqliteCatalog {
     fn admin(&self, name: &str) -> Result<Option<Admin>> {
         self.with_reader(|c| {
             c.query_row(
-                "SELECT name, password_hash, locked, registered FROM admins WHERE name = ?1",
+                "SELECT name, password_hash, locked, registered, privileges FROM admins WHERE name = ?1",
                 [name],
-                |r| {
-                    Ok(Admin {
-                        name: r.get(0)?,
-                        password_hash: r.get(1)?,
-                        locked: r.get::<_, i64>(2)? != 0,
-                        registered: r.get(3)?,
-                    })
-                },
+                |r| Ok((r.get(0)?, r.get(1)?, r.get::<_, i64>(2)? != 0, r.get(3)?, r.get::<_, String>(4)?)),
             )
             .optional()
-            .map_err(CatalogError::db("reading an administrator"))
+            .map_err(CatalogError::db("reading an administrator"))?
+            .map(|(name, password_hash, locked, registered, privileges)| {
+                let privileges = Privilege::parse_list(&privileges)
+                    .map_err(|e| CatalogError::Damaged(format!("administrator {name}: {e}")))?;
+                Ok(Admin { name, password_hash, locked, registered, privileges })
+            })
+            .transpose()
         })
+    }
+
+    fn set_admin_privileges(&self, name: &str, privileges: &[Privilege]) -> Result<()> {
+        let n = self.with_writer(
+            |c| {
+                c.execute(
+                    "UPDATE admins SET privileges = ?1 WHERE name = ?2",
+                    params![Privilege::join(privileges), name],
+                )
+            },
+            "granting privileges",
+        )?;
+        if n == 0 {
+            return Err(CatalogError::NotFound { what: "administrator", key: name.into() });
+        }
+        Ok(())
     }
 
     fn filespace(&self, node: NodeId, name: &str) -> Result<FilespaceId> {
@@ -871,7 +943,7 @@ impl Catalog for SqliteCatalog {
         self.with_reader(|c| {
             let mut stmt = c
                 .prepare_cached(
-                    "SELECT id FROM chunks WHERE scope = ?1 AND sealed = ?3 AND hash = ?2 AND refcount > 0",
+                    "SELECT id FROM chunks WHERE scope = ?1 AND sealed = ?3 AND hash = ?2 AND refcount > 0 AND damaged = 0",
                 )
                 .map_err(CatalogError::db("looking up chunks"))?;
             hashes
@@ -1128,6 +1200,106 @@ impl Catalog for SqliteCatalog {
         })
     }
 
+    fn objects_using(
+        &self,
+        chunks: &std::collections::HashSet<ChunkId>,
+    ) -> Result<Vec<(ObjectId, FilespaceId, Vec<u8>)>> {
+        let op = "finding the objects of chunks";
+        let mut found = Vec::new();
+        if chunks.is_empty() {
+            return Ok(found);
+        }
+        let mut after = 0i64;
+        loop {
+            // Pages by id, each its own read: a scan of every version must not pin a snapshot.
+            let page: Vec<(i64, i64, Vec<u8>, Vec<u8>)> = self.with_reader(|c| {
+                c.prepare_cached(
+                    "SELECT id, filespace_id, path, chunk_list FROM objects WHERE id > ?1 ORDER BY id LIMIT ?2",
+                )
+                .and_then(|mut s| {
+                    s.query_map(params![after, INVENTORY_PAGE as i64], |r| {
+                        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+                    })?
+                    .collect()
+                })
+                .map_err(CatalogError::db(op))
+            })?;
+            let Some(last) = page.last() else { return Ok(found) };
+            after = last.0;
+            let full = page.len() == INVENTORY_PAGE;
+            for (id, fs, path, blob) in page {
+                let list = chunk_list::decode(&blob)
+                    .map_err(|e| CatalogError::Damaged(format!("object {id}: {e}")))?;
+                if list.iter().any(|c| chunks.contains(c)) {
+                    found.push((ObjectId(id), FilespaceId(fs), path));
+                }
+            }
+            if !full {
+                return Ok(found);
+            }
+        }
+    }
+
+    fn mark_damaged(&self, chunks: &[ChunkId], objects: &[ObjectId]) -> Result<()> {
+        let conn = lock(&self.writer);
+        conn.execute_batch("BEGIN IMMEDIATE")
+            .map_err(CatalogError::db("starting a transaction"))?;
+        let t = SqliteTxn { conn, done: false, chunks_gone: !chunks.is_empty() };
+        {
+            let c = &*t.conn;
+            for id in chunks {
+                c.prepare_cached("UPDATE chunks SET damaged = 1 WHERE id = ?1")
+                    .and_then(|mut s| s.execute([id.0]))
+                    .map_err(CatalogError::db("marking a chunk damaged"))?;
+            }
+            for id in objects {
+                c.prepare_cached("UPDATE objects SET damaged = 1 WHERE id = ?1")
+                    .and_then(|mut s| s.execute([id.0]))
+                    .map_err(CatalogError::db("marking an object damaged"))?;
+            }
+        }
+        Box::new(t).commit()
+    }
+
+    fn state_value(&self, name: &str) -> Result<Option<i64>> {
+        self.with_reader(|c| {
+            c.query_row("SELECT value FROM catalog_state WHERE name = ?1", [name], |r| r.get(0))
+                .optional()
+                .map_err(CatalogError::db("reading the catalog state"))
+        })
+    }
+
+    fn set_state_value(&self, name: &str, value: i64) -> Result<()> {
+        self.with_writer(
+            |c| {
+                c.execute(
+                    "INSERT INTO catalog_state (name, value) VALUES (?1, ?2) \
+                     ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+                    params![name, value],
+                )
+            },
+            "writing the catalog state",
+        )
+        .map(|_| ())
+    }
+
+    fn snapshot(&self, dest: &Path) -> Result<()> {
+        // VACUUM INTO rather than the page-by-page backup API: it copies from one read
+        // transaction, so under WAL it neither blocks writers nor restarts when they commit
+        // (the backup API starts over whenever another connection writes, and may never
+        // finish under a steady backup load); and the copy comes out compact.
+        if dest.exists() {
+            return Err(CatalogError::Refused(format!("{} exists", dest.display())));
+        }
+        let dest_text = dest.to_str().ok_or_else(|| {
+            CatalogError::Refused(format!("{} is not a UTF-8 path", dest.display()))
+        })?;
+        let conn = open_connection(&self.path)?;
+        conn.execute("VACUUM INTO ?1", [dest_text])
+            .map_err(classify(dest, "copying the catalog"))?;
+        Ok(())
+    }
+
     fn stats(&self) -> Result<CatalogStats> {
         self.with_reader(|c| {
             let count = |table: &str| -> Result<u64> {
@@ -1146,6 +1318,8 @@ impl Catalog for SqliteCatalog {
                 chunks: count("chunks")?,
                 containers: count("containers")?,
                 database_bytes: (pages * page_size) as u64,
+                damaged_chunks: count("chunks WHERE damaged <> 0")?,
+                damaged_objects: count("objects WHERE damaged <> 0")?,
             })
         })
     }
@@ -1313,6 +1487,80 @@ impl Drop for SqliteTxn<'_> {
     }
 }
 
+/// Deletes an object version and releases its chunk references; returns whether a chunk
+/// lost its last one.
+fn delete_object(c: &Connection, id: ObjectId) -> Result<bool> {
+    let mut gone = false;
+    let blob: Option<Vec<u8>> = c
+        .prepare_cached("SELECT chunk_list FROM objects WHERE id = ?1")
+        .and_then(|mut s| s.query_row([id.0], |r| r.get(0)).optional())
+        .map_err(CatalogError::db("deleting an object version"))?;
+    let blob =
+        blob.ok_or_else(|| CatalogError::NotFound { what: "object", key: id.0.to_string() })?;
+    for chunk in chunk_list::decode(&blob)? {
+        let left: Option<i64> = c
+            .prepare_cached(
+                "UPDATE chunks SET refcount = refcount - 1 WHERE id = ?1 RETURNING refcount",
+            )
+            .and_then(|mut s| s.query_row([chunk.0], |r| r.get(0)).optional())
+            .map_err(CatalogError::db("releasing a chunk reference"))?;
+        gone |= left == Some(0);
+    }
+    c.prepare_cached("DELETE FROM objects WHERE id = ?1")
+        .and_then(|mut s| s.execute([id.0]))
+        .map_err(CatalogError::db("deleting an object version"))?;
+    Ok(gone)
+}
+
+/// A new backup version of `object.path` is about to become active: the inactive versions
+/// beyond its class's versions-exist (the active one counts) are deleted in this
+/// transaction, as TSM does at backup time, so a file backed up hourly keeps its limit
+/// between expirations. The class is the new version's (the domain's default if unbound).
+fn enforce_versions_exist(c: &Connection, object: &NewObject) -> Result<bool> {
+    let op = "applying versions-exist";
+    let limit: i64 = c
+        .prepare_cached(
+            "SELECT COALESCE(\
+                   (SELECT b.versions_exist FROM backup_copygroups b WHERE b.mgmt_class_id = ?1), \
+                   (SELECT b.versions_exist FROM filespaces f JOIN nodes n ON n.id = f.node_id \
+                      JOIN mgmt_classes m ON m.domain_id = n.domain_id AND m.name = 'standard' \
+                      JOIN backup_copygroups b ON b.mgmt_class_id = m.id WHERE f.id = ?2), \
+                   ?3)",
+        )
+        .and_then(|mut s| {
+            s.query_row(
+                params![
+                    object.mgmt_class.map(|m| m.0),
+                    object.filespace.0,
+                    i64::from(BackupCopyGroup::default().versions_exist)
+                ],
+                |r| r.get(0),
+            )
+        })
+        .map_err(CatalogError::db(op))?;
+    if limit >= i64::from(crate::expire::NO_LIMIT) {
+        return Ok(false);
+    }
+    // `state <> 1` repeated for the partial index of inactive versions.
+    let doomed: Vec<i64> = c
+            .prepare_cached(
+                "SELECT id FROM objects WHERE filespace_id = ?1 AND path = ?2 AND state <> 1 AND state = 0 \
+                 ORDER BY inserted DESC, id DESC LIMIT -1 OFFSET ?3",
+            )
+            .and_then(|mut s| {
+                s.query_map(params![object.filespace.0, object.path, (limit - 1).max(0)], |r| {
+                    r.get(0)
+                })?
+                .collect()
+            })
+            .map_err(CatalogError::db(op))?;
+    let mut gone = false;
+    for id in doomed {
+        gone |= delete_object(c, ObjectId(id))?;
+    }
+    Ok(gone)
+}
+
 impl Txn for SqliteTxn<'_> {
     fn add_container(&mut self, pool: PoolId, id: ContainerId) -> Result<()> {
         self.conn
@@ -1341,9 +1589,12 @@ impl Txn for SqliteTxn<'_> {
         let c = &*self.conn;
         let state = match object.kind {
             ObjectKind::Backup => {
-                c.prepare_cached("UPDATE objects SET state = 0, deactivated = ?1 WHERE filespace_id = ?2 AND path = ?3 AND state = 1")
+                let replaced = c.prepare_cached("UPDATE objects SET state = 0, deactivated = ?1 WHERE filespace_id = ?2 AND path = ?3 AND state = 1")
                     .and_then(|mut s| s.execute(params![now, object.filespace.0, object.path]))
                     .map_err(CatalogError::db("deactivating the previous version"))?;
+                if replaced > 0 {
+                    self.chunks_gone |= enforce_versions_exist(c, object)?;
+                }
                 STATE_ACTIVE
             }
             ObjectKind::Archive => STATE_ARCHIVE,
@@ -1366,9 +1617,15 @@ impl Txn for SqliteTxn<'_> {
                 ObjectChunk::Keyed(n, key) => {
                     // With a scope, the unique index (scope, hash) decides who stored it first:
                     // a second copy adds a reference to the first, and its frame stays
-                    // unreferenced for reclamation.
+                    // unreferenced for reclamation, unless an audit found the first damaged:
+                    // then the new frame repairs every object that refers to the chunk.
                     let id: i64 = c.prepare_cached("INSERT INTO chunks (container_id, frame_offset, stored_len, raw_len, codec, refcount, hash, scope, sealed) VALUES (?1, ?2, ?3, ?4, ?5, 1, ?6, ?7, ?8) \
-                        ON CONFLICT (scope, sealed, hash) WHERE scope IS NOT NULL DO UPDATE SET refcount = refcount + 1 RETURNING id")
+                        ON CONFLICT (scope, sealed, hash) WHERE scope IS NOT NULL DO UPDATE SET refcount = refcount + 1, \
+                        container_id = CASE WHEN damaged <> 0 THEN excluded.container_id ELSE container_id END, \
+                        frame_offset = CASE WHEN damaged <> 0 THEN excluded.frame_offset ELSE frame_offset END, \
+                        stored_len = CASE WHEN damaged <> 0 THEN excluded.stored_len ELSE stored_len END, \
+                        codec = CASE WHEN damaged <> 0 THEN excluded.codec ELSE codec END, \
+                        damaged = 0 RETURNING id")
                         .and_then(|mut s| s.query_row(params![n.container.0 as i64, n.offset as i64, n.stored_len, n.raw_len, n.codec, &key.hash[..], key.scope.map(|s| s.0), i64::from(key.sealed)], |r| r.get(0)))
                         .map_err(|e| {
                             if e.sqlite_error_code() == Some(ErrorCode::ConstraintViolation) {
@@ -1440,25 +1697,7 @@ impl Txn for SqliteTxn<'_> {
     }
 
     fn delete_object(&mut self, id: ObjectId) -> Result<()> {
-        let c = &*self.conn;
-        let blob: Option<Vec<u8>> = c
-            .prepare_cached("SELECT chunk_list FROM objects WHERE id = ?1")
-            .and_then(|mut s| s.query_row([id.0], |r| r.get(0)).optional())
-            .map_err(CatalogError::db("deleting an object version"))?;
-        let blob =
-            blob.ok_or_else(|| CatalogError::NotFound { what: "object", key: id.0.to_string() })?;
-        for chunk in chunk_list::decode(&blob)? {
-            let left: Option<i64> = c
-                .prepare_cached(
-                    "UPDATE chunks SET refcount = refcount - 1 WHERE id = ?1 RETURNING refcount",
-                )
-                .and_then(|mut s| s.query_row([chunk.0], |r| r.get(0)).optional())
-                .map_err(CatalogError::db("releasing a chunk reference"))?;
-            self.chunks_gone |= left == Some(0);
-        }
-        c.prepare_cached("DELETE FROM objects WHERE id = ?1")
-            .and_then(|mut s| s.execute([id.0]))
-            .map_err(CatalogError::db("deleting an object version"))?;
+        self.chunks_gone |= delete_object(&self.conn, id)?;
         Ok(())
     }
 

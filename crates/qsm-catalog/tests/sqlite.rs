@@ -36,6 +36,78 @@ fn migrates_from_every_earlier_version() {
     }
 }
 
+/// The oldest schema a released QSM wrote, with data in it, upgrades in place: a copy of it
+/// as it was is taken first (and opens at its old version), and everything in it survives.
+#[test]
+fn upgrading_the_oldest_schema_copies_it_first_and_keeps_its_data() {
+    let dir = TempDir::new().unwrap();
+    let path = dir.path().join("catalog.db");
+    {
+        let old = SqliteCatalog::open_at(&path, 1).unwrap();
+        old.raw_execute_for_tests(
+            "INSERT INTO domains (name, description) VALUES ('standard', 'old');
+             INSERT INTO nodes (name, password_hash, domain_id, registered) VALUES ('alpha', 'h', 1, 5);
+             INSERT INTO filespaces (node_id, name, created) VALUES (1, '/home', 5);
+             INSERT INTO storage_pools (name, kind, location) VALUES ('primary', 'dir', '/p');
+             INSERT INTO containers (id, pool_id, size, sealed) VALUES (77, 1, 100, 1);
+             INSERT INTO chunks (container_id, frame_offset, stored_len, raw_len, codec, refcount) VALUES (77, 0, 100, 300, 2, 1);
+             INSERT INTO objects (filespace_id, state, path, object_type, size, mtime_ns, ctime_ns, mode, uid, gid, inserted, chunk_list)
+                 VALUES (1, 1, X'2f61', 0, 300, 1, 1, 33188, 0, 0, 5, X'02');",
+        )
+        .unwrap();
+    }
+    let cat = SqliteCatalog::open(&path).unwrap();
+    assert_eq!(cat.schema_version().unwrap(), LATEST);
+    let upgrade = cat.upgraded().expect("no upgrade recorded").clone();
+    assert_eq!((upgrade.from, upgrade.to), (1, LATEST));
+    assert!(cat.check().unwrap().problems.is_empty(), "{:?}", cat.check().unwrap().problems);
+    let node = cat.node("alpha").unwrap().expect("node lost");
+    let fs = cat.filespaces(node.id).unwrap();
+    let mut active = Vec::new();
+    cat.for_each_active(fs[0].id, &mut |v| {
+        active.push((v.path.clone(), v.attrs.size, v.attrs.ino, v.damaged));
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(active, [(b"/a".to_vec(), 300, 0, false)]);
+    assert_eq!(cat.object_chunks(active_id(&cat, fs[0].id)).unwrap().len(), 1);
+    drop(cat);
+    // The copy is the old catalog, untouched; a second upgrade never overwrites it.
+    let copy = SqliteCatalog::open_at(&upgrade.backup, 0).unwrap();
+    assert_eq!(copy.schema_version().unwrap(), 1);
+    let reopened = SqliteCatalog::open(&path).unwrap();
+    assert!(reopened.upgraded().is_none(), "an up-to-date catalog was copied again");
+}
+
+fn active_id(cat: &SqliteCatalog, fs: qsm_catalog::FilespaceId) -> qsm_catalog::ObjectId {
+    let mut id = None;
+    cat.for_each_active(fs, &mut |v| {
+        id = Some(v.id);
+        Ok(())
+    })
+    .unwrap();
+    id.unwrap()
+}
+
+/// A snapshot is a catalog of its own, as of one moment, taken while a writer holds a
+/// transaction open.
+#[test]
+fn a_snapshot_opens_as_the_same_catalog_while_a_writer_is_busy() {
+    let dir = TempDir::new().unwrap();
+    let path = dir.path().join("catalog.db");
+    let cat = SqliteCatalog::open(&path).unwrap();
+    let d = cat.define_domain("standard", "").unwrap();
+    cat.register_node("alpha", "h", d).unwrap();
+    let open = cat.begin().unwrap();
+    let dest = dir.path().join("copy.db");
+    let other = SqliteCatalog::open(&path).unwrap();
+    other.snapshot(&dest).unwrap();
+    drop(open);
+    let copy = SqliteCatalog::open(&dest).unwrap();
+    assert!(copy.node("alpha").unwrap().is_some());
+    assert_eq!(copy.stats().unwrap().objects, 0);
+}
+
 #[test]
 fn reopening_keeps_everything() {
     let dir = TempDir::new().unwrap();

@@ -116,6 +116,7 @@ pub fn version_from_wire(v: &v1::Version) -> Result<ObjectVersion, Malformed> {
         inserted: v.inserted,
         deactivated: v.deactivated,
         chunks: Vec::new(),
+        damaged: false,
     })
 }
 
@@ -153,6 +154,7 @@ mod tests {
             inserted: 4,
             deactivated: Some(6),
             chunks: Vec::new(),
+            damaged: false,
         };
         assert_eq!(version_from_wire(&version_to_wire(&v)), Ok(v.clone()));
         let mut w = version_to_wire(&v);

@@ -5,19 +5,24 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use qsm_catalog::Severity;
+use qsm_catalog::{Privilege, Severity};
 use qsm_proto::v1::{self, admin_server::Admin};
 use tonic::transport::server::UdsConnectInfo;
 use tonic::{Request, Response, Status};
 
 use crate::auth;
-use crate::node::{blocking, catalog_status, token};
+use crate::node::{blocking, catalog_status, store_status, token};
 use crate::state::{Finished, State};
 
 /// The service.
 #[derive(Debug, Clone)]
 pub struct AdminService {
     pub(crate) state: Arc<State>,
+}
+
+/// Privilege classes from their names.
+fn privileges(names: &[String]) -> Result<Vec<Privilege>, Status> {
+    Privilege::parse_list(&names.join(",")).map_err(Status::invalid_argument)
 }
 
 /// Account names: what a shell and a log line can carry without quoting.
@@ -41,23 +46,68 @@ fn check_password(password: &str) -> Result<(), Status> {
     Ok(())
 }
 
+/// Who may make a change: any administrator holding one of these classes (or system,
+/// which holds them all). An empty list is a query: every administrator may.
+type Need = &'static [Privilege];
+
+const ANY: Need = &[];
+const SYSTEM: Need = &[Privilege::System];
+const POLICY: Need = &[Privilege::Policy];
+const STORAGE: Need = &[Privilege::Storage];
+const OPERATOR: Need = &[Privilege::Operator];
+/// TSM's BACKUP DB: system, storage or operator.
+const DB_BACKUP: Need = &[Privilege::Storage, Privilege::Operator];
+
 impl AdminService {
-    /// Who is asking, for the activity log, if they may administer.
-    fn authorize<T>(&self, request: &Request<T>) -> Result<String, Status> {
+    /// Who is asking, for the activity log, if they may do what needs `need`. The local
+    /// socket from the server's own user or root has system privilege. An administrator's
+    /// classes are read from the catalog at every call, so a revocation takes effect at once.
+    fn authorize<T>(&self, request: &Request<T>, need: Need) -> Result<String, Status> {
         if let Some(info) = request.extensions().get::<UdsConnectInfo>() {
             let me = rustix::process::geteuid().as_raw();
             if let Some(c) = info.peer_cred.filter(|c| c.uid() == me || c.uid() == 0) {
                 return Ok(format!("the local socket's uid {}", c.uid()));
             }
         }
-        match token(request).and_then(|t| self.state.sessions.get(t)) {
-            Some(s) if s.is_cancelled() => Err(Status::cancelled("this session was cancelled")),
-            Some(s) if s.node.is_none() => Ok(format!("administrator {}", s.account)),
-            Some(_) => Err(Status::permission_denied("a node cannot administer the server")),
-            None => Err(Status::unauthenticated(
-                "log in as an administrator, or use the server's local socket as its user",
-            )),
+        let session = match token(request).and_then(|t| self.state.sessions.get(t)) {
+            Some(s) if s.is_cancelled() => {
+                return Err(Status::cancelled("this session was cancelled"));
+            }
+            Some(s) if s.node.is_none() => s,
+            Some(_) => {
+                return Err(Status::permission_denied("a node cannot administer the server"));
+            }
+            None => {
+                return Err(Status::unauthenticated(
+                    "log in as an administrator, or use the server's local socket as its user",
+                ));
+            }
+        };
+        let actor = format!("administrator {}", session.account);
+        if need.is_empty() {
+            return Ok(actor);
         }
+        let admin = self
+            .state
+            .store
+            .catalog()
+            .admin(&session.account)
+            .map_err(catalog_status)?
+            .ok_or_else(|| Status::permission_denied(format!("{actor} no longer exists")))?;
+        if admin.locked {
+            return Err(Status::permission_denied(format!("{actor} is locked")));
+        }
+        let held = &admin.privileges;
+        if held.contains(&Privilege::System) || need.iter().any(|p| held.contains(p)) {
+            return Ok(actor);
+        }
+        let wanted: Vec<&str> =
+            std::iter::once("system").chain(need.iter().map(|p| p.name())).collect();
+        Err(Status::permission_denied(format!(
+            "{actor} has {} privilege; this needs {}",
+            if held.is_empty() { "no".to_owned() } else { Privilege::join(held) },
+            wanted.join(" or ")
+        )))
     }
 }
 
@@ -132,7 +182,12 @@ fn describe(b: qsm_catalog::BackupCopyGroup, a: qsm_catalog::ArchiveCopyGroup) -
 }
 
 /// Records a new account in the catalog, given its name and password hash.
-type Record = fn(&dyn qsm_catalog::Catalog, &str, &str) -> Result<(), qsm_catalog::CatalogError>;
+type Record = fn(
+    &dyn qsm_catalog::Catalog,
+    &str,
+    &str,
+    &[Privilege],
+) -> Result<(), qsm_catalog::CatalogError>;
 
 impl AdminService {
     /// A policy change: `change` runs off the async threads and returns what the activity
@@ -156,17 +211,30 @@ impl AdminService {
         &self,
         request: Request<v1::RegisterRequest>,
         what: &'static str,
+        need: Need,
         record: Record,
     ) -> Result<Response<v1::Empty>, Status> {
-        let actor = self.authorize(&request)?;
+        let actor = self.authorize(&request, need)?;
         let r = request.into_inner();
         check_name(&r.name)?;
         check_password(&r.password)?;
+        let privileges = privileges(&r.privileges)?;
         let state = Arc::clone(&self.state);
         blocking(move || {
             let hash = auth::hash_password(&r.password).map_err(Status::internal)?;
-            record(state.store.catalog().as_ref(), &r.name, &hash).map_err(catalog_status)?;
-            state.log(Severity::Info, &format!("{actor} registered {what} {}", r.name), None, None);
+            record(state.store.catalog().as_ref(), &r.name, &hash, &privileges)
+                .map_err(catalog_status)?;
+            let with = if privileges.is_empty() {
+                String::new()
+            } else {
+                format!(" with {} privilege", Privilege::join(&privileges))
+            };
+            state.log(
+                Severity::Info,
+                &format!("{actor} registered {what} {}{with}", r.name),
+                None,
+                None,
+            );
             Ok(Response::new(v1::Empty {}))
         })
         .await
@@ -179,7 +247,12 @@ impl Admin for AdminService {
         &self,
         request: Request<v1::RegisterRequest>,
     ) -> Result<Response<v1::Empty>, Status> {
-        self.register(request, "node", |catalog, name, hash| {
+        if !request.get_ref().privileges.is_empty() {
+            return Err(Status::invalid_argument(
+                "a node has no privilege classes: register an administrator",
+            ));
+        }
+        self.register(request, "node", POLICY, |catalog, name, hash, _| {
             catalog.register_node(name, hash, qsm_catalog::standard_domain(catalog)?).map(|_| ())
         })
         .await
@@ -189,8 +262,8 @@ impl Admin for AdminService {
         &self,
         request: Request<v1::RegisterRequest>,
     ) -> Result<Response<v1::Empty>, Status> {
-        self.register(request, "administrator", |catalog, name, hash| {
-            catalog.register_admin(name, hash)
+        self.register(request, "administrator", SYSTEM, |catalog, name, hash, privileges| {
+            catalog.register_admin(name, hash, privileges)
         })
         .await
     }
@@ -199,7 +272,7 @@ impl Admin for AdminService {
         &self,
         request: Request<v1::LockRequest>,
     ) -> Result<Response<v1::Empty>, Status> {
-        let actor = self.authorize(&request)?;
+        let actor = self.authorize(&request, POLICY)?;
         let r = request.into_inner();
         let state = Arc::clone(&self.state);
         blocking(move || {
@@ -228,7 +301,7 @@ impl Admin for AdminService {
         &self,
         request: Request<v1::Empty>,
     ) -> Result<Response<v1::NodeList>, Status> {
-        self.authorize(&request)?;
+        self.authorize(&request, ANY)?;
         let state = Arc::clone(&self.state);
         blocking(move || {
             let nodes = state.store.catalog().nodes().map_err(catalog_status)?;
@@ -250,7 +323,7 @@ impl Admin for AdminService {
         &self,
         request: Request<v1::Empty>,
     ) -> Result<Response<v1::SessionList>, Status> {
-        self.authorize(&request)?;
+        self.authorize(&request, ANY)?;
         let sessions = self
             .state
             .sessions
@@ -275,7 +348,7 @@ impl Admin for AdminService {
         &self,
         request: Request<v1::CancelRequest>,
     ) -> Result<Response<v1::Empty>, Status> {
-        let actor = self.authorize(&request)?;
+        let actor = self.authorize(&request, OPERATOR)?;
         let id = request.get_ref().session;
         if !self.state.sessions.cancel(id) {
             return Err(Status::not_found(format!("no session {id}")));
@@ -294,7 +367,7 @@ impl Admin for AdminService {
         request: Request<v1::ExpireRequest>,
     ) -> Result<Response<v1::ExpireReply>, Status> {
         use qsm_catalog::expire::{ExpireOptions, ExpireProgress, expire_inventory};
-        let actor = self.authorize(&request)?;
+        let actor = self.authorize(&request, SYSTEM)?;
         let r = request.into_inner();
         let resource = match r.resource {
             0 => 4,
@@ -369,7 +442,7 @@ impl Admin for AdminService {
         &self,
         request: Request<v1::Empty>,
     ) -> Result<Response<v1::ProcessList>, Status> {
-        self.authorize(&request)?;
+        self.authorize(&request, ANY)?;
         let processes = self
             .state
             .processes
@@ -389,7 +462,7 @@ impl Admin for AdminService {
         &self,
         request: Request<v1::ProcessRequest>,
     ) -> Result<Response<v1::Empty>, Status> {
-        let actor = self.authorize(&request)?;
+        let actor = self.authorize(&request, OPERATOR)?;
         let id = request.get_ref().process;
         let known = i64::try_from(id).is_ok_and(|id| self.state.processes.cancel(id));
         if !known {
@@ -408,7 +481,7 @@ impl Admin for AdminService {
         &self,
         request: Request<v1::ReclaimRequest>,
     ) -> Result<Response<v1::ReclaimReply>, Status> {
-        let actor = self.authorize(&request)?;
+        let actor = self.authorize(&request, STORAGE)?;
         let pct = match request.into_inner().threshold_percent {
             0 => 60,
             p if p > 100 => {
@@ -427,7 +500,6 @@ impl Admin for AdminService {
                 Arc::new(move || shown.clone()),
                 |cancel| {
                     // Live below (100 - pct)% of a container's bytes: at least pct% is reclaimable.
-                    let store_status = |e: qsm_store::StoreError| Status::internal(e.to_string());
                     let done = state
                         .store
                         .reclaim_until(f64::from(100 - pct) / 100.0, cancel)
@@ -461,7 +533,7 @@ impl Admin for AdminService {
         &self,
         request: Request<v1::DomainRequest>,
     ) -> Result<Response<v1::Empty>, Status> {
-        let actor = self.authorize(&request)?;
+        let actor = self.authorize(&request, POLICY)?;
         let r = request.into_inner();
         check_name(&r.name)?;
         if r.description.len() > 4096 {
@@ -478,7 +550,7 @@ impl Admin for AdminService {
         &self,
         request: Request<v1::DomainRequest>,
     ) -> Result<Response<v1::Empty>, Status> {
-        let actor = self.authorize(&request)?;
+        let actor = self.authorize(&request, POLICY)?;
         let r = request.into_inner();
         self.policy(move |state| {
             let catalog = state.store.catalog();
@@ -493,7 +565,7 @@ impl Admin for AdminService {
         &self,
         request: Request<v1::MgmtClassRequest>,
     ) -> Result<Response<v1::Empty>, Status> {
-        let actor = self.authorize(&request)?;
+        let actor = self.authorize(&request, POLICY)?;
         let r = request.into_inner();
         check_name(&r.name)?;
         self.policy(move |state| {
@@ -517,7 +589,7 @@ impl Admin for AdminService {
         &self,
         request: Request<v1::MgmtClassRequest>,
     ) -> Result<Response<v1::Empty>, Status> {
-        let actor = self.authorize(&request)?;
+        let actor = self.authorize(&request, POLICY)?;
         let r = request.into_inner();
         self.policy(move |state| {
             let catalog = state.store.catalog();
@@ -538,7 +610,7 @@ impl Admin for AdminService {
         &self,
         request: Request<v1::MgmtClassRequest>,
     ) -> Result<Response<v1::Empty>, Status> {
-        let actor = self.authorize(&request)?;
+        let actor = self.authorize(&request, POLICY)?;
         let r = request.into_inner();
         self.policy(move |state| {
             let catalog = state.store.catalog();
@@ -555,7 +627,7 @@ impl Admin for AdminService {
         &self,
         request: Request<v1::Empty>,
     ) -> Result<Response<v1::PolicyList>, Status> {
-        self.authorize(&request)?;
+        self.authorize(&request, ANY)?;
         let state = Arc::clone(&self.state);
         blocking(move || {
             let catalog = state.store.catalog();
@@ -595,7 +667,7 @@ impl Admin for AdminService {
         &self,
         request: Request<v1::UpdateNodeRequest>,
     ) -> Result<Response<v1::Empty>, Status> {
-        let actor = self.authorize(&request)?;
+        let actor = self.authorize(&request, POLICY)?;
         let r = request.into_inner();
         self.policy(move |state| {
             let catalog = state.store.catalog();
@@ -614,7 +686,7 @@ impl Admin for AdminService {
         &self,
         request: Request<v1::ActlogRequest>,
     ) -> Result<Response<v1::ActlogReply>, Status> {
-        self.authorize(&request)?;
+        self.authorize(&request, ANY)?;
         let r = request.into_inner();
         let limit = if r.limit == 0 { 1000 } else { r.limit.min(100_000) } as usize;
         let search = r.search.to_lowercase();
@@ -676,7 +748,7 @@ impl Admin for AdminService {
         &self,
         request: Request<v1::DedupScopeRequest>,
     ) -> Result<Response<v1::Empty>, Status> {
-        let actor = self.authorize(&request)?;
+        let actor = self.authorize(&request, SYSTEM)?;
         let r = request.into_inner();
         if r.scope.is_empty() || r.scope.len() > 256 {
             return Err(Status::invalid_argument("a dedup scope name has 1 to 256 bytes"));
@@ -700,4 +772,212 @@ impl Admin for AdminService {
         })
         .await
     }
+
+    async fn grant_authority(
+        &self,
+        request: Request<v1::GrantRequest>,
+    ) -> Result<Response<v1::Empty>, Status> {
+        let actor = self.authorize(&request, SYSTEM)?;
+        let r = request.into_inner();
+        let list = privileges(&r.privileges)?;
+        self.policy(move |state| {
+            state
+                .store
+                .catalog()
+                .set_admin_privileges(&r.name, &list)
+                .map_err(|e| named(e, "administrator", &r.name))?;
+            let what = if list.is_empty() { "no".to_owned() } else { Privilege::join(&list) };
+            Ok(format!("{actor} gave administrator {} {what} privilege", r.name))
+        })
+        .await
+    }
+
+    async fn backup_db(
+        &self,
+        request: Request<v1::BackupDbRequest>,
+    ) -> Result<Response<v1::BackupDbReply>, Status> {
+        let actor = self.authorize(&request, DB_BACKUP)?;
+        let to = request.into_inner().to;
+        let state = Arc::clone(&self.state);
+        blocking(move || {
+            let to = (!to.is_empty()).then(|| std::path::PathBuf::from(&to));
+            let what = match &to {
+                Some(p) => format!("to {}", p.display()),
+                None => format!(
+                    "to {}",
+                    state.config.data_dir.join(crate::dbcopy::BACKUP_DIR).display()
+                ),
+            };
+            let shown = what.clone();
+            let ran = state.run_process(
+                "backup db",
+                &what,
+                &actor,
+                Arc::new(move || shown.clone()),
+                |_| {
+                    let made = crate::dbcopy::backup(
+                        state.store.catalog().as_ref(),
+                        &state.config,
+                        to.as_deref(),
+                    )
+                    .map_err(Status::internal)?;
+                    let e = &made.entry;
+                    Ok(Finished {
+                        detail: format!(
+                            "{}: {} bytes of catalog (schema {}, {}) in {} bytes",
+                            e.path.display(),
+                            e.catalog_bytes,
+                            e.schema,
+                            e.detail,
+                            e.bytes
+                        ),
+                        stopped: None,
+                        value: made.entry,
+                    })
+                },
+            )?;
+            let e = ran.value;
+            Ok(Response::new(v1::BackupDbReply {
+                process: ran.process as u64,
+                path: e.path.display().to_string(),
+                bytes: e.bytes,
+                catalog_bytes: e.catalog_bytes,
+                schema: e.schema,
+                seconds: ran.seconds,
+            }))
+        })
+        .await
+    }
+
+    async fn query_volhist(
+        &self,
+        request: Request<v1::Empty>,
+    ) -> Result<Response<v1::VolhistReply>, Status> {
+        self.authorize(&request, ANY)?;
+        let dir = self.state.config.data_dir.clone();
+        blocking(move || {
+            let entries = crate::dbcopy::volhist(&dir)
+                .map_err(Status::internal)?
+                .into_iter()
+                .map(|e| v1::VolhistEntry {
+                    time: e.time,
+                    kind: e.kind,
+                    path: e.path.display().to_string(),
+                    bytes: e.bytes,
+                    schema: e.schema,
+                    detail: e.detail,
+                })
+                .collect();
+            Ok(Response::new(v1::VolhistReply { entries }))
+        })
+        .await
+    }
+
+    async fn audit_stgpool(
+        &self,
+        request: Request<v1::AuditRequest>,
+    ) -> Result<Response<v1::AuditReply>, Status> {
+        let actor = self.authorize(&request, STORAGE)?;
+        let r = request.into_inner();
+        let state = Arc::clone(&self.state);
+        blocking(move || {
+            let what = format!(
+                "{}{}{}",
+                if r.containers.is_empty() {
+                    "all containers".to_owned()
+                } else {
+                    format!("{} containers", r.containers.len())
+                },
+                if r.mark_damaged { ", marking damaged chunks" } else { "" },
+                if r.release_unknown { ", releasing unknown containers" } else { "" }
+            );
+            let read = Arc::new(std::sync::atomic::AtomicU64::new(0));
+            let shown = Arc::clone(&read);
+            let show = Arc::new(move || format!("{} chunks verified", shown.load(Ordering::Relaxed)));
+            let ran = state.run_process("audit stgpool", &what, &actor, show, |cancel| {
+                let options = qsm_store::AuditOptions {
+                    mark_damaged: r.mark_damaged,
+                    release_unknown: r.release_unknown,
+                    containers: (!r.containers.is_empty()).then(|| r.containers.clone()),
+                    stop: Some(cancel),
+                    progress: Some(&read),
+                };
+                let report = state.store.audit(&options).map_err(store_status)?;
+                for d in &report.damaged {
+                    state.log(
+                        Severity::Error,
+                        &format!(
+                            "audit: chunk {} at container {:016x} offset {} is damaged: {}",
+                            d.chunk.0, d.container, d.offset, d.reason
+                        ),
+                        None,
+                        None,
+                    );
+                }
+                Ok(Finished {
+                    detail: format!(
+                        "{} containers, {} chunks verified, {} damaged in {} object versions{}, {} containers unknown to the catalog",
+                        report.containers,
+                        report.chunks_read,
+                        report.damaged.len(),
+                        report.damaged_objects.len(),
+                        if report.marked { " (marked)" } else { "" },
+                        report.unknown_containers.len()
+                    ),
+                    stopped: report.stopped.clone(),
+                    value: report,
+                })
+            })?;
+            let report = ran.value;
+            let names = object_names(state.store.catalog().as_ref(), &report.damaged_objects)?;
+            Ok(Response::new(v1::AuditReply {
+                process: ran.process as u64,
+                containers: report.containers,
+                chunks_read: report.chunks_read,
+                bytes_read: report.bytes_read,
+                damaged: report
+                    .damaged
+                    .iter()
+                    .map(|d| v1::DamagedChunkInfo {
+                        chunk: d.chunk.0 as u64,
+                        container: d.container,
+                        offset: d.offset,
+                        reason: d.reason.clone(),
+                    })
+                    .collect(),
+                damaged_objects: names,
+                marked: report.marked,
+                unknown_containers: report.unknown_containers.iter().map(|c| c.0).collect(),
+                unknown_bytes: report.unknown_containers.iter().map(|c| c.1).sum(),
+                unrecorded_bytes: report.unrecorded_tails.iter().map(|c| c.1).sum(),
+                restored_at: report.restored_at.unwrap_or(0),
+                released: report.released,
+                stopped: report.stopped.unwrap_or_default(),
+                seconds: ran.seconds,
+            }))
+        })
+        .await
+    }
+}
+
+/// "NODE FILESPACE PATH" of each version, for reports.
+fn object_names(
+    catalog: &dyn qsm_catalog::Catalog,
+    objects: &[(qsm_catalog::ObjectId, qsm_catalog::FilespaceId, Vec<u8>)],
+) -> Result<Vec<String>, Status> {
+    let mut names = std::collections::HashMap::new();
+    if !objects.is_empty() {
+        for node in catalog.nodes().map_err(catalog_status)? {
+            for fs in catalog.filespaces(node.id).map_err(catalog_status)? {
+                names.insert(fs.id, format!("{} {}", node.name, fs.name));
+            }
+        }
+    }
+    Ok(objects
+        .iter()
+        .map(|(id, fs, path)| {
+            let owner = names.get(fs).cloned().unwrap_or_else(|| format!("filespace {}", fs.0));
+            format!("{owner} {} (version {})", String::from_utf8_lossy(path), id.0)
+        })
+        .collect())
 }

@@ -10,6 +10,7 @@
 pub mod admin;
 pub mod auth;
 pub mod config;
+pub mod dbcopy;
 pub mod node;
 pub mod state;
 mod tls;
@@ -65,12 +66,20 @@ fn create_private_dir(dir: &Path) -> Result<(), ServerError> {
 
 async fn serve(config: ServerConfig, ready: impl FnOnce(&Listening)) -> Result<(), ServerError> {
     create_private_dir(&config.data_dir)?;
+    let _lock = dbcopy::lock(&config.data_dir).map_err(ServerError)?;
     let (catalog, pool) = (config.catalog_path(), config.pool_path());
     let store =
         tokio::task::spawn_blocking(move || qsm_store::open_local(&catalog, &pool, "primary"))
             .await
             .map_err(|e| ServerError(format!("opening the store: {e}")))?
             .map_err(|e| ServerError(format!("opening the store: {e}")))?;
+    if let Ok(Some(t)) = store.catalog().state_value(qsm_store::RESTORED_AT)
+        && t != 0
+    {
+        let warning = qsm_store::StoreError::Restored(t).to_string();
+        eprintln!("qsm server: warning: {warning}");
+        let _ = store.catalog().log(qsm_catalog::Severity::Warning, &warning, None, None, None);
+    }
     let state = Arc::new(State {
         store,
         config: config.clone(),

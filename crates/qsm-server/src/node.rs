@@ -42,10 +42,12 @@ pub(crate) fn catalog_status(e: CatalogError) -> Status {
     }
 }
 
-fn store_status(e: StoreError) -> Status {
+pub(crate) fn store_status(e: StoreError) -> Status {
     match e {
         StoreError::BadFrame { .. } => Status::invalid_argument(e.to_string()),
-        StoreError::UnknownChunk { .. } => Status::failed_precondition(e.to_string()),
+        StoreError::UnknownChunk { .. } | StoreError::Restored(_) => {
+            Status::failed_precondition(e.to_string())
+        }
         StoreError::Catalog(c) => catalog_status(c),
         StoreError::Pool(qsm_pool::PoolError::Full { .. }) => {
             Status::resource_exhausted(e.to_string())
@@ -347,6 +349,11 @@ impl Node for NodeService {
                 check_owner(&state.store, node, fs)?;
                 let mut batch = Vec::with_capacity(INVENTORY_BATCH);
                 let mut each = |v: &qsm_catalog::ObjectVersion| {
+                    // A damaged active version is left out of what an incremental backup
+                    // compares with, so the client sends the file again.
+                    if v.damaged && !all {
+                        return Ok(());
+                    }
                     batch.push(convert::version_to_wire(v));
                     if batch.len() >= INVENTORY_BATCH {
                         let versions = std::mem::take(&mut batch);

@@ -65,9 +65,16 @@ pub enum StoreError {
     /// The catalog names a pool that is not where it should be.
     #[error("{0}")]
     MissingPool(String),
+    /// Containers the catalog does not know may hold data newer than it.
+    #[error(
+        "the catalog was restored from a copy (at {0}, seconds since the epoch): containers it does not know may hold the data of later backups, so none is deleted; run `qsm admin audit stgpool`, then `qsm admin audit stgpool --release-unknown` to let reclamation delete them"
+    )]
+    Restored(i64),
 }
 
+mod audit;
 mod local;
+pub use audit::{AuditOptions, AuditReport, DamagedChunk, RESTORED_AT};
 pub use local::open_local;
 
 /// Result of store operations.
@@ -245,12 +252,16 @@ impl Store {
     }
 
     /// [`Store::reclaim`], stopping before the next container once `stop` is set (what was
-    /// reclaimed stays reclaimed: each container is its own transaction).
+    /// reclaimed stays reclaimed: each container is its own transaction). Refused after a
+    /// catalog restore until an audit released the data the catalog does not know.
     pub fn reclaim_until(
         &self,
         threshold: f64,
         stop: &std::sync::atomic::AtomicBool,
     ) -> Result<Vec<ContainerId>> {
+        // After a catalog restore, a container may hold frames written after the copy past
+        // its recorded end: rewriting it would drop them before an audit has reported them.
+        self.check_not_restored()?;
         let open = self.open_set().clone();
         let sizes: BTreeMap<u64, u64> =
             self.pool.containers()?.into_iter().map(|c| (c.id, c.size)).collect();
@@ -318,8 +329,10 @@ impl Store {
     /// Deletes containers the pool holds but the catalog does not know, that are not open in
     /// this process: the leftovers of a crash between sync and catalog commit, or between a
     /// reclamation's commit and its delete. Only call it when no other process writes to the
-    /// pool. Returns the containers deleted.
+    /// pool. Refused after a catalog restore until an audit released the unknown containers
+    /// ([`AuditOptions::release_unknown`]). Returns the containers deleted.
     pub fn remove_orphans(&self) -> Result<Vec<u64>> {
+        self.check_not_restored()?;
         // Pool first, then the catalog, then the open set: a container created after the pool
         // listing is not considered, and one committed or opened before the later two
         // snapshots is seen as known or open.

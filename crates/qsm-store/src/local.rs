@@ -25,6 +25,21 @@ pub fn open_local(catalog: &Path, pool: &Path, pool_name: &str) -> Result<Store>
     } else {
         DirPool::create(pool, pool_name, &DirPoolOptions::default())?
     };
+    if let Some(u) = sqlite.upgraded() {
+        let _ = sqlite.log(
+            qsm_catalog::Severity::Info,
+            &format!(
+                "catalog {} upgraded from schema {} to {}; the catalog as it was is {}",
+                catalog.display(),
+                u.from,
+                u.to,
+                u.backup.display()
+            ),
+            None,
+            None,
+            None,
+        );
+    }
     let catalog: Arc<dyn Catalog> = Arc::new(sqlite);
     let pool: Arc<dyn Pool> = Arc::new(dir_pool);
     Store::new(catalog, pool)

@@ -14,11 +14,14 @@ use crate::conn::read_password;
 /// `qsm server`: every setting of the configuration file is also a flag, which wins.
 #[derive(Debug, Args)]
 pub struct ServerArgs {
+    /// What to do with the server's files while it is stopped (default: run the server).
+    #[command(subcommand)]
+    offline: Option<Offline>,
     /// The configuration file (TOML; see docs/ADMIN.md for every setting).
-    #[arg(long, short = 'c', env = "QSM_SERVER_CONFIG")]
+    #[arg(long, short = 'c', env = "QSM_SERVER_CONFIG", global = true)]
     config: Option<PathBuf>,
     /// Where catalog, pool, certificate and socket live unless placed elsewhere.
-    #[arg(long)]
+    #[arg(long, global = true)]
     data_dir: Option<PathBuf>,
     /// A TCP address to listen on (repeatable; port 0 picks one). Default 0.0.0.0:1500.
     #[arg(long)]
@@ -33,7 +36,7 @@ pub struct ServerArgs {
     #[arg(long)]
     socket: Option<PathBuf>,
     /// The catalog database (put it on an SSD).
-    #[arg(long)]
+    #[arg(long, global = true)]
     catalog: Option<PathBuf>,
     /// The storage pool directory.
     #[arg(long)]
@@ -56,6 +59,45 @@ pub struct ServerArgs {
     /// Clients deduplicate by default (their `--dedup` flag or `dedup` setting wins).
     #[arg(long)]
     dedup: bool,
+}
+
+/// Work on a stopped server's files.
+#[derive(Debug, Subcommand)]
+enum Offline {
+    /// Restore the catalog from a backup (`qsm admin backup db`): the newest in the volume
+    /// history, or --from FILE. The server must be stopped; the catalog it replaces is kept
+    /// beside it. Backups made after the copy are not in the restored catalog: their data
+    /// stays in the pool, and `qsm admin audit stgpool` reports it.
+    RestoreDb {
+        /// The backup file (default: the newest one the volume history lists).
+        #[arg(long)]
+        from: Option<PathBuf>,
+    },
+    /// The volume history: catalog backups and restores.
+    Volhist {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn print_volhist(entries: &[qsm_server::dbcopy::VolhistEntry], json: bool) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(entries)?);
+        return Ok(());
+    }
+    println!("{:<20} {:<10} {:>12} {:>6}  path", "time (UTC)", "kind", "bytes", "schema");
+    for e in entries {
+        println!(
+            "{:<20} {:<10} {:>12} {:>6}  {}{}",
+            crate::client_cmd::format_time(e.time),
+            e.kind,
+            e.bytes,
+            e.schema,
+            e.path.display(),
+            if e.detail.is_empty() { String::new() } else { format!(" ({})", e.detail) }
+        );
+    }
+    Ok(())
 }
 
 pub fn server(args: ServerArgs) -> Result<bool> {
@@ -88,6 +130,35 @@ pub fn server(args: ServerArgs) -> Result<bool> {
         config.max_sessions = n;
     }
     config.validate().map_err(anyhow::Error::msg)?;
+    match args.offline {
+        Some(Offline::RestoreDb { from }) => {
+            let r = qsm_server::dbcopy::restore(&config, from.as_deref())
+                .map_err(anyhow::Error::msg)?;
+            println!(
+                "Catalog restored from {}{}: {} object versions.",
+                r.from.display(),
+                r.taken
+                    .map(|t| format!(" (taken {})", crate::client_cmd::format_time(t)))
+                    .unwrap_or_default(),
+                r.objects
+            );
+            if let Some(p) = r.replaced {
+                println!("The catalog it replaced is kept as {}.", p.display());
+            }
+            println!(
+                "Versions backed up after the copy are not in the catalog; their data stays in the pool.\n\
+                 Start the server and run `qsm admin audit stgpool` to see it; back those clients up again."
+            );
+            return Ok(true);
+        }
+        Some(Offline::Volhist { json }) => {
+            let entries =
+                qsm_server::dbcopy::volhist(&config.data_dir).map_err(anyhow::Error::msg)?;
+            print_volhist(&entries, json)?;
+            return Ok(true);
+        }
+        None => {}
+    }
     qsm_server::run(config, |l| {
         let mut out = std::io::stdout().lock();
         for url in &l.urls {
@@ -183,6 +254,15 @@ enum AdminCommand {
     /// Change a management class, or move a node to another domain.
     #[command(subcommand)]
     Update(UpdateWhat),
+    /// Give an administrator privilege classes (replacing those it had).
+    #[command(subcommand)]
+    Grant(GrantWhat),
+    /// Back up the catalog (a consistent copy, taken while the server runs).
+    #[command(subcommand)]
+    Backup(BackupWhat),
+    /// Audit the storage pool: read back and verify every chunk.
+    #[command(subcommand)]
+    Audit(AuditWhat),
     /// Delete a domain or a management class (refused while in use).
     #[command(subcommand)]
     Delete(DeleteWhat),
@@ -320,6 +400,10 @@ struct Register {
     /// A file whose first line is the new password (default: the first line of stdin).
     #[arg(long)]
     new_password_file: Option<PathBuf>,
+    /// For an administrator: privilege classes, comma-separated: system, policy, storage,
+    /// operator (default: none, queries only).
+    #[arg(long, value_delimiter = ',')]
+    privilege: Vec<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -344,6 +428,11 @@ enum AdminQuery {
         #[arg(long)]
         json: bool,
     },
+    /// The volume history: catalog backups and restores.
+    Volhist {
+        #[arg(long)]
+        json: bool,
+    },
     /// The activity log: logins, session ends, administrative actions, processes, warnings.
     Actlog {
         /// From this time (UTC; as `qsm restore --pit` takes it; default: the last 24 hours).
@@ -358,6 +447,53 @@ enum AdminQuery {
         #[arg(long)]
         json: bool,
     },
+}
+
+#[derive(Debug, Subcommand)]
+enum GrantWhat {
+    /// `grant authority NAME --privilege system|policy,storage,operator` (none: queries only).
+    Authority {
+        name: String,
+        #[arg(long, value_delimiter = ',', required = true)]
+        privilege: Vec<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum BackupWhat {
+    /// The catalog, compressed as a QSM stream, recorded in the volume history.
+    Db {
+        /// A file or directory on the server (default: DATA_DIR/dbbackup).
+        #[arg(long)]
+        to: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum AuditWhat {
+    /// Every container of the pool (or --container ID...): damaged chunks and the versions
+    /// using them, and containers the catalog does not know.
+    Stgpool {
+        /// Mark damaged chunks and versions: the next backup of those files sends them again.
+        #[arg(long)]
+        mark_damaged: bool,
+        /// After a catalog restore: let reclamation delete containers the catalog does not
+        /// know (the data of backups made after the copy; it cannot be restored by name).
+        #[arg(long)]
+        release_unknown: bool,
+        /// Only this container (hex, as reported; repeatable).
+        #[arg(long, value_parser = parse_hex)]
+        container: Vec<u64>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn parse_hex(text: &str) -> std::result::Result<u64, String> {
+    u64::from_str_radix(text.trim_start_matches("0x"), 16)
+        .map_err(|e| format!("{text:?} is not a container id in hex: {e}"))
 }
 
 #[derive(Debug, Subcommand)]
@@ -386,15 +522,29 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
         AdminCommand::RegisterNode(r) => {
             let password = new_password(&r)?;
             let mut a = server.admin();
-            server.call(a.register_node(v1::RegisterRequest { name: r.name.clone(), password }))?;
+            if !r.privilege.is_empty() {
+                bail!("--privilege is for administrators: a node has no privilege classes");
+            }
+            server.call(a.register_node(v1::RegisterRequest {
+                name: r.name.clone(),
+                password,
+                privileges: Vec::new(),
+            }))?;
             println!("Node {} registered.", r.name);
         }
         AdminCommand::RegisterAdmin(r) => {
             let password = new_password(&r)?;
             let mut a = server.admin();
-            server
-                .call(a.register_admin(v1::RegisterRequest { name: r.name.clone(), password }))?;
-            println!("Administrator {} registered.", r.name);
+            server.call(a.register_admin(v1::RegisterRequest {
+                name: r.name.clone(),
+                password,
+                privileges: r.privilege.clone(),
+            }))?;
+            println!(
+                "Administrator {} registered with {} privilege.",
+                r.name,
+                if r.privilege.is_empty() { "no".to_owned() } else { r.privilege.join(",") }
+            );
         }
         AdminCommand::LockNode { name } => {
             let mut a = server.admin();
@@ -605,6 +755,132 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
                     r.orphans,
                     r.seconds
                 );
+            }
+        }
+        AdminCommand::Grant(GrantWhat::Authority { name, privilege }) => {
+            let mut a = server.admin();
+            server.call(a.grant_authority(v1::GrantRequest {
+                name: name.clone(),
+                privileges: privilege.clone(),
+            }))?;
+            println!("Administrator {name} has {} privilege.", privilege.join(","));
+        }
+        AdminCommand::Backup(BackupWhat::Db { to, json }) => {
+            let mut a = server.admin();
+            let r = server.call(a.backup_db(v1::BackupDbRequest {
+                to: to.map(|p| p.display().to_string()).unwrap_or_default(),
+            }))?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::json!({"process": r.process, "path": r.path, "bytes": r.bytes, "catalog_bytes": r.catalog_bytes, "schema": r.schema, "seconds": r.seconds})
+                );
+            } else {
+                println!(
+                    "Process {}: catalog backed up to {}: {} bytes of catalog (schema {}) in {} bytes, {:.1} s.",
+                    r.process, r.path, r.catalog_bytes, r.schema, r.bytes, r.seconds
+                );
+            }
+        }
+        AdminCommand::Query(AdminQuery::Volhist { json }) => {
+            let mut a = server.admin();
+            let entries: Vec<qsm_server::dbcopy::VolhistEntry> = server
+                .call(a.query_volhist(v1::Empty {}))?
+                .entries
+                .into_iter()
+                .map(|e| qsm_server::dbcopy::VolhistEntry {
+                    time: e.time,
+                    kind: e.kind,
+                    path: PathBuf::from(e.path),
+                    bytes: e.bytes,
+                    schema: e.schema,
+                    catalog_bytes: 0,
+                    detail: e.detail,
+                })
+                .collect();
+            print_volhist(&entries, json)?;
+        }
+        AdminCommand::Audit(AuditWhat::Stgpool {
+            mark_damaged,
+            release_unknown,
+            container,
+            json,
+        }) => {
+            let mut a = server.admin();
+            let r = server.call(a.audit_stgpool(v1::AuditRequest {
+                mark_damaged,
+                release_unknown,
+                containers: container,
+            }))?;
+            if json {
+                let damaged: Vec<_> = r.damaged.iter().map(|d| serde_json::json!({"chunk": d.chunk, "container": format!("{:016x}", d.container), "offset": d.offset, "reason": d.reason})).collect();
+                println!(
+                    "{}",
+                    serde_json::json!({"process": r.process, "containers": r.containers, "chunks_read": r.chunks_read, "bytes_read": r.bytes_read, "damaged": damaged, "damaged_objects": r.damaged_objects, "marked": r.marked, "unknown_containers": r.unknown_containers.iter().map(|c| format!("{c:016x}")).collect::<Vec<_>>(), "unknown_bytes": r.unknown_bytes, "unrecorded_bytes": r.unrecorded_bytes, "restored_at": (r.restored_at != 0).then_some(r.restored_at), "released": r.released, "stopped": (!r.stopped.is_empty()).then_some(&r.stopped), "seconds": r.seconds})
+                );
+            } else {
+                println!(
+                    "Process {}: audit stgpool {}: {} containers, {} chunks ({} bytes) verified, {:.1} s.",
+                    r.process,
+                    if r.stopped.is_empty() { "ended" } else { r.stopped.as_str() },
+                    r.containers,
+                    r.chunks_read,
+                    r.bytes_read,
+                    r.seconds
+                );
+                for d in &r.damaged {
+                    println!(
+                        "damaged: chunk {} in container {:016x} at {}: {}",
+                        d.chunk, d.container, d.offset, d.reason
+                    );
+                }
+                for o in &r.damaged_objects {
+                    println!("damaged version: {o}");
+                }
+                if !r.damaged.is_empty() {
+                    println!(
+                        "{} damaged chunks in {} versions{}.",
+                        r.damaged.len(),
+                        r.damaged_objects.len(),
+                        if r.marked {
+                            ": marked; the next backup of those files sends them again"
+                        } else {
+                            "; --mark-damaged makes the next backup of those files send them again"
+                        }
+                    );
+                }
+                if !r.unknown_containers.is_empty() {
+                    println!(
+                        "{} containers ({} bytes) the catalog does not know: {}",
+                        r.unknown_containers.len(),
+                        r.unknown_bytes,
+                        r.unknown_containers
+                            .iter()
+                            .map(|c| format!("{c:016x}"))
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                    );
+                }
+                if r.unrecorded_bytes > 0 {
+                    println!(
+                        "{} bytes in known containers past what the catalog recorded.",
+                        r.unrecorded_bytes
+                    );
+                }
+                if r.restored_at != 0 {
+                    println!(
+                        "The catalog was restored from a copy at {}: the unknown data above holds backups made after the copy, which the catalog cannot name; back those clients up again. {}",
+                        crate::client_cmd::format_time(r.restored_at),
+                        if r.released {
+                            "Released: reclamation may now delete it."
+                        } else {
+                            "Reclamation keeps it until `--release-unknown`."
+                        }
+                    );
+                }
+            }
+            if !r.damaged.is_empty() {
+                return Ok(false);
             }
         }
         AdminCommand::Query(AdminQuery::Actlog { since, search, limit, json }) => {

@@ -826,8 +826,18 @@ fn expire_inventory_removes_what_policy_no_longer_keeps() {
     // Archives follow the server's policy: the standard class keeps them no days, so the
     // archive asked for no retention goes, and the one asked for 30 days is kept (a client
     // may lengthen the policy's retention, never shorten it).
+    // Three versions are kept at backup time, until the policy is tightened below.
     admin(&server)
-        .args(["define", "mgmtclass", "standard", "standard", "--retain-archive", "0"])
+        .args([
+            "define",
+            "mgmtclass",
+            "standard",
+            "standard",
+            "--retain-archive",
+            "0",
+            "--versions-exist",
+            "3",
+        ])
         .assert()
         .success();
     let src = dir.path().join("src");
@@ -856,6 +866,11 @@ fn expire_inventory_removes_what_policy_no_longer_keeps() {
             .count()
     };
     assert_eq!(versions(&server), 3);
+    // Policy tightened: expiration applies the class as it is now.
+    admin(&server)
+        .args(["update", "mgmtclass", "standard", "standard", "--versions-exist", "2"])
+        .assert()
+        .success();
 
     // A node cannot expire anything.
     let mut c = Command::cargo_bin("qsm").unwrap();
@@ -1012,8 +1027,18 @@ fn policy_is_defined_validated_and_followed_by_expiration() {
         fs::write(src.join("f.txt"), format!("version {v}\n")).unwrap();
         client(&server, "alpha", &pw).arg("backup").arg(&src).assert().success();
     }
+    // Versions-exist applies when the new version becomes active, in the same transaction:
+    // the inactive one is gone before any expiration runs.
+    let all = json(client(&server, "alpha", &pw).args(["query", "backup", "--inactive"]).arg(&src));
+    let kept = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["path"].as_str().is_some_and(|p| p.ends_with("f.txt")))
+        .count();
+    assert_eq!(kept, 1, "{all}");
     let report = json(admin(&server).args(["expire", "inventory"]));
-    assert_eq!(report["backups"], 1, "{report}");
+    assert_eq!(report["backups"], 0, "{report}");
 
     // In use, a domain and its default class cannot go; once its node moved away, they can.
     admin(&server)
@@ -1036,4 +1061,257 @@ fn policy_is_defined_validated_and_followed_by_expiration() {
         .stderr(predicate::str::contains("no domain short"));
     let said = json(admin(&server).args(["query", "actlog", "--search", "domain short"]));
     assert!(said.as_array().unwrap().len() >= 3, "{said}");
+}
+
+/// An administrator over TCP (not the local socket, which is the server's own user).
+fn admin_as(server: &ServerProc, name: &str, pw: &Path) -> Command {
+    let mut c = Command::cargo_bin("qsm").unwrap();
+    c.args(["admin", "--server", &server.url, "--admin", name, "--password-file"]).arg(pw);
+    c
+}
+
+/// Every command needs its privilege class; queries need none; system holds all; a change of
+/// privileges takes effect on the next command of an open session.
+#[test]
+fn privilege_classes_are_enforced_on_every_admin_command() {
+    let dir = TempDir::new().unwrap();
+    let server = ServerProc::start(&dir.path().join("srv"), false);
+    let pw = password_file(dir.path(), "pw", "admin-password");
+    for (name, privilege) in [("pol", "policy"), ("ops", "operator"), ("sto", "storage")] {
+        admin(&server)
+            .args(["register-admin", name, "--privilege", privilege])
+            .write_stdin("admin-password\n")
+            .assert()
+            .success();
+    }
+    admin(&server)
+        .args(["register-admin", "viewer"])
+        .write_stdin("admin-password\n")
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("with no privilege"));
+    admin(&server)
+        .args(["register-admin", "bad", "--privilege", "root"])
+        .write_stdin("admin-password\n")
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("unknown privilege class \"root\""));
+    // Queries: everyone.
+    for name in ["pol", "ops", "sto", "viewer"] {
+        admin_as(&server, name, &pw).args(["query", "node"]).assert().success();
+    }
+    // Policy: only pol (and system).
+    admin_as(&server, "pol", &pw).args(["define", "domain", "d1"]).assert().success();
+    admin_as(&server, "viewer", &pw).args(["define", "domain", "d2"]).assert().code(1).stderr(
+        predicate::str::contains(
+            "administrator viewer has no privilege; this needs system or policy",
+        ),
+    );
+    admin_as(&server, "ops", &pw).args(["define", "domain", "d2"]).assert().code(1);
+    admin_as(&server, "pol", &pw)
+        .args(["register-node", "alpha"])
+        .write_stdin("alpha-password\n")
+        .assert()
+        .success();
+    // Expiration and administrators: system only.
+    admin_as(&server, "pol", &pw)
+        .args(["expire", "inventory"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("this needs system"));
+    admin_as(&server, "pol", &pw)
+        .args(["register-admin", "sneaky", "--privilege", "system"])
+        .write_stdin("admin-password\n")
+        .assert()
+        .code(1);
+    admin_as(&server, "pol", &pw)
+        .args(["grant", "authority", "pol", "--privilege", "system"])
+        .assert()
+        .code(1);
+    // Storage: reclaim and audit; operator: catalog backups (as storage may).
+    admin_as(&server, "ops", &pw).args(["reclaim", "stgpool"]).assert().code(1);
+    admin_as(&server, "sto", &pw).args(["reclaim", "stgpool"]).assert().success();
+    admin_as(&server, "sto", &pw).args(["audit", "stgpool"]).assert().success();
+    admin_as(&server, "ops", &pw).args(["backup", "db"]).assert().success();
+    admin_as(&server, "viewer", &pw).args(["backup", "db"]).assert().code(1);
+    // The server's own user grants; the change applies at once.
+    admin(&server)
+        .args(["grant", "authority", "viewer", "--privilege", "storage,operator"])
+        .assert()
+        .success();
+    admin_as(&server, "viewer", &pw).args(["audit", "stgpool"]).assert().success();
+    admin(&server).args(["grant", "authority", "nobody", "--privilege", "policy"]).assert().code(1);
+    let said = json(admin(&server).args(["query", "actlog", "--search", "privilege"]));
+    assert!(said.as_array().unwrap().len() >= 4, "{said}");
+}
+
+fn backed_up(report: &serde_json::Value) -> u64 {
+    let first = report.as_array().map_or(report, |a| &a[0]);
+    first["backed_up"].as_u64().unwrap()
+}
+
+/// A catalog backup taken while the server runs restores with the server stopped; versions
+/// backed up after the copy are gone from the catalog but their data is reported by audit and
+/// kept from reclamation until released; the client backs them up again.
+#[test]
+fn the_catalog_is_backed_up_online_restored_offline_and_audit_reports_what_it_lost() {
+    let dir = TempDir::new().unwrap();
+    let data = dir.path().join("srv");
+    let mut server = ServerProc::start(&data, false);
+    register(&server, "alpha", "alpha-password");
+    let pw = password_file(dir.path(), "pw", "alpha-password");
+    let src = dir.path().join("src");
+    tree(&src);
+    client(&server, "alpha", &pw).arg("backup").arg(&src).assert().success();
+    // One server per data directory.
+    let second = StdCommand::new(assert_cmd::cargo::cargo_bin("qsm"))
+        .arg("server")
+        .arg("--data-dir")
+        .arg(&data)
+        .args(["--listen", "127.0.0.1:0", "--plaintext"])
+        .output()
+        .unwrap();
+    assert!(!second.status.success());
+    assert!(
+        String::from_utf8_lossy(&second.stderr).contains("another qsm server"),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+
+    let copy = json(admin(&server).args(["backup", "db"]));
+    let path = PathBuf::from(copy["path"].as_str().unwrap());
+    assert!(path.starts_with(data.join("dbbackup")), "{copy}");
+    assert!(copy["bytes"].as_u64().unwrap() < copy["catalog_bytes"].as_u64().unwrap(), "{copy}");
+    // The copy is a QSM stream that the stream tools read and verify.
+    Command::cargo_bin("qsm").unwrap().args(["decompress", "--test"]).arg(&path).assert().success();
+    let hist = json(admin(&server).args(["query", "volhist"]));
+    assert_eq!(hist.as_array().unwrap().len(), 1, "{hist}");
+
+    // After the copy: a new file backed up.
+    fs::write(src.join("later.txt"), b"written after the catalog backup\n".repeat(5000)).unwrap();
+    let after = json(client(&server, "alpha", &pw).arg("backup").arg(&src));
+    assert_eq!(backed_up(&after), 2, "the file and its directory: {after}");
+
+    // Restoring needs the server stopped.
+    let restore = |data: &Path| {
+        Command::cargo_bin("qsm")
+            .unwrap()
+            .arg("server")
+            .arg("--data-dir")
+            .arg(data)
+            .arg("restore-db")
+            .assert()
+    };
+    restore(&data).code(1).stderr(predicate::str::contains("another qsm server"));
+    server.kill();
+    restore(&data)
+        .success()
+        .stdout(predicate::str::contains("Catalog restored from"))
+        .stdout(predicate::str::contains("qsm admin audit stgpool"));
+    let replaced: Vec<_> = fs::read_dir(&data)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("catalog.db.replaced-"))
+        .collect();
+    assert!(!replaced.is_empty(), "the replaced catalog was not kept");
+
+    let server = ServerProc::start(&data, false);
+    let listed = json(client(&server, "alpha", &pw).args(["query", "backup"]).arg(&src));
+    assert!(
+        !listed.to_string().contains("later.txt"),
+        "a version newer than the copy is in the restored catalog: {listed}"
+    );
+    // Reclamation keeps the unknown data; the audit reports it.
+    admin(&server)
+        .args(["reclaim", "stgpool"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("restored from a copy"));
+    let audit = json(admin(&server).args(["audit", "stgpool"]));
+    assert!(audit["damaged"].as_array().unwrap().is_empty(), "{audit}");
+    assert!(audit["unknown_bytes"].as_u64().unwrap() > 0, "{audit}");
+    assert!(audit["restored_at"].as_i64().is_some(), "{audit}");
+    // The client backs the lost version up again, and everything restores.
+    let again = json(client(&server, "alpha", &pw).arg("backup").arg(&src));
+    assert_eq!(backed_up(&again), 2, "the file and its directory: {again}");
+    let out = dir.path().join("out");
+    client(&server, "alpha", &pw).arg("restore").arg(&src).arg("--to").arg(&out).assert().success();
+    assert_same(&src, &out);
+    // Released: reclamation runs and deletes the unknown containers.
+    let released = json(admin(&server).args(["audit", "stgpool", "--release-unknown"]));
+    assert_eq!(released["released"], true, "{released}");
+    let reclaimed = json(admin(&server).args(["reclaim", "stgpool"]));
+    assert!(reclaimed["orphans"].as_u64().unwrap() > 0, "{reclaimed}");
+    let hist = json(admin(&server).args(["query", "volhist"]));
+    let kinds: Vec<_> = hist.as_array().unwrap().iter().map(|e| e["kind"].clone()).collect();
+    assert_eq!(kinds, ["dbbackup", "dbrestore"], "{hist}");
+}
+
+/// A corrupted frame in the pool: audit names the chunk and the file, exits 4, and marks it;
+/// the next incremental backup sends the file again (its dedup chunk is repaired in place, so
+/// the older version restores too), and a second audit is clean.
+#[test]
+fn audit_finds_a_corrupt_chunk_and_the_next_backup_repairs_it() {
+    let dir = TempDir::new().unwrap();
+    let data = dir.path().join("srv");
+    let server = ServerProc::start(&data, false);
+    register(&server, "alpha", "alpha-password");
+    let pw = password_file(dir.path(), "pw", "alpha-password");
+    let src = dir.path().join("src");
+    tree(&src);
+    let first = json(
+        client(&server, "alpha", &pw)
+            .args(["backup", "--dedup", "on", "--compression", "off"])
+            .arg(&src),
+    );
+    assert!(backed_up(&first) >= 4, "{first}");
+    let clean = json(admin(&server).args(["audit", "stgpool"]));
+    assert!(clean["damaged"].as_array().unwrap().is_empty(), "{clean}");
+    assert!(clean["chunks_read"].as_u64().unwrap() > 10, "{clean}");
+
+    // Flip bytes in the middle of the biggest container: inside b.bin's chunks.
+    let mut containers = Vec::new();
+    let mut stack = vec![data.join("pool/containers")];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(d).unwrap().filter_map(|e| e.ok()) {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                containers.push((e.metadata().unwrap().len(), p));
+            }
+        }
+    }
+    containers.sort();
+    let (len, victim) = containers.last().unwrap().clone();
+    let mut bytes = fs::read(&victim).unwrap();
+    let at = (len / 2) as usize;
+    for b in &mut bytes[at..at + 16] {
+        *b ^= 0x5a;
+    }
+    fs::write(&victim, bytes).unwrap();
+
+    let mut audit = admin(&server);
+    let out = audit.args(["audit", "stgpool", "--mark-damaged", "--json"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(4), "damage found: the audit's exit code says so");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(!report["damaged"].as_array().unwrap().is_empty(), "{report}");
+    assert_eq!(report["marked"], true, "{report}");
+    let objects = report["damaged_objects"].to_string();
+    assert!(objects.contains("alpha") && objects.contains("b.bin"), "{report}");
+    let said = json(admin(&server).args(["query", "actlog", "--search", "damaged"]));
+    assert!(!said.as_array().unwrap().is_empty(), "{said}");
+
+    // Nothing changed on the client, yet the damaged file is sent again.
+    let again = json(
+        client(&server, "alpha", &pw)
+            .args(["backup", "--dedup", "on", "--compression", "off"])
+            .arg(&src),
+    );
+    assert_eq!(backed_up(&again), 1, "{again}");
+    let after = json(admin(&server).args(["audit", "stgpool"]));
+    assert!(after["damaged"].as_array().unwrap().is_empty(), "still damaged: {after}");
+    let out = dir.path().join("out");
+    client(&server, "alpha", &pw).arg("restore").arg(&src).arg("--to").arg(&out).assert().success();
+    assert_same(&src, &out);
 }
