@@ -41,6 +41,7 @@ pub const CASES: &[(&str, Case)] = &[
     ("versions_exist_at_backup", versions_exist_at_backup),
     ("damaged_chunks_and_repair", damaged_chunks_and_repair),
     ("state_and_snapshot", state_and_snapshot),
+    ("trees_and_generations", trees_and_generations),
 ];
 
 /// Runs every case on catalogs from `make`; returns the failures.
@@ -966,4 +967,51 @@ pub fn state_and_snapshot(cat: &dyn Catalog) -> CaseResult {
     // What a copy holds is checked per backend (it is that backend's file format).
     ensure!(dest.metadata().map_err(|x| x.to_string())?.len() > 0, "empty snapshot");
     Ok(())
+}
+
+/// A directory gone with its contents is deactivated in one call, and nothing that only
+/// shares its name's prefix; a filespace's generation changes with its active inventory and
+/// only then.
+pub fn trees_and_generations(cat: &dyn Catalog) -> CaseResult {
+    let fx = fixture(cat)?;
+    let node = cat.node("alpha").map_err(e)?.ok_or("no node")?.id;
+    let generation = || -> std::result::Result<i64, String> {
+        Ok(cat
+            .filespaces(node)
+            .map_err(e)?
+            .into_iter()
+            .find(|f| f.id == fx.fs)
+            .ok_or("no filespace")?
+            .generation)
+    };
+    let g0 = generation()?;
+    let mut t = cat.begin().map_err(e)?;
+    for p in [&b"d"[..], b"d/a", b"d/sub", b"d/sub/b", b"d.txt", b"d0", b"dd/x", b"e"] {
+        t.insert_object(&file(fx.fs, p, 1, vec![]), 100).map_err(e)?;
+    }
+    t.commit().map_err(e)?;
+    let g1 = generation()?;
+    ensure!(g1 != g0, "a backup left the generation at {g1}");
+    let mut archive = file(fx.fs, b"z", 1, vec![]);
+    archive.kind = ObjectKind::Archive;
+    let mut t = cat.begin().map_err(e)?;
+    t.insert_object(&archive, 150).map_err(e)?;
+    t.commit().map_err(e)?;
+    ensure!(generation()? == g1, "an archive changed the active inventory's generation");
+    let mut t = cat.begin().map_err(e)?;
+    let n = t.deactivate_tree(fx.fs, b"d", 200).map_err(e)?;
+    t.commit().map_err(e)?;
+    ensure!(n == 4, "{n} versions deactivated under d");
+    ensure!(generation()? != g1, "deactivation left the generation");
+    let mut active = Vec::new();
+    cat.for_each_active(fx.fs, &mut |v| {
+        active.push(String::from_utf8_lossy(&v.path).into_owned());
+        Ok(())
+    })
+    .map_err(e)?;
+    ensure!(active == ["d.txt", "d0", "dd/x", "e"], "active after the tree went: {active:?}");
+    let mut t = cat.begin().map_err(e)?;
+    ensure!(t.deactivate_tree(fx.fs, b"", 300).map_err(e)? == 4, "the whole filespace");
+    t.commit().map_err(e)?;
+    consistent(cat)
 }

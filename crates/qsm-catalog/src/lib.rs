@@ -224,6 +224,14 @@ pub trait Txn {
     /// Marks the active version of `path` inactive (the file was deleted on the client).
     /// Returns whether there was one.
     fn deactivate(&mut self, filespace: FilespaceId, path: &[u8], now: Timestamp) -> Result<bool>;
+    /// Marks the active versions of `path` and of everything below it (`path/...`) inactive:
+    /// a directory gone from the client with its contents. Returns how many there were.
+    fn deactivate_tree(
+        &mut self,
+        filespace: FilespaceId,
+        path: &[u8],
+        now: Timestamp,
+    ) -> Result<u64>;
     /// Deletes an object version and releases its chunk references (expiration).
     fn delete_object(&mut self, id: ObjectId) -> Result<()>;
     /// Moves a chunk's frame to a new location (reclamation).

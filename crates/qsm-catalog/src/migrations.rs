@@ -201,6 +201,13 @@ ALTER TABLE chunks ADD COLUMN damaged BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE objects ADD COLUMN damaged BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE admins ADD COLUMN privileges TEXT NOT NULL DEFAULT 'system';
 "#,
+    // 6: journal-based incremental backup (issue 7). A filespace's `generation` takes a new
+    // random value whenever its active inventory changes (a version becomes or stops being
+    // active, or is marked damaged): a client's change journal is a valid substitute for a
+    // full scan only if the inventory is still the one its last backup left.
+    r#"
+ALTER TABLE filespaces ADD COLUMN generation BIGINT NOT NULL DEFAULT 0;
+"#,
 ];
 
 /// The newest schema version this program knows.

@@ -197,6 +197,8 @@ pub struct Filespace {
     pub name: String,
     /// Creation time.
     pub created: Timestamp,
+    /// Changes, to a new random value, whenever the active inventory changes.
+    pub generation: i64,
 }
 
 /// A storage pool's record.

@@ -796,7 +796,7 @@ impl Catalog for SqliteCatalog {
         self.with_reader(|c| {
             let mut stmt = c
                 .prepare_cached(
-                    "SELECT id, name, created FROM filespaces WHERE node_id = ?1 ORDER BY name",
+                    "SELECT id, name, created, generation FROM filespaces WHERE node_id = ?1 ORDER BY name",
                 )
                 .map_err(CatalogError::db("reading filespaces"))?;
             let rows = stmt
@@ -806,6 +806,7 @@ impl Catalog for SqliteCatalog {
                         node,
                         name: r.get(1)?,
                         created: r.get(2)?,
+                        generation: r.get(3)?,
                     })
                 })
                 .map_err(CatalogError::db("reading filespaces"))?;
@@ -994,7 +995,12 @@ impl Catalog for SqliteCatalog {
         let conn = lock(&self.writer);
         conn.execute_batch("BEGIN IMMEDIATE")
             .map_err(CatalogError::db("starting a transaction"))?;
-        Ok(Box::new(SqliteTxn { conn, done: false, chunks_gone: false }))
+        Ok(Box::new(SqliteTxn {
+            conn,
+            done: false,
+            chunks_gone: false,
+            changed: Default::default(),
+        }))
     }
 
     fn for_each_active(
@@ -1244,7 +1250,12 @@ impl Catalog for SqliteCatalog {
         let conn = lock(&self.writer);
         conn.execute_batch("BEGIN IMMEDIATE")
             .map_err(CatalogError::db("starting a transaction"))?;
-        let t = SqliteTxn { conn, done: false, chunks_gone: !chunks.is_empty() };
+        let t = SqliteTxn {
+            conn,
+            done: false,
+            chunks_gone: !chunks.is_empty(),
+            changed: Default::default(),
+        };
         {
             let c = &*t.conn;
             for id in chunks {
@@ -1257,6 +1268,16 @@ impl Catalog for SqliteCatalog {
                     .and_then(|mut s| s.execute([id.0]))
                     .map_err(CatalogError::db("marking an object damaged"))?;
             }
+        }
+        let mut t = t;
+        for id in objects {
+            // The damaged active versions leave the inventory clients compare with.
+            let fs: Option<i64> = t
+                .conn
+                .prepare_cached("SELECT filespace_id FROM objects WHERE id = ?1")
+                .and_then(|mut s| s.query_row([id.0], |r| r.get(0)).optional())
+                .map_err(CatalogError::db("marking an object damaged"))?;
+            t.changed.extend(fs);
         }
         Box::new(t).commit()
     }
@@ -1477,6 +1498,8 @@ struct SqliteTxn<'a> {
     done: bool,
     /// A chunk lost its last reference or was deleted: the dedup epoch rises at commit.
     chunks_gone: bool,
+    /// Filespaces whose active inventory changed: a new generation at commit.
+    changed: std::collections::BTreeSet<i64>,
 }
 
 impl Drop for SqliteTxn<'_> {
@@ -1586,6 +1609,9 @@ impl Txn for SqliteTxn<'_> {
     }
 
     fn insert_object(&mut self, object: &NewObject, now: Timestamp) -> Result<ObjectId> {
+        if object.kind == ObjectKind::Backup {
+            self.changed.insert(object.filespace.0);
+        }
         let c = &*self.conn;
         let state = match object.kind {
             ObjectKind::Backup => {
@@ -1688,6 +1714,7 @@ impl Txn for SqliteTxn<'_> {
     }
 
     fn deactivate(&mut self, filespace: FilespaceId, path: &[u8], now: Timestamp) -> Result<bool> {
+        self.changed.insert(filespace.0);
         let n = self
             .conn
             .prepare_cached("UPDATE objects SET state = 0, deactivated = ?1 WHERE filespace_id = ?2 AND path = ?3 AND state = 1")
@@ -1699,6 +1726,36 @@ impl Txn for SqliteTxn<'_> {
     fn delete_object(&mut self, id: ObjectId) -> Result<()> {
         self.chunks_gone |= delete_object(&self.conn, id)?;
         Ok(())
+    }
+
+    fn deactivate_tree(
+        &mut self,
+        filespace: FilespaceId,
+        path: &[u8],
+        now: Timestamp,
+    ) -> Result<u64> {
+        self.changed.insert(filespace.0);
+        let mut n = u64::from(self.deactivate(filespace, path, now)?);
+        // Everything in `path/`: from "path/" up to, not including, "path0" ('0' follows '/'),
+        // one range of the active index. The root's (empty path's) subtree is everything.
+        let (low, high) = if path.is_empty() {
+            (Vec::new(), None)
+        } else {
+            let mut low = path.to_vec();
+            low.push(b'/');
+            let mut high = path.to_vec();
+            high.push(b'0');
+            (low, Some(high))
+        };
+        n += self
+            .conn
+            .prepare_cached(
+                "UPDATE objects SET state = 0, deactivated = ?1 WHERE filespace_id = ?2 AND state = 1 \
+                 AND path >= ?3 AND (?4 IS NULL OR path < ?4)",
+            )
+            .and_then(|mut s| s.execute(params![now, filespace.0, low, high]))
+            .map_err(CatalogError::db("deactivating a tree"))? as u64;
+        Ok(n)
     }
 
     fn move_chunk(&mut self, id: ChunkId, container: ContainerId, offset: u64) -> Result<()> {
@@ -1755,6 +1812,12 @@ impl Txn for SqliteTxn<'_> {
     fn commit(mut self: Box<Self>) -> Result<()> {
         if self.chunks_gone {
             bump_epoch(&self.conn)?;
+        }
+        for fs in &self.changed {
+            self.conn
+                .prepare_cached("UPDATE filespaces SET generation = random() WHERE id = ?1")
+                .and_then(|mut s| s.execute([fs]))
+                .map_err(CatalogError::db("renewing a filespace's generation"))?;
         }
         self.conn.execute_batch("COMMIT").map_err(CatalogError::db("committing"))?;
         self.done = true;

@@ -60,6 +60,8 @@ pub struct BackupOptions {
     pub encryption: Option<Arc<NodeKeys>>,
     /// Where the dedup cache of this node and server is kept between backups (`None`: none).
     pub dedup_cache: Option<PathBuf>,
+    /// The change journal to use instead of a scan when it is valid (`None`: always scan).
+    pub journal: Option<PathBuf>,
 }
 
 impl Default for BackupOptions {
@@ -76,6 +78,7 @@ impl Default for BackupOptions {
             dedup: false,
             encryption: None,
             dedup_cache: None,
+            journal: None,
         }
     }
 }
@@ -133,6 +136,10 @@ pub struct BackupSummary {
     pub encrypt_seconds: f64,
     /// The fingerprint of the key frames were sealed with.
     pub key_fingerprint: Option<String>,
+    /// How the change journal served: "N changes" when it replaced the scan, or why not.
+    pub journal: Option<String>,
+    /// Whether the change journal replaced the scan.
+    pub journal_used: bool,
 }
 
 /// What the walk has found so far, for progress displays while it runs.
@@ -247,6 +254,24 @@ fn run(
     let sealer = sealer.as_ref();
     let ids_ref = ids.as_ref();
     let shared = dedup.is_some();
+    let journal = match (&options.journal, options.full || archive.is_some()) {
+        (Some(path), false) => Some(JournalUse::start(path, server, &summary.filespace)?),
+        _ => None,
+    };
+    let journal_changes = match &journal {
+        Some(j) => match &j.plan {
+            crate::journal::Plan::Journal { changes, .. } => {
+                summary.journal = Some(format!("{} changes from the journal", changes.len()));
+                summary.journal_used = true;
+                Some(changes.clone())
+            }
+            crate::journal::Plan::Scan { why, .. } => {
+                summary.journal = Some(format!("scanned: {why}"));
+                None
+            }
+        },
+        None => None,
+    };
     let mut batch = server.upload(fs, options.limits)?;
     let mut throttle = options.limit_upload.map(Throttle::new);
     let (tx, rx) = crossbeam_channel::bounded::<Work>(WALK_QUEUE);
@@ -290,6 +315,13 @@ fn run(
                 unchanged: 0,
                 warnings: Vec::new(),
             };
+            if let Some(changes) = journal_changes {
+                // The journal lists what changed: no scan, no inventory.
+                drop(inventory);
+                let result = merge.journal(&canonical, changes, &walk_options);
+                scan.done.store(true, Ordering::Relaxed);
+                return (result, scan.examined.load(Ordering::Relaxed), 0, merge.warnings);
+            }
             let result = scan::walk_sorted(&canonical, &walk_options, |events| {
                 if let Some((versions, reader)) = inventory {
                     for v in versions.iter() {
@@ -389,6 +421,12 @@ fn run(
         forget_cache();
         return Err(e);
     }
+    // Everything is committed: the journal's changes up to the backup's start are done.
+    if let Some(j) = journal
+        && let Err(e) = j.finish(server, &summary.filespace)
+    {
+        summary.warnings.push(format!("change journal not updated: {e}"));
+    }
     // Everything is committed: what this backup sent is on the server now.
     if let (Some(d), Some(path)) = (dedup, &options.dedup_cache)
         && let Err(e) = d.save(path, &ended)
@@ -405,6 +443,8 @@ fn run(
 enum Work {
     Send(Entry),
     Gone(Vec<u8>),
+    /// A path and everything below it gone (journal-based backup).
+    GoneTree(Vec<u8>),
 }
 
 /// The walk merged with the active inventory, both in path order: one pass, and memory that
@@ -518,6 +558,130 @@ impl Merge<'_> {
     fn rest(&mut self, events: &mut dyn Iterator<Item = scan::Event>) -> Result<()> {
         self.advance(events, None).map(|_| ())
     }
+
+    /// A journal-based backup: each changed path is sent if it exists and deactivated (with
+    /// everything below it) if it does not; a directory created or moved in is walked whole,
+    /// after what was below its name before is deactivated.
+    fn journal(
+        &mut self,
+        root: &Path,
+        changes: Vec<crate::journal::Change>,
+        walk_options: &scan::WalkOptions<'_>,
+    ) -> Result<()> {
+        use std::os::unix::ffi::OsStrExt;
+        let below = |rel: &[u8], dir: &[u8]| {
+            dir.is_empty() && !rel.is_empty()
+                || rel.len() > dir.len() && rel.starts_with(dir) && rel[dir.len()] == b'/'
+        };
+        let mut walked: Option<Vec<u8>> = None;
+        for change in changes {
+            if walked.as_deref().is_some_and(|w| below(&change.rel, w)) {
+                continue;
+            }
+            let path = if change.rel.is_empty() {
+                root.to_path_buf()
+            } else {
+                root.join(std::ffi::OsStr::from_bytes(&change.rel))
+            };
+            let entry = match scan::entry(&path, change.rel.clone()) {
+                Ok(Some(e)) => e,
+                Ok(None) => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    self.send(Work::GoneTree(change.rel))?;
+                    continue;
+                }
+                Err(e) => {
+                    self.warnings.push(format!("{}: not examined: {e}", path.display()));
+                    continue;
+                }
+            };
+            let is_dir = entry.object_type == ObjectType::Directory;
+            // Included when the path or one of its parents is (as the walk decides).
+            let mut parent_included = false;
+            for (i, b) in change.rel.iter().enumerate() {
+                if *b == b'/' {
+                    let up = &change.rel[..i];
+                    let p = root.join(std::ffi::OsStr::from_bytes(up));
+                    parent_included |= walk_options.filter.verdict(up, &p, true, parent_included)
+                        == crate::filter::Verdict::Included;
+                }
+            }
+            let verdict = walk_options.filter.verdict(&change.rel, &path, is_dir, parent_included);
+            if !change.rel.is_empty() && verdict == crate::filter::Verdict::Excluded {
+                continue;
+            }
+            if !(is_dir && change.tree) {
+                self.examine();
+                self.send(Work::Send(entry))?;
+                continue;
+            }
+            self.send(Work::GoneTree(change.rel.clone()))?;
+            let prefix = change.rel.clone();
+            scan::walk_sorted(&path, walk_options, |events| -> Result<()> {
+                for event in events {
+                    match event {
+                        scan::Event::Entry(mut e) => {
+                            e.rel = join_rel(&prefix, &e.rel);
+                            self.examine();
+                            self.send(Work::Send(e))?;
+                        }
+                        scan::Event::Unreadable { path, error, .. } => {
+                            self.warnings
+                                .push(format!("{}: not examined: {error}", path.display()));
+                        }
+                    }
+                }
+                Ok(())
+            })??;
+            walked = Some(change.rel);
+        }
+        Ok(())
+    }
+}
+
+/// The change journal of one backup: its plan, made before anything is read, and recorded as
+/// consumed once the backup committed.
+struct JournalUse {
+    journal: crate::journal::Journal,
+    plan: crate::journal::Plan,
+    server: String,
+}
+
+fn generation(server: &dyn Server, name: &str) -> Result<i64> {
+    server
+        .filespaces()?
+        .into_iter()
+        .find(|f| f.name == name)
+        .map(|f| f.generation)
+        .ok_or_else(|| ClientError::Invalid(format!("{}: no filespace {name}", server.describe())))
+}
+
+impl JournalUse {
+    fn start(path: &Path, server: &dyn Server, name: &str) -> Result<JournalUse> {
+        let journal = crate::journal::Journal::open(path)?;
+        let key = server.describe();
+        let plan = journal.plan(name, &key, generation(server, name)?)?;
+        Ok(JournalUse { journal, plan, server: key })
+    }
+
+    fn finish(mut self, server: &dyn Server, name: &str) -> Result<()> {
+        let mark = match &self.plan {
+            crate::journal::Plan::Journal { mark, .. } => mark,
+            crate::journal::Plan::Scan { mark: Some(mark), .. } => mark,
+            crate::journal::Plan::Scan { mark: None, .. } => return Ok(()),
+        };
+        let g = generation(server, name)?;
+        self.journal.consumed(name, &self.server, mark, g)
+    }
+}
+
+/// `prefix/rel` in the catalog's form (either may be empty).
+fn join_rel(prefix: &[u8], rel: &[u8]) -> Vec<u8> {
+    match (prefix.is_empty(), rel.is_empty()) {
+        (true, _) => rel.to_vec(),
+        (false, true) => prefix.to_vec(),
+        (false, false) => [prefix, b"/", rel].concat(),
+    }
 }
 
 /// What becomes of a chunk: decided by the reader, in stream order, before any worker sees it.
@@ -549,8 +713,9 @@ struct Piece {
     last: bool,
     /// The file failed while being read: the object is dropped with this warning.
     failed: Option<String>,
-    /// Not an object: the active version of this path is to be marked inactive.
-    gone: Option<Vec<u8>>,
+    /// Not an object: the active version of this path (and, when set, of everything below
+    /// it) is to be marked inactive.
+    gone: Option<(Vec<u8>, bool)>,
 }
 
 impl Piece {
@@ -592,9 +757,13 @@ impl Piece {
         summary: &mut BackupSummary,
     ) -> Result<()> {
         let shared = ended.shared;
-        if let Some(path) = &self.gone {
-            batch.deactivate(path)?;
-            summary.deactivated += 1;
+        if let Some((path, tree)) = &self.gone {
+            if *tree {
+                batch.deactivate_tree(path)?;
+            } else {
+                batch.deactivate(path)?;
+                summary.deactivated += 1;
+            }
             return Ok(());
         }
         if let Some(entry) = &self.begin {
@@ -871,7 +1040,12 @@ impl<'s> Reader<'s> {
             let entry = match self.rx.recv() {
                 Ok(Work::Send(entry)) => entry,
                 Ok(Work::Gone(path)) => {
-                    piece.gone = Some(path);
+                    piece.gone = Some((path, false));
+                    piece.last = true;
+                    return Ok(true);
+                }
+                Ok(Work::GoneTree(path)) => {
+                    piece.gone = Some((path, true));
                     piece.last = true;
                     return Ok(true);
                 }

@@ -15,6 +15,7 @@ pub mod dedup;
 pub mod embedded;
 pub mod error;
 pub mod filter;
+pub mod journal;
 pub mod keys;
 pub mod remote;
 pub mod restore;

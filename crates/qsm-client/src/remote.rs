@@ -293,6 +293,7 @@ impl Server for RemoteServer {
                     node: qsm_catalog::NodeId(0),
                     name: f.name,
                     created: f.created,
+                    generation: f.generation,
                 })
             })
             .collect()
@@ -555,6 +556,10 @@ impl Upload for RemoteUpload<'_> {
 
     fn deactivate(&mut self, path: &[u8]) -> Result<()> {
         self.push(Op::Deactivate(Bytes::copy_from_slice(path)), path.len())
+    }
+
+    fn deactivate_tree(&mut self, path: &[u8]) -> Result<()> {
+        self.push(Op::DeactivateTree(Bytes::copy_from_slice(path)), path.len())
     }
 
     fn finish(mut self: Box<Self>) -> Result<Uploaded> {

@@ -137,6 +137,9 @@ pub trait Upload: Send {
     fn abandon_object(&mut self) -> Result<()>;
     /// Marks the active version of `path` inactive (the file is gone).
     fn deactivate(&mut self, path: &[u8]) -> Result<()>;
+    /// Marks the active versions of `path` and everything below it inactive (a directory
+    /// gone with its contents).
+    fn deactivate_tree(&mut self, path: &[u8]) -> Result<()>;
     /// Commits everything and returns what the whole upload committed.
     fn finish(self: Box<Self>) -> Result<Uploaded>;
 }
@@ -359,6 +362,11 @@ impl Upload for LocalUpload<'_> {
 
     fn deactivate(&mut self, path: &[u8]) -> Result<()> {
         self.batch.deactivate(self.filespace, path);
+        Ok(())
+    }
+
+    fn deactivate_tree(&mut self, path: &[u8]) -> Result<()> {
+        self.batch.deactivate_tree(self.filespace, path);
         Ok(())
     }
 

@@ -289,7 +289,12 @@ impl Node for NodeService {
             Ok(Response::new(v1::FilespaceList {
                 filespaces: list
                     .into_iter()
-                    .map(|f| v1::Filespace { id: f.id.0 as u64, name: f.name, created: f.created })
+                    .map(|f| v1::Filespace {
+                        id: f.id.0 as u64,
+                        name: f.name,
+                        created: f.created,
+                        generation: f.generation,
+                    })
                     .collect(),
             }))
         })
@@ -317,7 +322,12 @@ impl Node for NodeService {
                 .into_iter()
                 .find(|f| f.name == r.name)
                 .ok_or_else(|| Status::not_found(format!("no filespace {}", r.name)))?;
-            Ok(Response::new(v1::Filespace { id: f.id.0 as u64, name: f.name, created: f.created }))
+            Ok(Response::new(v1::Filespace {
+                id: f.id.0 as u64,
+                name: f.name,
+                created: f.created,
+                generation: f.generation,
+            }))
         })
         .await
     }
@@ -774,6 +784,12 @@ fn run_backup(
                 Op::Deactivate(path) => {
                     check_path(&path)?;
                     batch.deactivate(*fs, &path);
+                }
+                Op::DeactivateTree(path) => {
+                    if !path.is_empty() {
+                        check_path(&path)?;
+                    }
+                    batch.deactivate_tree(*fs, &path);
                 }
                 Op::Finish(_) => {
                     if in_object {

@@ -352,6 +352,21 @@ impl Store {
     }
 }
 
+fn deactivate(
+    t: &mut dyn qsm_catalog::Txn,
+    fs: FilespaceId,
+    path: &[u8],
+    tree: bool,
+    now: Timestamp,
+) -> Result<()> {
+    if tree {
+        t.deactivate_tree(fs, path, now)?;
+    } else {
+        t.deactivate(fs, path, now)?;
+    }
+    Ok(())
+}
+
 /// Lower-case hex of `bytes`, for messages.
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
@@ -392,7 +407,7 @@ pub struct Batch<'s> {
     /// Deactivations, each with the number of objects queued before it: they are applied in
     /// the order they were asked for, relative to the inserts, so "deactivate p, then back up
     /// p" leaves p's new version active.
-    deactivations: Vec<(usize, FilespaceId, Vec<u8>)>,
+    deactivations: Vec<(usize, FilespaceId, Vec<u8>, bool)>,
     bytes: u64,
     limits: TxnLimits,
     /// Containers written since the last commit, with the end of the last frame in each.
@@ -580,7 +595,13 @@ impl Batch<'_> {
 
     /// Queues the deactivation of the active version of `path` (deleted on the client).
     pub fn deactivate(&mut self, filespace: FilespaceId, path: &[u8]) {
-        self.deactivations.push((self.pending.len(), filespace, path.to_vec()));
+        self.deactivations.push((self.pending.len(), filespace, path.to_vec(), false));
+    }
+
+    /// Queues the deactivation of the active versions of `path` and of everything below it
+    /// (a directory gone from the client with its contents).
+    pub fn deactivate_tree(&mut self, filespace: FilespaceId, path: &[u8]) {
+        self.deactivations.push((self.pending.len(), filespace, path.to_vec(), true));
     }
 
     /// Objects waiting for the next commit.
@@ -606,13 +627,14 @@ impl Batch<'_> {
         let mut objects = Vec::with_capacity(self.pending.len());
         let mut deactivations = self.deactivations.iter().peekable();
         for (i, object) in self.pending.iter().enumerate() {
-            while let Some((_, fs, path)) = deactivations.next_if(|(before, ..)| *before <= i) {
-                t.deactivate(*fs, path, now)?;
+            while let Some((_, fs, path, tree)) = deactivations.next_if(|(before, ..)| *before <= i)
+            {
+                deactivate(t.as_mut(), *fs, path, *tree, now)?;
             }
             objects.push(t.insert_object(object, now)?);
         }
-        for (_, fs, path) in deactivations {
-            t.deactivate(*fs, path, now)?;
+        for (_, fs, path, tree) in deactivations {
+            deactivate(t.as_mut(), *fs, path, *tree, now)?;
         }
         t.commit()?;
         // Committed chunks are found through the catalog from now on.

@@ -48,6 +48,13 @@ pub struct BackupArgs {
     /// or network mounts, would otherwise send every file each time).
     #[arg(long)]
     ignore_inode: bool,
+    /// The change journal to use instead of a scan when it is valid (default: the one
+    /// `qsm journal start` keeps, if it exists).
+    #[arg(long)]
+    journal: Option<PathBuf>,
+    /// Scan, even if a valid change journal could replace the scan (wins over --journal).
+    #[arg(long)]
+    no_journal: bool,
     #[command(flatten)]
     patterns: Patterns,
     #[command(flatten)]
@@ -402,6 +409,14 @@ pub fn backup(args: BackupArgs) -> Result<Complete> {
     options.full = args.selective;
     options.one_file_system = args.one_file_system;
     options.ignore_inode = args.ignore_inode;
+    options.journal = if args.no_journal {
+        None
+    } else {
+        match args.journal.or(config.journal.clone()) {
+            Some(p) => Some(p),
+            None => qsm_client::journal::default_path().filter(|p| p.exists()),
+        }
+    };
     if args.limit_upload.is_some() {
         options.limit_upload = args.limit_upload;
     }
@@ -452,6 +467,8 @@ impl From<&BackupSummary> for BackupReport {
             encrypted_bytes: s.encrypted_bytes,
             encrypt_seconds: s.encrypt_seconds,
             key_fingerprint: s.key_fingerprint.clone(),
+            journal: s.journal.clone(),
+            journal_used: s.journal_used,
             warnings: s.warnings.clone(),
         }
     }
@@ -494,6 +511,9 @@ fn print_backup(s: &BackupSummary) {
     }
     if let Some(note) = &s.cache_note {
         println!("  dedup cache not used: {note}");
+    }
+    if let Some(j) = &s.journal {
+        println!("  journal: {j}");
     }
     if let Some(fp) = &s.key_fingerprint {
         let rate = if s.encrypt_seconds > 0.0 {
@@ -556,6 +576,8 @@ struct BackupReport {
     encrypted_bytes: u64,
     encrypt_seconds: f64,
     key_fingerprint: Option<String>,
+    journal: Option<String>,
+    journal_used: bool,
     warnings: Vec<String>,
 }
 

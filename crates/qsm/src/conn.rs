@@ -46,6 +46,9 @@ pub struct ClientConfig {
     pub key_file: Option<PathBuf>,
     /// Restores refuse files that were not encrypted (`qsm restore --require-encryption`).
     pub require_encryption: Option<bool>,
+    /// The change journal backups use when it is valid (default: ~/.local/state/qsm/journal.db
+    /// if it exists).
+    pub journal: Option<PathBuf>,
 }
 
 /// How to reach the data: every client command takes these.

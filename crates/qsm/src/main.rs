@@ -3,6 +3,7 @@
 mod client_cmd;
 mod codec_cmd;
 mod conn;
+mod journal_cmd;
 mod key_cmd;
 mod output;
 mod server_cmd;
@@ -50,6 +51,8 @@ enum Command {
     Stand(stand_cmd::StandCommand),
     /// The node's encryption key: init, show-fingerprint, change-passphrase.
     Key(key_cmd::KeyArgs),
+    /// The change journal: a daemon recording what changes, so backups need not scan.
+    Journal(journal_cmd::JournalArgs),
 }
 
 /// Exit code when an operation completed but skipped some files (TSM uses 4 likewise).
@@ -71,6 +74,7 @@ fn main() -> ExitCode {
         Command::Codecs(args) => codec_cmd::codecs(args).map(|()| true),
         Command::Stand(cmd) => stand_cmd::stand(cmd),
         Command::Key(args) => key_cmd::key(args),
+        Command::Journal(args) => journal_cmd::journal(args),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

@@ -1,0 +1,527 @@
+//! The change journal (TSM's journal-based backup): a daemon, `qsm journal start PATH...`,
+//! watches trees with inotify (through `notify`) and records every path that changed in a
+//! local SQLite database; `qsm backup` of a journaled tree then sends what the journal lists
+//! instead of scanning millions of unchanged files.
+//!
+//! The journal replaces a scan only when it provably saw everything since the last backup:
+//!
+//! - the daemon is running now (it holds the lock `JOURNAL.lock`) and its watches were all in
+//!   place before that backup ended (the backup recorded the daemon's journal id, a new
+//!   random one each time the daemon starts watching a tree);
+//! - nothing was lost (a full inotify queue, a watch that could not be added, a watched root
+//!   that went away: the tree's journal is marked invalid, with the reason);
+//! - the server's active inventory is the one that backup left (the filespace's generation,
+//!   which the server renews at every change: another client, a catalog restore, an audit).
+//!
+//! Otherwise the backup scans, says why, and, if the daemon is running, makes the journal
+//! valid for the next one. Changes are numbered: a backup removes only those numbered before
+//! it started, so a file changed while the backup ran is sent by the next one.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use crate::{ClientError, Result};
+
+/// One changed path below a journaled root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    /// Below the root, `/`-separated, no leading `/` (empty for the root itself).
+    pub rel: Vec<u8>,
+    /// Everything below it may have changed too (a directory created or moved in): walk it.
+    pub tree: bool,
+}
+
+/// What a backup of a root does with the journal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Plan {
+    /// The journal is valid: send these, in path order.
+    Journal { changes: Vec<Change>, mark: Mark },
+    /// Scan, because of `why`; `mark` (when the daemon runs) makes the journal valid for the
+    /// next backup once this one has committed.
+    Scan { why: String, mark: Option<Mark> },
+}
+
+/// The journal's state at a backup's start, recorded when the backup has committed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mark {
+    journal_id: String,
+    upto: i64,
+}
+
+/// The state of one journaled root, for `qsm journal status`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RootStatus {
+    pub root: String,
+    pub valid: bool,
+    pub reason: String,
+    pub since: i64,
+    pub pending: u64,
+}
+
+/// The journal database.
+#[derive(Debug)]
+pub struct Journal {
+    conn: Connection,
+    path: PathBuf,
+}
+
+fn db_error(path: &Path, what: &str) -> impl FnOnce(rusqlite::Error) -> ClientError {
+    let detail = format!("journal {}: {what}", path.display());
+    move |e| ClientError::Invalid(format!("{detail}: {e}"))
+}
+
+/// The default journal: `$QSM_JOURNAL`, or `$XDG_STATE_HOME/qsm/journal.db`, or
+/// `~/.local/state/qsm/journal.db`.
+pub fn default_path() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("QSM_JOURNAL") {
+        return Some(PathBuf::from(p));
+    }
+    let base = std::env::var_os("XDG_STATE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))?;
+    Some(base.join("qsm").join("journal.db"))
+}
+
+fn lock_path(path: &Path) -> PathBuf {
+    let mut p = path.as_os_str().to_owned();
+    p.push(".lock");
+    PathBuf::from(p)
+}
+
+/// Whether a journal daemon is running on `path` now.
+pub fn daemon_running(path: &Path) -> bool {
+    match File::open(lock_path(path)) {
+        Ok(f) => matches!(f.try_lock_shared(), Err(std::fs::TryLockError::WouldBlock)),
+        Err(_) => false,
+    }
+}
+
+fn now() -> i64 {
+    qsm_catalog::now()
+}
+
+fn new_id() -> Result<String> {
+    let mut b = [0u8; 16];
+    getrandom::fill(&mut b).map_err(|e| ClientError::Invalid(format!("no randomness: {e}")))?;
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+}
+
+impl Journal {
+    /// Opens (creating) the journal database at `path`.
+    pub fn open(path: &Path) -> Result<Journal> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(ClientError::io("creating", dir))?;
+        }
+        let conn = Connection::open(path).map_err(db_error(path, "opening"))?;
+        conn.busy_timeout(Duration::from_secs(30)).map_err(db_error(path, "opening"))?;
+        conn.execute_batch(
+            "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;
+             CREATE TABLE IF NOT EXISTS roots (root TEXT PRIMARY KEY, journal_id TEXT NOT NULL,
+                 since BIGINT NOT NULL, valid BIGINT NOT NULL, reason TEXT NOT NULL);
+             CREATE TABLE IF NOT EXISTS changes (root TEXT NOT NULL, rel BLOB NOT NULL,
+                 tree BIGINT NOT NULL, seq BIGINT NOT NULL, PRIMARY KEY (root, rel));
+             CREATE TABLE IF NOT EXISTS consumed (root TEXT NOT NULL, server TEXT NOT NULL,
+                 journal_id TEXT NOT NULL, generation BIGINT NOT NULL, PRIMARY KEY (root, server));",
+        )
+        .map_err(db_error(path, "creating its tables"))?;
+        Ok(Journal { conn, path: path.to_path_buf() })
+    }
+
+    /// Starts journaling `root` afresh (its watches are in place): a new journal id, valid,
+    /// nothing pending. Backups made before it cannot use it.
+    pub fn begin(&mut self, root: &str) -> Result<()> {
+        let id = new_id()?;
+        let t = self.conn.transaction().map_err(db_error(&self.path, "starting"))?;
+        t.execute("DELETE FROM changes WHERE root = ?1", [root])
+            .and_then(|_| {
+                t.execute(
+                    "INSERT INTO roots (root, journal_id, since, valid, reason) VALUES (?1, ?2, ?3, 1, '') \
+                     ON CONFLICT (root) DO UPDATE SET journal_id = excluded.journal_id, since = excluded.since, valid = 1, reason = ''",
+                    params![root, id, now()],
+                )
+            })
+            .and_then(|_| t.commit())
+            .map_err(db_error(&self.path, "starting a root"))
+    }
+
+    /// Records changes below `root`; a path already pending keeps its `tree` if set.
+    pub fn record(&mut self, root: &str, changes: &[Change]) -> Result<()> {
+        let t = self.conn.transaction().map_err(db_error(&self.path, "recording"))?;
+        {
+            let seq: i64 = t
+                .query_row("SELECT COALESCE(MAX(seq), 0) + 1 FROM changes", [], |r| r.get(0))
+                .map_err(db_error(&self.path, "recording"))?;
+            let mut stmt = t
+                .prepare_cached(
+                    "INSERT INTO changes (root, rel, tree, seq) VALUES (?1, ?2, ?3, ?4) \
+                     ON CONFLICT (root, rel) DO UPDATE SET tree = max(tree, excluded.tree), seq = excluded.seq",
+                )
+                .map_err(db_error(&self.path, "recording"))?;
+            for c in changes {
+                stmt.execute(params![root, c.rel, i64::from(c.tree), seq])
+                    .map_err(db_error(&self.path, "recording"))?;
+            }
+        }
+        t.commit().map_err(db_error(&self.path, "recording"))
+    }
+
+    /// Marks `root`'s journal as no longer complete, with why: the next backup scans.
+    pub fn invalidate(&mut self, root: &str, reason: &str) -> Result<()> {
+        self.conn
+            .execute(
+                "UPDATE roots SET valid = 0, reason = ?2 WHERE root = ?1 AND valid = 1",
+                params![root, reason],
+            )
+            .map(|_| ())
+            .map_err(db_error(&self.path, "invalidating"))
+    }
+
+    /// What a backup of `root` to `server`, whose filespace is at `generation`, does.
+    pub fn plan(&self, root: &str, server: &str, generation: i64) -> Result<Plan> {
+        let err = || db_error(&self.path, "reading");
+        let state: Option<(String, bool, String)> = self
+            .conn
+            .query_row("SELECT journal_id, valid, reason FROM roots WHERE root = ?1", [root], |r| {
+                Ok((r.get(0)?, r.get::<_, i64>(1)? != 0, r.get(2)?))
+            })
+            .optional()
+            .map_err(err())?;
+        let Some((journal_id, valid, reason)) = state else {
+            return Ok(Plan::Scan {
+                why: format!("{root} is not journaled (qsm journal start {root})"),
+                mark: None,
+            });
+        };
+        if !daemon_running(&self.path) {
+            return Ok(Plan::Scan { why: "the journal daemon is not running".into(), mark: None });
+        }
+        if !valid {
+            return Ok(Plan::Scan {
+                why: format!("the journal is incomplete: {reason}"),
+                mark: None,
+            });
+        }
+        let upto: i64 = self
+            .conn
+            .query_row("SELECT COALESCE(MAX(seq), 0) FROM changes WHERE root = ?1", [root], |r| {
+                r.get(0)
+            })
+            .map_err(err())?;
+        let mark = Mark { journal_id: journal_id.clone(), upto };
+        let consumed: Option<(String, i64)> = self
+            .conn
+            .query_row(
+                "SELECT journal_id, generation FROM consumed WHERE root = ?1 AND server = ?2",
+                params![root, server],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .map_err(err())?;
+        let why = match consumed {
+            None => "no backup was made while the journal ran".to_owned(),
+            Some((id, _)) if id != journal_id => {
+                "the journal daemon restarted since the last backup".to_owned()
+            }
+            Some((_, g)) if g != generation => {
+                "the server's inventory changed since the last backup".to_owned()
+            }
+            Some(_) => {
+                let mut stmt = self
+                    .conn
+                    .prepare(
+                        "SELECT rel, tree FROM changes WHERE root = ?1 AND seq <= ?2 ORDER BY rel",
+                    )
+                    .map_err(err())?;
+                let changes = stmt
+                    .query_map(params![root, upto], |r| {
+                        Ok(Change { rel: r.get(0)?, tree: r.get::<_, i64>(1)? != 0 })
+                    })
+                    .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
+                    .map_err(err())?;
+                return Ok(Plan::Journal { changes, mark });
+            }
+        };
+        Ok(Plan::Scan { why, mark: Some(mark) })
+    }
+
+    /// A backup of `root` to `server` that started at `mark` has committed, leaving the
+    /// filespace at `generation`: the changes it saw are done, and the next backup may use
+    /// the journal (if it is still the same, valid one).
+    pub fn consumed(
+        &mut self,
+        root: &str,
+        server: &str,
+        mark: &Mark,
+        generation: i64,
+    ) -> Result<()> {
+        let t = self.conn.transaction().map_err(db_error(&self.path, "updating"))?;
+        t.execute("DELETE FROM changes WHERE root = ?1 AND seq <= ?2", params![root, mark.upto])
+            .and_then(|_| {
+                t.execute(
+                    "INSERT INTO consumed (root, server, journal_id, generation) VALUES (?1, ?2, ?3, ?4) \
+                     ON CONFLICT (root, server) DO UPDATE SET journal_id = excluded.journal_id, generation = excluded.generation",
+                    params![root, server, mark.journal_id, generation],
+                )
+            })
+            .and_then(|_| t.commit())
+            .map_err(db_error(&self.path, "updating"))
+    }
+
+    /// Every journaled root.
+    pub fn status(&self) -> Result<Vec<RootStatus>> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT r.root, r.valid, r.reason, r.since, \
+                 (SELECT count(*) FROM changes c WHERE c.root = r.root) FROM roots r ORDER BY r.root",
+            )
+            .map_err(db_error(&self.path, "reading"))?;
+        stmt.query_map([], |r| {
+            Ok(RootStatus {
+                root: r.get(0)?,
+                valid: r.get::<_, i64>(1)? != 0,
+                reason: r.get(2)?,
+                since: r.get(3)?,
+                pending: r.get::<_, i64>(4)? as u64,
+            })
+        })
+        .and_then(|rows| rows.collect())
+        .map_err(db_error(&self.path, "reading"))
+    }
+}
+
+/// What one inotify event means for the journal of `root`: the changes, or `Err(reason)`
+/// when events may have been lost.
+fn changes_of(root: &Path, event: &notify::Event) -> std::result::Result<Vec<Change>, String> {
+    use notify::EventKind;
+    use notify::event::{ModifyKind, RenameMode};
+    if event.need_rescan() {
+        return Err("the kernel's event queue overflowed (fs.inotify.max_queued_events)".into());
+    }
+    let rel = |p: &Path| -> Option<Vec<u8>> {
+        use std::os::unix::ffi::OsStrExt;
+        p.strip_prefix(root).ok().map(|r| r.as_os_str().as_bytes().to_vec())
+    };
+    let parent = |r: &[u8]| -> Vec<u8> {
+        r.iter().rposition(|b| *b == b'/').map(|i| r[..i].to_vec()).unwrap_or_default()
+    };
+    let mut out = Vec::new();
+    // A name appearing (created, moved in) may be a directory whose contents the watch did not
+    // see arrive: the whole subtree is walked. A name going or changing: itself. Either way
+    // the parent directory's times changed.
+    let (appears, named) = match &event.kind {
+        EventKind::Access(_) => return Ok(out),
+        EventKind::Create(_) => (true, true),
+        EventKind::Modify(ModifyKind::Name(RenameMode::To)) => (true, true),
+        EventKind::Modify(ModifyKind::Name(RenameMode::Both)) => {
+            for (i, p) in event.paths.iter().enumerate() {
+                if let Some(r) = rel(p) {
+                    out.push(Change { rel: parent(&r), tree: false });
+                    out.push(Change { rel: r, tree: i == 1 });
+                }
+            }
+            return Ok(out);
+        }
+        EventKind::Modify(ModifyKind::Name(_)) | EventKind::Remove(_) => (false, true),
+        EventKind::Modify(_) => (false, false),
+        // Anything else (an unknown kind): walk what it names.
+        _ => (true, false),
+    };
+    for p in &event.paths {
+        let Some(r) = rel(p) else { continue };
+        if named && !r.is_empty() {
+            out.push(Change { rel: parent(&r), tree: false });
+        }
+        out.push(Change { rel: r, tree: appears });
+    }
+    Ok(out)
+}
+
+/// Runs the journal daemon on `path` for `roots` until `stop` is set: watches each root
+/// recursively, then records changes in batches. `ready` is called once every watch is in
+/// place (backups from then on can use the journal).
+pub fn run_daemon(
+    path: &Path,
+    roots: &[PathBuf],
+    stop: &AtomicBool,
+    ready: impl FnOnce(&[String]),
+) -> Result<()> {
+    use notify::{RecursiveMode, Watcher};
+    let mut journal = Journal::open(path)?;
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(lock_path(path))
+        .map_err(ClientError::io("opening the lock of", path))?;
+    if let Err(std::fs::TryLockError::WouldBlock) = lock.try_lock() {
+        return Err(ClientError::Invalid(format!(
+            "a journal daemon already runs on {}",
+            path.display()
+        )));
+    }
+    let mut names = Vec::new();
+    for r in roots {
+        names.push(crate::backup::filespace_name(r)?);
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut watcher = notify::recommended_watcher(tx)
+        .map_err(|e| ClientError::Invalid(format!("cannot start watching: {e}")))?;
+    for (root, name) in roots.iter().zip(&names) {
+        watcher.watch(Path::new(name), RecursiveMode::Recursive).map_err(|e| {
+            ClientError::Invalid(format!(
+                "cannot watch {}: {e} (a tree of many directories may need a larger fs.inotify.max_user_watches)",
+                root.display()
+            ))
+        })?;
+    }
+    for name in &names {
+        journal.begin(name)?;
+    }
+    ready(&names);
+    let roots: Vec<PathBuf> = names.iter().map(PathBuf::from).collect();
+    let mut pending: Vec<Vec<Change>> = vec![Vec::new(); roots.len()];
+    let flush = |journal: &mut Journal, pending: &mut Vec<Vec<Change>>| -> Result<()> {
+        for (i, changes) in pending.iter_mut().enumerate() {
+            if !changes.is_empty() {
+                journal.record(&names[i], changes)?;
+                changes.clear();
+            }
+        }
+        Ok(())
+    };
+    while !stop.load(Ordering::Relaxed) {
+        // Batches of events, one transaction each: a burst of a million changes is not a
+        // million commits.
+        let deadline = std::time::Instant::now() + Duration::from_millis(200);
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let event = match rx.recv_timeout(left) {
+                Ok(e) => e,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => break,
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    for name in &names {
+                        journal.invalidate(name, "the watcher stopped")?;
+                    }
+                    return Err(ClientError::Invalid("the watcher stopped".into()));
+                }
+            };
+            match event {
+                Ok(event) => {
+                    for (i, root) in roots.iter().enumerate() {
+                        if !event.paths.iter().any(|p| p.starts_with(root)) && !event.need_rescan()
+                        {
+                            continue;
+                        }
+                        match changes_of(root, &event) {
+                            Ok(c) => pending[i].extend(c),
+                            Err(why) => journal.invalidate(&names[i], &why)?,
+                        }
+                        if event.paths.iter().any(|p| p == root)
+                            && matches!(event.kind, notify::EventKind::Remove(_))
+                        {
+                            journal.invalidate(&names[i], "the journaled directory was removed")?;
+                        }
+                    }
+                }
+                Err(e) => {
+                    // A watch that failed (too many directories, a permission): what happens
+                    // below it is not seen.
+                    let why = format!("a watch failed: {e}");
+                    for name in &names {
+                        journal.invalidate(name, &why)?;
+                    }
+                }
+            }
+        }
+        flush(&mut journal, &mut pending)?;
+    }
+    flush(&mut journal, &mut pending)?;
+    drop(watcher);
+    drop(lock);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn change(rel: &str, tree: bool) -> Change {
+        Change { rel: rel.as_bytes().to_vec(), tree }
+    }
+
+    #[test]
+    fn a_journal_is_used_only_after_a_backup_made_while_it_ran_and_only_once() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let path = dir.path().join("journal.db");
+        let mut j = Journal::open(&path).unwrap();
+        assert!(matches!(j.plan("/r", "s", 1).unwrap(), Plan::Scan { mark: None, .. }));
+        j.begin("/r").unwrap();
+        // No daemon holds the lock: scan.
+        let Plan::Scan { why, .. } = j.plan("/r", "s", 1).unwrap() else { panic!() };
+        assert!(why.contains("not running"), "{why}");
+        let lock = File::create(lock_path(&path)).unwrap();
+        lock.lock().unwrap();
+        let Plan::Scan { why, mark: Some(mark) } = j.plan("/r", "s", 1).unwrap() else { panic!() };
+        assert!(why.contains("no backup"), "{why}");
+        j.consumed("/r", "s", &mark, 7).unwrap();
+        j.record("/r", &[change("a", false), change("d", true)]).unwrap();
+        j.record("/r", &[change("a", false), change("d", false)]).unwrap();
+        let Plan::Journal { changes, mark } = j.plan("/r", "s", 7).unwrap() else { panic!() };
+        assert_eq!(changes, [change("a", false), change("d", true)]);
+        // Changed while that backup ran: kept for the next one.
+        j.record("/r", &[change("b", false)]).unwrap();
+        j.consumed("/r", "s", &mark, 8).unwrap();
+        let Plan::Journal { changes, .. } = j.plan("/r", "s", 8).unwrap() else { panic!() };
+        assert_eq!(changes, [change("b", false)]);
+        // Another server, the inventory changed, the journal lost events, a restart.
+        assert!(matches!(j.plan("/r", "other", 8).unwrap(), Plan::Scan { .. }));
+        let Plan::Scan { why, .. } = j.plan("/r", "s", 9).unwrap() else { panic!() };
+        assert!(why.contains("inventory changed"), "{why}");
+        j.invalidate("/r", "overflow").unwrap();
+        let Plan::Scan { why, mark: None } = j.plan("/r", "s", 8).unwrap() else { panic!() };
+        assert!(why.contains("overflow"), "{why}");
+        j.begin("/r").unwrap();
+        let Plan::Scan { why, .. } = j.plan("/r", "s", 8).unwrap() else { panic!() };
+        assert!(why.contains("restarted"), "{why}");
+        assert_eq!(j.status().unwrap()[0].pending, 0);
+    }
+
+    #[test]
+    fn events_become_changes_of_the_path_and_its_parent() {
+        use notify::event::{CreateKind, DataChange, ModifyKind, RemoveKind, RenameMode};
+        use notify::{Event, EventKind};
+        let root = Path::new("/r");
+        let ev = |kind, paths: &[&str]| {
+            let mut e = Event::new(kind);
+            for p in paths {
+                e = e.add_path(PathBuf::from(p));
+            }
+            e
+        };
+        let c = |kind, paths: &[&str]| changes_of(root, &ev(kind, paths)).unwrap();
+        assert_eq!(
+            c(EventKind::Create(CreateKind::Folder), &["/r/d/new"]),
+            [change("d", false), change("d/new", true)]
+        );
+        assert_eq!(
+            c(EventKind::Modify(ModifyKind::Data(DataChange::Any)), &["/r/f"]),
+            [change("f", false)]
+        );
+        assert_eq!(
+            c(EventKind::Remove(RemoveKind::File), &["/r/f"]),
+            [change("", false), change("f", false)]
+        );
+        assert_eq!(
+            c(EventKind::Modify(ModifyKind::Name(RenameMode::Both)), &["/r/a/x", "/r/b/y"]),
+            [change("a", false), change("a/x", false), change("b", false), change("b/y", true)]
+        );
+        assert!(c(EventKind::Access(notify::event::AccessKind::Any), &["/r/f"]).is_empty());
+        let overflow = ev(EventKind::Other, &[]).set_flag(notify::event::Flag::Rescan);
+        assert!(changes_of(root, &overflow).is_err());
+    }
+}
