@@ -252,6 +252,17 @@ pub fn standard_domain(catalog: &dyn Catalog) -> Result<DomainId> {
     }
 }
 
+/// The management classes of `node`'s policy domain.
+pub fn node_classes(catalog: &dyn Catalog, node: NodeId) -> Result<Vec<MgmtClass>> {
+    let domain = catalog
+        .nodes()?
+        .into_iter()
+        .find(|n| n.id == node)
+        .ok_or_else(|| CatalogError::NotFound { what: "node", key: node.0.to_string() })?
+        .domain;
+    catalog.mgmt_classes(domain)
+}
+
 /// The policy domain nodes join unless an administrator says otherwise (TSM's STANDARD).
 pub const STANDARD_DOMAIN: &str = "standard";
 

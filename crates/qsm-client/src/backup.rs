@@ -62,6 +62,10 @@ pub struct BackupOptions {
     pub dedup_cache: Option<PathBuf>,
     /// The change journal to use instead of a scan when it is valid (`None`: always scan).
     pub journal: Option<PathBuf>,
+    /// Management-class bindings of files by pattern.
+    pub bindings: crate::filter::Bindings,
+    /// The class of what no binding names (`None`: the domain's default; `--archmc`).
+    pub default_class: Option<String>,
 }
 
 impl Default for BackupOptions {
@@ -79,6 +83,8 @@ impl Default for BackupOptions {
             encryption: None,
             dedup_cache: None,
             journal: None,
+            bindings: Default::default(),
+            default_class: None,
         }
     }
 }
@@ -272,6 +278,23 @@ fn run(
         },
         None => None,
     };
+    // Bindings to classes the node's domain lacks would silently bind to the default: say so.
+    let mut bindings = options.bindings.clone();
+    let mut default_class = options.default_class.clone();
+    if !bindings.is_empty() || default_class.is_some() {
+        let known = server.mgmt_classes()?;
+        let mut unknown = bindings.keep_known(&known);
+        if let Some(c) = default_class.take_if(|c| !known.contains(c)) {
+            unknown.push(c);
+        }
+        for class in unknown {
+            summary.warnings.push(format!(
+                "management class {class} is not in the node's policy domain (it has: {}): its files are bound to the default class",
+                known.join(", ")
+            ));
+        }
+    }
+    let classes = Classes { bindings: &bindings, default: default_class.as_deref() };
     let mut batch = server.upload(fs, options.limits)?;
     let mut throttle = options.limit_upload.map(Throttle::new);
     let (tx, rx) = crossbeam_channel::bounded::<Work>(WALK_QUEUE);
@@ -351,12 +374,12 @@ fn run(
             || Ok(FrameEncoder::new(setting)?),
             |encoder, _, piece| piece.encode(encoder, ids_ref, sealer),
             |_, piece| {
-                piece.commit_to(batch.as_mut(), fs, &archive, &mut ended, &mut summary).map_err(
-                    |e| {
-                        store_error = Some(e);
-                        qsm_codec::Error::Invalid("the server failed".into())
-                    },
-                )?;
+                piece
+                    .commit_to(batch.as_mut(), fs, &archive, &classes, &mut ended, &mut summary)
+                    .map_err(|e| {
+                    store_error = Some(e);
+                    qsm_codec::Error::Invalid("the server failed".into())
+                })?;
                 if let (Some(t), Some(h)) = (throttle.as_mut(), piece.header.as_ref()) {
                     t.pass(h.frame_len() as u64);
                 }
@@ -616,27 +639,36 @@ impl Merge<'_> {
                 continue;
             }
             self.send(Work::GoneTree(change.rel.clone()))?;
-            let prefix = change.rel.clone();
-            scan::walk_sorted(&path, walk_options, |events| -> Result<()> {
-                for event in events {
-                    match event {
-                        scan::Event::Entry(mut e) => {
-                            e.rel = join_rel(&prefix, &e.rel);
-                            self.examine();
-                            self.send(Work::Send(e))?;
-                        }
-                        scan::Event::Unreadable { path, error, .. } => {
-                            self.warnings
-                                .push(format!("{}: not examined: {error}", path.display()));
+            scan::walk_sorted_at(
+                &path,
+                change.rel.clone(),
+                walk_options,
+                |events| -> Result<()> {
+                    for event in events {
+                        match event {
+                            scan::Event::Entry(e) => {
+                                self.examine();
+                                self.send(Work::Send(e))?;
+                            }
+                            scan::Event::Unreadable { path, error, .. } => {
+                                self.warnings
+                                    .push(format!("{}: not examined: {error}", path.display()));
+                            }
                         }
                     }
-                }
-                Ok(())
-            })??;
+                    Ok(())
+                },
+            )??;
             walked = Some(change.rel);
         }
         Ok(())
     }
+}
+
+/// Which management class each object is bound to.
+struct Classes<'a> {
+    bindings: &'a crate::filter::Bindings,
+    default: Option<&'a str>,
 }
 
 /// The change journal of one backup: its plan, made before anything is read, and recorded as
@@ -672,15 +704,6 @@ impl JournalUse {
         };
         let g = generation(server, name)?;
         self.journal.consumed(name, &self.server, mark, g)
-    }
-}
-
-/// `prefix/rel` in the catalog's form (either may be empty).
-fn join_rel(prefix: &[u8], rel: &[u8]) -> Vec<u8> {
-    match (prefix.is_empty(), rel.is_empty()) {
-        (true, _) => rel.to_vec(),
-        (false, true) => prefix.to_vec(),
-        (false, false) => [prefix, b"/", rel].concat(),
     }
 }
 
@@ -753,6 +776,7 @@ impl Piece {
         batch: &mut dyn Upload,
         fs: FilespaceId,
         archive: &Option<(String, i64)>,
+        classes: &Classes<'_>,
         ended: &mut Ended,
         summary: &mut BackupSummary,
     ) -> Result<()> {
@@ -778,7 +802,10 @@ impl Piece {
                 retain_until: archive.as_ref().map(|(_, until)| *until),
                 chunks: Vec::new(),
             };
-            batch.begin_object(object, entry.attrs.size)?;
+            let is_dir = entry.object_type == ObjectType::Directory;
+            let class =
+                classes.bindings.class_of(&entry.rel, &entry.path, is_dir).or(classes.default);
+            batch.begin_object(object, entry.attrs.size, class)?;
         }
         if let Some(why) = &self.failed {
             batch.abandon_object()?;

@@ -126,6 +126,62 @@ impl Rules {
     }
 }
 
+/// Management-class bindings (TSM's `include PATTERN CLASS`): files matching a pattern are
+/// bound to a class of the node's policy domain instead of its default. Patterns read as
+/// include patterns do; when several match, the last one wins, as TSM reads its include
+/// statements from the bottom up.
+#[derive(Debug, Clone, Default)]
+pub struct Bindings {
+    list: Vec<(Rules, String)>,
+}
+
+impl Bindings {
+    /// Compiles `PATTERN=CLASS` specifications; a malformed one is named in the error.
+    pub fn new(specs: &[String]) -> Result<Bindings> {
+        let mut list = Vec::new();
+        for spec in specs {
+            let (pattern, class) = spec
+                .rsplit_once('=')
+                .filter(|(p, c)| !p.is_empty() && !c.trim().is_empty())
+                .ok_or_else(|| {
+                    ClientError::Invalid(format!(
+                        "management-class binding {spec:?}: write PATTERN=CLASS"
+                    ))
+                })?;
+            list.push((Rules::new(&[pattern.to_owned()], "binding")?, class.trim().to_owned()));
+        }
+        Ok(Bindings { list })
+    }
+
+    /// The class `rel` (at `abs`) is bound to, if a binding matches it.
+    pub fn class_of(&self, rel: &[u8], abs: &Path, is_dir: bool) -> Option<&str> {
+        if self.list.is_empty() {
+            return None;
+        }
+        let rel = Candidate::new(Path::new(std::ffi::OsStr::from_bytes(rel)));
+        let abs = Candidate::new(abs);
+        self.list.iter().rev().find(|(r, _)| r.matches(&rel, &abs, is_dir)).map(|(_, c)| c.as_str())
+    }
+
+    /// Drops the bindings to classes not in `known`, and returns those classes.
+    pub fn keep_known(&mut self, known: &[String]) -> Vec<String> {
+        let mut unknown: Vec<String> = Vec::new();
+        self.list.retain(|(_, c)| {
+            let ok = known.contains(c);
+            if !ok && !unknown.contains(c) {
+                unknown.push(c.clone());
+            }
+            ok
+        });
+        unknown
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -181,5 +237,21 @@ mod tests {
         let e = Filter::new(&strings(&["/"]), &[]).unwrap_err().to_string();
         assert!(e.contains("include pattern \"/\": empty"), "{e}");
         assert!(Filter::new(&[], &[]).unwrap().is_empty());
+    }
+
+    #[test]
+    fn bindings_take_the_last_match_and_name_bad_ones() {
+        let b = Bindings::new(&strings(&["*.db=databases", "/root/logs/**=short", "x.db=one"]))
+            .unwrap();
+        let class = |rel: &str| b.class_of(rel.as_bytes(), &Path::new("/root").join(rel), false);
+        assert_eq!(class("a/b.db"), Some("databases"));
+        assert_eq!(class("x.db"), Some("one"), "the last match wins");
+        assert_eq!(class("logs/today"), Some("short"));
+        assert_eq!(class("a.txt"), None);
+        let e = Bindings::new(&strings(&["*.db"])).unwrap_err().to_string();
+        assert!(e.contains("PATTERN=CLASS"), "{e}");
+        let mut b = b;
+        assert_eq!(b.keep_known(&strings(&["databases", "short"])), ["one"]);
+        assert_eq!(b.class_of(b"x.db", Path::new("/root/x.db"), false), Some("databases"));
     }
 }

@@ -440,6 +440,12 @@ impl Server for RemoteServer {
         Ok(())
     }
 
+    fn mgmt_classes(&self) -> Result<Vec<String>> {
+        let mut node = self.node();
+        let r = self.rt.block_on(node.mgmt_classes(v1::Empty {})).map_err(|s| self.error(s))?;
+        Ok(r.into_inner().names)
+    }
+
     fn get_key(&self) -> Result<Option<Vec<u8>>> {
         let mut node = self.node();
         let r = match self.rt.block_on(node.get_key(v1::Empty {})) {
@@ -516,7 +522,12 @@ impl RemoteUpload<'_> {
 }
 
 impl Upload for RemoteUpload<'_> {
-    fn begin_object(&mut self, object: NewObject, _size_hint: u64) -> Result<()> {
+    fn begin_object(
+        &mut self,
+        object: NewObject,
+        _size_hint: u64,
+        class: Option<&str>,
+    ) -> Result<()> {
         // Everything variable-length counts towards the message size.
         let path_len = object.path.len()
             + object.attrs.link_target.as_ref().map_or(0, Vec::len)
@@ -528,6 +539,7 @@ impl Upload for RemoteUpload<'_> {
             attrs: Some(convert::attributes_to_wire(&object.attrs)),
             description: object.description,
             retain_until: object.retain_until,
+            mgmt_class: class.map(str::to_owned),
         };
         self.push(Op::Begin(begin), 64 + path_len)
     }

@@ -114,7 +114,18 @@ pub fn walk_sorted<R>(
     options: &WalkOptions<'_>,
     consume: impl FnOnce(&mut dyn Iterator<Item = Event>) -> R,
 ) -> crate::Result<R> {
-    let top = match entry(root, Vec::new()) {
+    walk_sorted_at(root, Vec::new(), options, consume)
+}
+
+/// [`walk_sorted`] of a directory `rel` below the root of a backup (at `root`): entries are
+/// named, and patterns matched, relative to the backup's root.
+pub fn walk_sorted_at<R>(
+    root: &Path,
+    rel: Vec<u8>,
+    options: &WalkOptions<'_>,
+    consume: impl FnOnce(&mut dyn Iterator<Item = Event>) -> R,
+) -> crate::Result<R> {
+    let top = match entry(root, rel) {
         Ok(Some(e)) => e,
         Ok(None) => {
             return Err(crate::ClientError::Invalid(format!(

@@ -48,6 +48,8 @@ pub trait Server: Send + Sync {
     fn put_key(&self, key_file: &[u8]) -> Result<()>;
     /// The server's copy of the node's wrapped key file, if any.
     fn get_key(&self) -> Result<Option<Vec<u8>>>;
+    /// The management classes of the node's policy domain.
+    fn mgmt_classes(&self) -> Result<Vec<String>>;
 }
 
 /// What deduplication needs to know of the server.
@@ -115,14 +117,24 @@ impl<T: Server + ?Sized> Server for &T {
     fn get_key(&self) -> Result<Option<Vec<u8>>> {
         (**self).get_key()
     }
+    fn mgmt_classes(&self) -> Result<Vec<String>> {
+        (**self).mgmt_classes()
+    }
 }
 
 /// Objects on their way to the server. Nothing is visible on the server before it commits;
 /// [`Upload::finish`] commits the rest. Dropping an upload without finishing loses only what was
 /// not committed yet.
 pub trait Upload: Send {
-    /// Starts an object (its filespace is the upload's); `size_hint` is the bytes expected.
-    fn begin_object(&mut self, object: NewObject, size_hint: u64) -> Result<()>;
+    /// Starts an object (its filespace is the upload's); `size_hint` is the bytes expected;
+    /// `class` names the management class to bind it to (`None`, or one the node's domain
+    /// lacks: the default).
+    fn begin_object(
+        &mut self,
+        object: NewObject,
+        size_hint: u64,
+        class: Option<&str>,
+    ) -> Result<()>;
     /// The next frame of the current object.
     fn append_frame(&mut self, frame: &[u8]) -> Result<()>;
     /// The next frame of the current object with its keyed chunk id; `shared` offers it for
@@ -264,6 +276,7 @@ impl Server for LocalServer<'_> {
             batch: self.store.batch(limits)?,
             filespace,
             scope: None,
+            classes: None,
             objects: 0,
             bytes: 0,
         }))
@@ -296,6 +309,11 @@ impl Server for LocalServer<'_> {
         Ok(self.store.catalog().set_node_key(self.node, key_file)?)
     }
 
+    fn mgmt_classes(&self) -> Result<Vec<String>> {
+        let classes = qsm_catalog::node_classes(self.store.catalog().as_ref(), self.node)?;
+        Ok(classes.into_iter().map(|c| c.name).collect())
+    }
+
     fn get_key(&self) -> Result<Option<Vec<u8>>> {
         Ok(self.store.catalog().node_key(self.node)?)
     }
@@ -307,6 +325,8 @@ struct LocalUpload<'s> {
     filespace: FilespaceId,
     /// The node's dedup scope, looked up on first use.
     scope: Option<qsm_catalog::DedupScopeId>,
+    /// The node's management classes, looked up when an object first names one.
+    classes: Option<Vec<qsm_catalog::MgmtClass>>,
     objects: u64,
     bytes: u64,
 }
@@ -328,8 +348,21 @@ impl LocalUpload<'_> {
 }
 
 impl Upload for LocalUpload<'_> {
-    fn begin_object(&mut self, mut object: NewObject, size_hint: u64) -> Result<()> {
+    fn begin_object(
+        &mut self,
+        mut object: NewObject,
+        size_hint: u64,
+        class: Option<&str>,
+    ) -> Result<()> {
         object.filespace = self.filespace;
+        if let Some(name) = class {
+            if self.classes.is_none() {
+                let catalog = self.server.store.catalog();
+                self.classes = Some(qsm_catalog::node_classes(catalog.as_ref(), self.server.node)?);
+            }
+            object.mgmt_class =
+                self.classes.iter().flatten().find(|c| c.name == name).map(|c| c.id);
+        }
         let committed = self.batch.begin_object(object, size_hint, qsm_catalog::now())?;
         self.count(committed);
         Ok(())

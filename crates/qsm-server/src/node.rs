@@ -508,6 +508,37 @@ impl Node for NodeService {
         .await
     }
 
+    async fn mgmt_classes(
+        &self,
+        request: Request<v1::Empty>,
+    ) -> Result<Response<v1::ClassList>, Status> {
+        let (_, node) = self.session(&request)?;
+        let state = Arc::clone(&self.state);
+        blocking(move || {
+            let catalog = state.store.catalog();
+            let classes =
+                qsm_catalog::node_classes(catalog.as_ref(), node).map_err(catalog_status)?;
+            let id = catalog
+                .nodes()
+                .map_err(catalog_status)?
+                .into_iter()
+                .find(|n| n.id == node)
+                .map(|n| n.domain);
+            let domain = catalog
+                .domains()
+                .map_err(catalog_status)?
+                .into_iter()
+                .find(|d| Some(d.id) == id)
+                .map(|d| d.name)
+                .unwrap_or_default();
+            Ok(Response::new(v1::ClassList {
+                domain,
+                names: classes.into_iter().map(|c| c.name).collect(),
+            }))
+        })
+        .await
+    }
+
     async fn get_key(&self, request: Request<v1::Empty>) -> Result<Response<v1::KeyFile>, Status> {
         let (_, node) = self.session(&request)?;
         let state = Arc::clone(&self.state);
@@ -639,6 +670,8 @@ fn run_backup(
     // chunk that needs them.
     let mut scope: Option<(qsm_catalog::DedupScopeId, qsm_crypt::ChunkIdKey)> = None;
     let (mut decoder, mut raw) = (qsm_codec::FrameDecoder::new(), Vec::new());
+    // The node's management classes, read when an object first names one.
+    let mut classes: Option<Vec<qsm_catalog::MgmtClass>> = None;
     let node_scope_ids = |store: &Store| -> Result<_, Status> {
         let s = node_scope(store, node)?;
         Ok((s.id, qsm_crypt::ChunkIdKey::from_scope_secret(&s.secret)))
@@ -696,7 +729,19 @@ fn run_backup(
                         kind,
                         object_type: convert::type_from_wire(b.object_type).map_err(malformed)?,
                         attrs,
-                        mgmt_class: None,
+                        mgmt_class: match b.mgmt_class.as_deref() {
+                            None => None,
+                            Some(name) => {
+                                if classes.is_none() {
+                                    classes = Some(
+                                        qsm_catalog::node_classes(store.catalog().as_ref(), node)
+                                            .map_err(catalog_status)?,
+                                    );
+                                }
+                                // A class the domain lacks (deleted meanwhile): the default.
+                                classes.iter().flatten().find(|c| c.name == name).map(|c| c.id)
+                            }
+                        },
                         description: if kind == ObjectKind::Archive { b.description } else { None },
                         retain_until: if kind == ObjectKind::Archive {
                             b.retain_until

@@ -134,6 +134,10 @@ pub struct Patterns {
     /// forms). Directories are still walked to find matches. An exclude beats an include.
     #[arg(long, value_name = "PATTERN")]
     include: Vec<String>,
+    /// Bind what matches PATTERN to the management class CLASS of the node's policy domain
+    /// (repeatable; same pattern forms; the last match wins, as TSM reads include statements).
+    #[arg(long, value_name = "PATTERN=CLASS")]
+    mgmtclass: Vec<String>,
 }
 
 /// What to do where a restored file exists.
@@ -200,6 +204,10 @@ pub struct ArchiveArgs {
     /// Days to keep it (default: the archive copy group's 365).
     #[arg(long)]
     retain_days: Option<u32>,
+    /// The management class of what no --mgmtclass binding names (TSM's ARCHMC; default: the
+    /// domain's default class); its archive copy group's retention applies.
+    #[arg(long, value_name = "CLASS")]
+    archmc: Option<String>,
     /// Compression: auto (the default), off, or CODEC[:LEVEL].
     #[arg(long)]
     compression: Option<String>,
@@ -399,6 +407,9 @@ fn backup_options(
     let include: Vec<String> = config.include.iter().chain(&patterns.include).cloned().collect();
     let exclude: Vec<String> = config.exclude.iter().chain(&patterns.exclude).cloned().collect();
     options.filter = qsm_client::Filter::new(&include, &exclude)?;
+    let bindings: Vec<String> =
+        config.mgmtclass.iter().chain(&patterns.mgmtclass).cloned().collect();
+    options.bindings = qsm_client::filter::Bindings::new(&bindings)?;
     Ok(options)
 }
 
@@ -733,6 +744,7 @@ pub fn retrieve(args: RetrieveArgs) -> Result<Complete> {
 pub fn archive(args: ArchiveArgs) -> Result<Complete> {
     let config = args.home.config()?;
     let mut options = backup_options(&config, args.compression.as_deref(), None, &args.patterns)?;
+    options.default_class = args.archmc.clone();
     let connected = args.home.open()?;
     args.protect.apply(&config, &connected, &args.home, &mut options)?;
     let server = connected.server();

@@ -36,6 +36,8 @@ pub struct ClientConfig {
     /// those given as flags are added to these.
     pub include: Vec<String>,
     pub exclude: Vec<String>,
+    /// Management-class bindings, `PATTERN=CLASS` (`qsm backup --mgmtclass`).
+    pub mgmtclass: Vec<String>,
     /// Deduplicate backups (`qsm backup --dedup`).
     pub dedup: Option<bool>,
     /// Encrypt backups with the node's key (`qsm backup --encryption`).

@@ -1315,3 +1315,52 @@ fn audit_finds_a_corrupt_chunk_and_the_next_backup_repairs_it() {
     client(&server, "alpha", &pw).arg("restore").arg(&src).arg("--to").arg(&out).assert().success();
     assert_same(&src, &out);
 }
+
+/// Include rules bind files to a management class of the node's domain, whose copy group then
+/// applies to them (versions-exist at backup time here); a class the domain lacks is named in
+/// a warning and its files get the default class.
+#[test]
+fn mgmtclass_bindings_choose_the_copy_group_of_each_file() {
+    let dir = TempDir::new().unwrap();
+    let server = ServerProc::start(&dir.path().join("srv"), false);
+    register(&server, "alpha", "alpha-password");
+    let pw = password_file(dir.path(), "pw", "alpha-password");
+    admin(&server)
+        .args(["define", "mgmtclass", "standard", "standard", "--versions-exist", "3"])
+        .assert()
+        .success();
+    admin(&server)
+        .args(["define", "mgmtclass", "standard", "logs", "--versions-exist", "1"])
+        .assert()
+        .success();
+    let src = dir.path().join("src");
+    fs::create_dir_all(&src).unwrap();
+    for v in 1..=3 {
+        fs::write(src.join("app.log"), format!("log {v}\n")).unwrap();
+        fs::write(src.join("notes.txt"), format!("notes {v}\n")).unwrap();
+        fs::write(src.join("x.tmp"), format!("tmp {v}\n")).unwrap();
+        let out = client(&server, "alpha", &pw)
+            .args(["backup", "--mgmtclass", "*.log=logs", "--mgmtclass", "*.tmp=nope"])
+            .arg(&src)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let said = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(
+            said.contains("management class nope is not in the node's policy domain"),
+            "{said}"
+        );
+    }
+    let all = json(client(&server, "alpha", &pw).args(["query", "backup", "--inactive"]).arg(&src));
+    let count = |name: &str| {
+        all.as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["path"].as_str().is_some_and(|p| p.ends_with(name)))
+            .count()
+    };
+    assert_eq!(count("app.log"), 1, "bound to logs (versions-exist 1): {all}");
+    assert_eq!(count("notes.txt"), 3, "the default class (versions-exist 3): {all}");
+    assert_eq!(count("x.tmp"), 3, "an unknown class falls back to the default: {all}");
+}
