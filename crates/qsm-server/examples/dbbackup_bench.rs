@@ -95,6 +95,14 @@ fn main() -> Result<(), Box<dyn Error>> {
     let busy = dbcopy::backup(cat.as_ref(), &config, None)?;
     let busy_s = started.elapsed().as_secs_f64();
     let during = (done.load(Ordering::Relaxed) - before) as f64 / busy_s;
+    // The snapshot alone (VACUUM INTO), to see which part of the backup slows the writer.
+    let before = done.load(Ordering::Relaxed);
+    let started = Instant::now();
+    let snap = work.join("snapshot-only.db");
+    cat.snapshot(&snap)?;
+    let snapshot_s = started.elapsed().as_secs_f64();
+    let during_snapshot = (done.load(Ordering::Relaxed) - before) as f64 / snapshot_s;
+    std::fs::remove_file(&snap)?;
     stop.store(true, Ordering::Relaxed);
     h.join().map_err(|_| "writer panicked")??;
     let alone = (alone_before + rate_alone(&cat, busy_s.clamp(2.0, 30.0))?) / 2.0;
@@ -116,6 +124,8 @@ fn main() -> Result<(), Box<dyn Error>> {
             "busy_seconds": busy_s,
             "writer_per_s_during": during,
             "writer_per_s_alone": alone,
+            "snapshot_seconds": snapshot_s,
+            "writer_per_s_during_snapshot": during_snapshot,
             "restore_seconds": restore_s,
             "restored_versions": restored.objects,
         })

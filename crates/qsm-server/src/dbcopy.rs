@@ -199,7 +199,9 @@ pub fn backup(
         let options = qsm_codec::CompressOptions {
             compression: qsm_codec::Compression::parse("zstd:3").map_err(|e| e.to_string())?,
             quantum_size: qsm_codec::DEFAULT_QUANTUM,
-            threads: None,
+            // One thread: the server goes on serving backups while it copies its catalog,
+            // and on a small machine compressing on every core starved them.
+            threads: Some(1),
         };
         qsm_codec::compress(
             BufReader::with_capacity(1 << 20, input),
