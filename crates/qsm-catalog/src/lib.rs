@@ -96,6 +96,8 @@ pub trait Catalog: Send + Sync + std::fmt::Debug {
     fn pools(&self) -> Result<Vec<StoragePool>>;
     /// The containers of `pool`.
     fn containers(&self, pool: PoolId) -> Result<Vec<Container>>;
+    /// How `pool`'s space is used (aggregates: no chunk list is read).
+    fn pool_usage(&self, pool: PoolId) -> Result<PoolUsage>;
     /// The chunks stored in `container`, by offset.
     fn chunks_in_container(&self, container: ContainerId) -> Result<Vec<Chunk>>;
 
@@ -160,15 +162,18 @@ pub trait Catalog: Send + Sync + std::fmt::Debug {
     // --- integrity, audit and size ---
     /// The versions (id, filespace, path) whose chunk lists hold any of `chunks`: the objects
     /// an audit's damaged chunks belong to. Reads every version, in pages.
+    /// Also returns the last id it read: versions committed later have larger ids.
     fn objects_using(
         &self,
         chunks: &std::collections::HashSet<ChunkId>,
-    ) -> Result<Vec<(ObjectId, FilespaceId, Vec<u8>)>>;
+    ) -> Result<(Vec<VersionRef>, ObjectId)>;
     /// Marks `chunks` and `objects` damaged in one transaction: the chunks are no longer
     /// offered for deduplication (the next copy stored replaces them), the objects leave the
     /// active inventory (the next incremental backup sends their files again), and the dedup
-    /// epoch rises so clients drop what they cached of the chunks.
-    fn mark_damaged(&self, chunks: &[ChunkId], objects: &[ObjectId]) -> Result<()>;
+    /// epoch rises so clients drop what they cached of the chunks. Versions after `after`
+    /// (committed since [`Catalog::objects_using`] read) that use the chunks are marked too.
+    fn mark_damaged(&self, chunks: &[ChunkId], objects: &[ObjectId], after: ObjectId)
+    -> Result<()>;
     /// A named number of the catalog's own state (`None` if never set).
     fn state_value(&self, name: &str) -> Result<Option<i64>>;
     /// Sets a named number of the catalog's own state.
@@ -211,6 +216,9 @@ pub trait Catalog: Send + Sync + std::fmt::Debug {
     fn activity(&self, since: Timestamp, limit: u32) -> Result<Vec<ActivityEntry>>;
 }
 
+/// A version named by id, filespace and path (what an audit reports).
+pub type VersionRef = (ObjectId, FilespaceId, Vec<u8>);
+
 /// A write transaction. Dropping it without [`Txn::commit`] rolls everything back.
 pub trait Txn {
     /// Records a container of `pool` (nothing if already recorded).
@@ -224,8 +232,9 @@ pub trait Txn {
     /// Marks the active version of `path` inactive (the file was deleted on the client).
     /// Returns whether there was one.
     fn deactivate(&mut self, filespace: FilespaceId, path: &[u8], now: Timestamp) -> Result<bool>;
-    /// Marks the active versions of `path` and of everything below it (`path/...`) inactive:
-    /// a directory gone from the client with its contents. Returns how many there were.
+    /// Marks the active versions of everything below `path` (`path/...`; for "" everything but
+    /// the root itself) inactive: a directory's contents gone from the client. Returns how
+    /// many there were.
     fn deactivate_tree(
         &mut self,
         filespace: FilespaceId,
@@ -235,7 +244,15 @@ pub trait Txn {
     /// Deletes an object version and releases its chunk references (expiration).
     fn delete_object(&mut self, id: ObjectId) -> Result<()>;
     /// Moves a chunk's frame to a new location (reclamation).
-    fn move_chunk(&mut self, id: ChunkId, container: ContainerId, offset: u64) -> Result<()>;
+    /// `from` is where the mover read it: if the chunk moved since (a damaged chunk repaired
+    /// by a new copy), the move is refused and nothing is repointed.
+    fn move_chunk(
+        &mut self,
+        id: ChunkId,
+        from: (ContainerId, u64),
+        container: ContainerId,
+        offset: u64,
+    ) -> Result<()>;
     /// Deletes a chunk no object refers to.
     fn delete_chunk(&mut self, id: ChunkId) -> Result<()>;
     /// Deletes a container no chunk lives in.

@@ -214,6 +214,21 @@ pub struct StoragePool {
     pub location: String,
 }
 
+/// How a pool's space is used, as the catalog records it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PoolUsage {
+    /// Containers.
+    pub containers: u64,
+    /// Bytes the containers hold (as last recorded).
+    pub bytes: u64,
+    /// Chunks recorded.
+    pub chunks: u64,
+    /// Bytes of frames still referenced: what reclamation keeps.
+    pub live_bytes: u64,
+    /// Chunks an audit marked damaged.
+    pub damaged_chunks: u64,
+}
+
 /// A container's record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Container {

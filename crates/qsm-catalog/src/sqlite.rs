@@ -829,6 +829,34 @@ impl Catalog for SqliteCatalog {
         }
     }
 
+    fn pool_usage(&self, pool: PoolId) -> Result<PoolUsage> {
+        let op = "measuring a pool";
+        self.with_reader(|c| {
+            let (containers, bytes): (i64, i64) = c
+                .query_row(
+                    "SELECT count(*), COALESCE(SUM(size), 0) FROM containers WHERE pool_id = ?1",
+                    [pool.0],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .map_err(CatalogError::db(op))?;
+            let (chunks, live, damaged): (i64, i64, i64) = c
+                .query_row(
+                    "SELECT count(*), COALESCE(SUM(CASE WHEN k.refcount > 0 THEN k.stored_len ELSE 0 END), 0), \
+                     COALESCE(SUM(k.damaged), 0) FROM chunks k JOIN containers t ON t.id = k.container_id WHERE t.pool_id = ?1",
+                    [pool.0],
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                )
+                .map_err(CatalogError::db(op))?;
+            Ok(PoolUsage {
+                containers: containers as u64,
+                bytes: bytes as u64,
+                chunks: chunks as u64,
+                live_bytes: live as u64,
+                damaged_chunks: damaged as u64,
+            })
+        })
+    }
+
     fn pools(&self) -> Result<Vec<StoragePool>> {
         self.with_reader(|c| {
             let mut stmt = c
@@ -1209,13 +1237,13 @@ impl Catalog for SqliteCatalog {
     fn objects_using(
         &self,
         chunks: &std::collections::HashSet<ChunkId>,
-    ) -> Result<Vec<(ObjectId, FilespaceId, Vec<u8>)>> {
+    ) -> Result<(Vec<crate::VersionRef>, ObjectId)> {
         let op = "finding the objects of chunks";
         let mut found = Vec::new();
-        if chunks.is_empty() {
-            return Ok(found);
-        }
         let mut after = 0i64;
+        if chunks.is_empty() {
+            return Ok((found, ObjectId(after)));
+        }
         loop {
             // Pages by id, each its own read: a scan of every version must not pin a snapshot.
             let page: Vec<(i64, i64, Vec<u8>, Vec<u8>)> = self.with_reader(|c| {
@@ -1230,7 +1258,7 @@ impl Catalog for SqliteCatalog {
                 })
                 .map_err(CatalogError::db(op))
             })?;
-            let Some(last) = page.last() else { return Ok(found) };
+            let Some(last) = page.last() else { return Ok((found, ObjectId(after))) };
             after = last.0;
             let full = page.len() == INVENTORY_PAGE;
             for (id, fs, path, blob) in page {
@@ -1241,12 +1269,17 @@ impl Catalog for SqliteCatalog {
                 }
             }
             if !full {
-                return Ok(found);
+                return Ok((found, ObjectId(after)));
             }
         }
     }
 
-    fn mark_damaged(&self, chunks: &[ChunkId], objects: &[ObjectId]) -> Result<()> {
+    fn mark_damaged(
+        &self,
+        chunks: &[ChunkId],
+        objects: &[ObjectId],
+        after: ObjectId,
+    ) -> Result<()> {
         let conn = lock(&self.writer);
         conn.execute_batch("BEGIN IMMEDIATE")
             .map_err(CatalogError::db("starting a transaction"))?;
@@ -1270,7 +1303,33 @@ impl Catalog for SqliteCatalog {
             }
         }
         let mut t = t;
-        for id in objects {
+        // Versions committed since the scan that found `objects`: few, and read in this
+        // transaction, so none can slip between the scan and the marks.
+        let wanted: std::collections::HashSet<ChunkId> = chunks.iter().copied().collect();
+        let mut later = Vec::new();
+        {
+            let mut stmt = t
+                .conn
+                .prepare_cached("SELECT id, chunk_list FROM objects WHERE id > ?1")
+                .map_err(CatalogError::db("marking objects damaged"))?;
+            let mut rows =
+                stmt.query([after.0]).map_err(CatalogError::db("marking objects damaged"))?;
+            while let Some(r) = rows.next().map_err(CatalogError::db("marking objects damaged"))? {
+                let id: i64 = r.get(0).map_err(CatalogError::db("marking objects damaged"))?;
+                let blob: Vec<u8> =
+                    r.get(1).map_err(CatalogError::db("marking objects damaged"))?;
+                if chunk_list::decode(&blob)?.iter().any(|c| wanted.contains(c)) {
+                    later.push(ObjectId(id));
+                }
+            }
+        }
+        for id in &later {
+            t.conn
+                .prepare_cached("UPDATE objects SET damaged = 1 WHERE id = ?1")
+                .and_then(|mut s| s.execute([id.0]))
+                .map_err(CatalogError::db("marking an object damaged"))?;
+        }
+        for id in objects.iter().chain(&later) {
             // The damaged active versions leave the inventory clients compare with.
             let fs: Option<i64> = t
                 .conn
@@ -1309,8 +1368,19 @@ impl Catalog for SqliteCatalog {
         // transaction, so under WAL it neither blocks writers nor restarts when they commit
         // (the backup API starts over whenever another connection writes, and may never
         // finish under a steady backup load); and the copy comes out compact.
-        if dest.exists() {
-            return Err(CatalogError::Refused(format!("{} exists", dest.display())));
+        // Made here, new and owner-only (it names every file and holds every secret of the
+        // catalog): an existing file is never overwritten, and the copy goes into the empty
+        // file.
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(dest)
+                .map_err(|e| {
+                    CatalogError::Refused(format!("cannot create {}: {e}", dest.display()))
+                })?;
         }
         let dest_text = dest.to_str().ok_or_else(|| {
             CatalogError::Refused(format!("{} is not a UTF-8 path", dest.display()))
@@ -1631,6 +1701,7 @@ impl Txn for SqliteTxn<'_> {
             ObjectKind::Archive => STATE_ARCHIVE,
         };
         let mut ids = Vec::with_capacity(object.chunks.len());
+        let mut damaged = false;
         for chunk in &object.chunks {
             match chunk {
                 ObjectChunk::New(n) => {
@@ -1668,15 +1739,22 @@ impl Txn for SqliteTxn<'_> {
                     ids.push(ChunkId(id));
                 }
                 ObjectChunk::Existing(id) => {
-                    let n = c
-                        .prepare_cached("UPDATE chunks SET refcount = refcount + 1 WHERE id = ?1")
-                        .and_then(|mut s| s.execute([id.0]))
+                    let found: Option<i64> = c
+                        .prepare_cached(
+                            "UPDATE chunks SET refcount = refcount + 1 WHERE id = ?1 RETURNING damaged",
+                        )
+                        .and_then(|mut s| s.query_row([id.0], |r| r.get(0)).optional())
                         .map_err(CatalogError::db("referencing a chunk"))?;
-                    if n == 0 {
-                        return Err(CatalogError::NotFound {
-                            what: "chunk",
-                            key: id.0.to_string(),
-                        });
+                    match found {
+                        None => {
+                            return Err(CatalogError::NotFound {
+                                what: "chunk",
+                                key: id.0.to_string(),
+                            });
+                        }
+                        // Looked up before an audit marked it: the version is damaged too, so
+                        // the next incremental backup sends its file again.
+                        Some(d) => damaged |= d != 0,
                     }
                     ids.push(*id);
                 }
@@ -1684,8 +1762,8 @@ impl Txn for SqliteTxn<'_> {
         }
         let a = &object.attrs;
         c.prepare_cached(
-            "INSERT INTO objects (filespace_id, state, path, object_type, size, mtime_ns, ctime_ns, mode, uid, gid, inserted, mgmt_class_id, description, retain_until, link_target, chunk_list, ino) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
+            "INSERT INTO objects (filespace_id, state, path, object_type, size, mtime_ns, ctime_ns, mode, uid, gid, inserted, mgmt_class_id, description, retain_until, link_target, chunk_list, ino, damaged) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
         )
         .and_then(|mut s| {
             s.execute(params![
@@ -1706,6 +1784,7 @@ impl Txn for SqliteTxn<'_> {
                 a.link_target,
                 chunk_list::encode(&ids),
                 a.ino as i64,
+                i64::from(damaged),
             ])
         })
         .map_err(|e| {
@@ -1740,37 +1819,65 @@ impl Txn for SqliteTxn<'_> {
         now: Timestamp,
     ) -> Result<u64> {
         self.changed.insert(filespace.0);
-        let mut n = u64::from(self.deactivate(filespace, path, now)?);
+        let mut n = 0;
         // Everything in `path/`: from "path/" up to, not including, "path0" ('0' follows '/'),
         // one range of the active index. The root's (empty path's) subtree is everything.
-        let (low, high) = if path.is_empty() {
-            (Vec::new(), None)
+        let result = if path.is_empty() {
+            self.conn
+                .prepare_cached(
+                    "UPDATE objects SET state = 0, deactivated = ?1 WHERE filespace_id = ?2 AND state = 1",
+                )
+                .and_then(|mut s| s.execute(params![now, filespace.0]))
         } else {
-            let mut low = path.to_vec();
+            let (mut low, mut high) = (path.to_vec(), path.to_vec());
             low.push(b'/');
-            let mut high = path.to_vec();
             high.push(b'0');
-            (low, Some(high))
+            self.conn
+                .prepare_cached(
+                    "UPDATE objects SET state = 0, deactivated = ?1 WHERE filespace_id = ?2 AND state = 1 \
+                     AND path >= ?3 AND path < ?4",
+                )
+                .and_then(|mut s| s.execute(params![now, filespace.0, low, high]))
         };
-        n += self
-            .conn
-            .prepare_cached(
-                "UPDATE objects SET state = 0, deactivated = ?1 WHERE filespace_id = ?2 AND state = 1 \
-                 AND path >= ?3 AND (?4 IS NULL OR path < ?4)",
-            )
-            .and_then(|mut s| s.execute(params![now, filespace.0, low, high]))
-            .map_err(CatalogError::db("deactivating a tree"))? as u64;
+        n += result.map_err(CatalogError::db("deactivating a tree"))? as u64;
         Ok(n)
     }
 
-    fn move_chunk(&mut self, id: ChunkId, container: ContainerId, offset: u64) -> Result<()> {
+    fn move_chunk(
+        &mut self,
+        id: ChunkId,
+        from: (ContainerId, u64),
+        container: ContainerId,
+        offset: u64,
+    ) -> Result<()> {
         let n = self
             .conn
-            .prepare_cached("UPDATE chunks SET container_id = ?1, frame_offset = ?2 WHERE id = ?3")
-            .and_then(|mut s| s.execute(params![container.0 as i64, offset as i64, id.0]))
+            .prepare_cached(
+                "UPDATE chunks SET container_id = ?1, frame_offset = ?2 WHERE id = ?3 \
+                 AND container_id = ?4 AND frame_offset = ?5",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    container.0 as i64,
+                    offset as i64,
+                    id.0,
+                    from.0.0 as i64,
+                    from.1 as i64
+                ])
+            })
             .map_err(CatalogError::db("moving a chunk"))?;
         if n == 0 {
-            return Err(CatalogError::NotFound { what: "chunk", key: id.0.to_string() });
+            let exists: bool = self
+                .conn
+                .prepare_cached("SELECT count(*) FROM chunks WHERE id = ?1")
+                .and_then(|mut s| s.query_row([id.0], |r| r.get::<_, i64>(0)))
+                .map_err(CatalogError::db("moving a chunk"))?
+                > 0;
+            return Err(if exists {
+                CatalogError::Refused(format!("chunk {} moved since it was read", id.0))
+            } else {
+                CatalogError::NotFound { what: "chunk", key: id.0.to_string() }
+            });
         }
         Ok(())
     }

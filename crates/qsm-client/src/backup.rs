@@ -446,7 +446,7 @@ fn run(
     }
     // Everything is committed: the journal's changes up to the backup's start are done.
     if let Some(j) = journal
-        && let Err(e) = j.finish(server, &summary.filespace)
+        && let Err(e) = j.finish(server, &summary.filespace, summary.failed > 0)
     {
         summary.warnings.push(format!("change journal not updated: {e}"));
     }
@@ -466,8 +466,8 @@ fn run(
 enum Work {
     Send(Entry),
     Gone(Vec<u8>),
-    /// A path and everything below it gone (journal-based backup).
-    GoneTree(Vec<u8>),
+    /// Everything below a path gone (journal-based backup).
+    GoneBelow(Vec<u8>),
 }
 
 /// The walk merged with the active inventory, both in path order: one pass, and memory that
@@ -584,33 +584,69 @@ impl Merge<'_> {
 
     /// A journal-based backup: each changed path is sent if it exists and deactivated (with
     /// everything below it) if it does not; a directory created or moved in is walked whole,
-    /// after what was below its name before is deactivated.
+    /// after what was below its name before is deactivated. Whatever a path is now, what was
+    /// below it (if it was a directory) is deactivated unless it is a directory still.
     fn journal(
         &mut self,
         root: &Path,
         changes: Vec<crate::journal::Change>,
         walk_options: &scan::WalkOptions<'_>,
     ) -> Result<()> {
+        use crate::filter::Verdict;
         use std::os::unix::ffi::OsStrExt;
-        let below = |rel: &[u8], dir: &[u8]| {
-            dir.is_empty() && !rel.is_empty()
-                || rel.len() > dir.len() && rel.starts_with(dir) && rel[dir.len()] == b'/'
-        };
-        let mut walked: Option<Vec<u8>> = None;
-        for change in changes {
-            if walked.as_deref().is_some_and(|w| below(&change.rel, w)) {
-                continue;
-            }
-            let path = if change.rel.is_empty() {
+        let at = |rel: &[u8]| {
+            if rel.is_empty() {
                 root.to_path_buf()
             } else {
-                root.join(std::ffi::OsStr::from_bytes(&change.rel))
-            };
-            let entry = match scan::entry(&path, change.rel.clone()) {
+                root.join(std::ffi::OsStr::from_bytes(rel))
+            }
+        };
+        // Directories walked whole: their contents are sent, nothing below them again.
+        let mut walked: HashSet<Vec<u8>> = HashSet::new();
+        'changes: for change in changes {
+            let rel = change.rel;
+            // Through its ancestors as they are now: below an excluded directory, or one that
+            // is a directory no more (a symlink put in its place must not be followed), the
+            // path is not backed up.
+            let mut parent_included = false;
+            let mut excluded = false;
+            for (i, b) in rel.iter().enumerate() {
+                if *b != b'/' {
+                    continue;
+                }
+                let up = &rel[..i];
+                if walked.contains(up) {
+                    continue 'changes;
+                }
+                let p = at(up);
+                if !std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_dir()) {
+                    self.gone(&rel)?;
+                    continue 'changes;
+                }
+                match walk_options.filter.verdict(up, &p, true, parent_included) {
+                    Verdict::Excluded => excluded = true,
+                    Verdict::Included => parent_included = true,
+                    Verdict::Unmatched => {}
+                }
+            }
+            if walked.contains(&rel) {
+                continue;
+            }
+            let path = at(&rel);
+            let entry = match scan::entry(&path, rel.clone()) {
                 Ok(Some(e)) => e,
-                Ok(None) => continue,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    self.send(Work::GoneTree(change.rel))?;
+                // A socket or a FIFO now: not backed up, and what was there is gone.
+                Ok(None) => {
+                    self.gone(&rel)?;
+                    continue;
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                    ) =>
+                {
+                    self.gone(&rel)?;
                     continue;
                 }
                 Err(e) => {
@@ -619,49 +655,52 @@ impl Merge<'_> {
                 }
             };
             let is_dir = entry.object_type == ObjectType::Directory;
-            // Included when the path or one of its parents is (as the walk decides).
-            let mut parent_included = false;
-            for (i, b) in change.rel.iter().enumerate() {
-                if *b == b'/' {
-                    let up = &change.rel[..i];
-                    let p = root.join(std::ffi::OsStr::from_bytes(up));
-                    parent_included |= walk_options.filter.verdict(up, &p, true, parent_included)
-                        == crate::filter::Verdict::Included;
-                }
-            }
-            let verdict = walk_options.filter.verdict(&change.rel, &path, is_dir, parent_included);
-            if !change.rel.is_empty() && verdict == crate::filter::Verdict::Excluded {
+            let skipped = match walk_options.filter.verdict(&rel, &path, is_dir, parent_included) {
+                Verdict::Excluded => true,
+                // Includes are given and this matches none: only directories are recorded.
+                Verdict::Unmatched => !is_dir,
+                Verdict::Included => false,
+            };
+            if !rel.is_empty() && (excluded || skipped) {
                 continue;
             }
-            if !(is_dir && change.tree) {
+            if !is_dir {
+                // It may have been a directory: its old contents go.
+                self.send(Work::GoneBelow(rel))?;
                 self.examine();
                 self.send(Work::Send(entry))?;
                 continue;
             }
-            self.send(Work::GoneTree(change.rel.clone()))?;
-            scan::walk_sorted_at(
-                &path,
-                change.rel.clone(),
-                walk_options,
-                |events| -> Result<()> {
-                    for event in events {
-                        match event {
-                            scan::Event::Entry(e) => {
-                                self.examine();
-                                self.send(Work::Send(e))?;
-                            }
-                            scan::Event::Unreadable { path, error, .. } => {
-                                self.warnings
-                                    .push(format!("{}: not examined: {error}", path.display()));
-                            }
+            if !change.tree {
+                self.examine();
+                self.send(Work::Send(entry))?;
+                continue;
+            }
+            self.send(Work::GoneBelow(rel.clone()))?;
+            scan::walk_sorted_at(&path, rel.clone(), walk_options, |events| -> Result<()> {
+                for event in events {
+                    match event {
+                        scan::Event::Entry(e) => {
+                            self.examine();
+                            self.send(Work::Send(e))?;
+                        }
+                        scan::Event::Unreadable { path, error, .. } => {
+                            self.warnings
+                                .push(format!("{}: not examined: {error}", path.display()));
                         }
                     }
-                    Ok(())
-                },
-            )??;
-            walked = Some(change.rel);
+                }
+                Ok(())
+            })??;
+            walked.insert(rel);
         }
         Ok(())
+    }
+
+    /// `rel` and everything below it are gone.
+    fn gone(&self, rel: &[u8]) -> Result<()> {
+        self.send(Work::Gone(rel.to_vec()))?;
+        self.send(Work::GoneBelow(rel.to_vec()))
     }
 }
 
@@ -696,12 +735,16 @@ impl JournalUse {
         Ok(JournalUse { journal, plan, server: key })
     }
 
-    fn finish(mut self, server: &dyn Server, name: &str) -> Result<()> {
+    /// The backup committed; `skipped` files it could not read or that changed under it.
+    fn finish(mut self, server: &dyn Server, name: &str, skipped: bool) -> Result<()> {
         let mark = match &self.plan {
             crate::journal::Plan::Journal { mark, .. } => mark,
             crate::journal::Plan::Scan { mark: Some(mark), .. } => mark,
             crate::journal::Plan::Scan { mark: None, .. } => return Ok(()),
         };
+        if skipped {
+            return self.journal.skipped(name, &self.server, mark);
+        }
         let g = generation(server, name)?;
         self.journal.consumed(name, &self.server, mark, g)
     }
@@ -736,7 +779,7 @@ struct Piece {
     last: bool,
     /// The file failed while being read: the object is dropped with this warning.
     failed: Option<String>,
-    /// Not an object: the active version of this path (and, when set, of everything below
+    /// Not an object: the active version of this path (or, when set, of everything below
     /// it) is to be marked inactive.
     gone: Option<(Vec<u8>, bool)>,
 }
@@ -1071,7 +1114,7 @@ impl<'s> Reader<'s> {
                     piece.last = true;
                     return Ok(true);
                 }
-                Ok(Work::GoneTree(path)) => {
+                Ok(Work::GoneBelow(path)) => {
                     piece.gone = Some((path, true));
                     piece.last = true;
                     return Ok(true);

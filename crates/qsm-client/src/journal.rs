@@ -100,6 +100,9 @@ pub fn daemon_running(path: &Path) -> bool {
     }
 }
 
+/// The generation recorded for a backup that skipped files: no filespace has it.
+const RETRY: i64 = i64::MIN;
+
 fn now() -> i64 {
     qsm_catalog::now()
 }
@@ -125,7 +128,10 @@ impl Journal {
              CREATE TABLE IF NOT EXISTS changes (root TEXT NOT NULL, rel BLOB NOT NULL,
                  tree BIGINT NOT NULL, seq BIGINT NOT NULL, PRIMARY KEY (root, rel));
              CREATE TABLE IF NOT EXISTS consumed (root TEXT NOT NULL, server TEXT NOT NULL,
-                 journal_id TEXT NOT NULL, generation BIGINT NOT NULL, PRIMARY KEY (root, server));",
+                 journal_id TEXT NOT NULL, generation BIGINT NOT NULL, PRIMARY KEY (root, server));
+             CREATE TABLE IF NOT EXISTS counter (id INTEGER PRIMARY KEY CHECK (id = 1),
+                 next BIGINT NOT NULL);
+             INSERT OR IGNORE INTO counter (id, next) VALUES (1, 1);",
         )
         .map_err(db_error(path, "creating its tables"))?;
         Ok(Journal { conn, path: path.to_path_buf() })
@@ -152,8 +158,12 @@ impl Journal {
     pub fn record(&mut self, root: &str, changes: &[Change]) -> Result<()> {
         let t = self.conn.transaction().map_err(db_error(&self.path, "recording"))?;
         {
+            // Numbers never go back, even once every change was consumed: a backup still
+            // running with an older mark must not take a new change for one it saw.
             let seq: i64 = t
-                .query_row("SELECT COALESCE(MAX(seq), 0) + 1 FROM changes", [], |r| r.get(0))
+                .query_row("UPDATE counter SET next = next + 1 RETURNING next - 1", [], |r| {
+                    r.get(0)
+                })
                 .map_err(db_error(&self.path, "recording"))?;
             let mut stmt = t
                 .prepare_cached(
@@ -223,6 +233,7 @@ impl Journal {
             .map_err(err())?;
         let why = match consumed {
             None => "no backup was made while the journal ran".to_owned(),
+            Some((_, RETRY)) => "the last backup skipped files: scanning retries them".to_owned(),
             Some((id, _)) if id != journal_id => {
                 "the journal daemon restarted since the last backup".to_owned()
             }
@@ -268,6 +279,20 @@ impl Journal {
                 )
             })
             .and_then(|_| t.commit())
+            .map_err(db_error(&self.path, "updating"))
+    }
+
+    /// A backup of `root` to `server` that started at `mark` committed but skipped files
+    /// (unreadable, changed while read): their changes must not be taken as done, so the
+    /// next backup scans (and compares every file) instead of trusting the journal.
+    pub fn skipped(&mut self, root: &str, server: &str, mark: &Mark) -> Result<()> {
+        self.conn
+            .execute(
+                "INSERT INTO consumed (root, server, journal_id, generation) VALUES (?1, ?2, ?3, ?4) \
+                 ON CONFLICT (root, server) DO UPDATE SET journal_id = excluded.journal_id, generation = excluded.generation",
+                params![root, server, mark.journal_id, RETRY],
+            )
+            .map(|_| ())
             .map_err(db_error(&self.path, "updating"))
     }
 
@@ -486,9 +511,16 @@ mod tests {
         let Plan::Scan { why, mark: None } = j.plan("/r", "s", 8).unwrap() else { panic!() };
         assert!(why.contains("overflow"), "{why}");
         j.begin("/r").unwrap();
-        let Plan::Scan { why, .. } = j.plan("/r", "s", 8).unwrap() else { panic!() };
+        let Plan::Scan { why, mark: Some(mark) } = j.plan("/r", "s", 8).unwrap() else { panic!() };
         assert!(why.contains("restarted"), "{why}");
-        assert_eq!(j.status().unwrap()[0].pending, 0);
+        // A backup that skipped files: the next one scans, then the journal serves again.
+        j.record("/r", &[change("unreadable", false)]).unwrap();
+        j.skipped("/r", "s", &mark).unwrap();
+        let Plan::Scan { why, mark: Some(mark) } = j.plan("/r", "s", 8).unwrap() else { panic!() };
+        assert!(why.contains("skipped files"), "{why}");
+        j.consumed("/r", "s", &mark, 9).unwrap();
+        assert!(matches!(j.plan("/r", "s", 9).unwrap(), Plan::Journal { .. }));
+        assert_eq!(j.status().unwrap()[0].pending, 0, "the skipped change was retried by the scan");
     }
 
     #[test]

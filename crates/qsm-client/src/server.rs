@@ -149,8 +149,8 @@ pub trait Upload: Send {
     fn abandon_object(&mut self) -> Result<()>;
     /// Marks the active version of `path` inactive (the file is gone).
     fn deactivate(&mut self, path: &[u8]) -> Result<()>;
-    /// Marks the active versions of `path` and everything below it inactive (a directory
-    /// gone with its contents).
+    /// Marks the active versions of everything below `path` inactive (a directory's contents
+    /// gone).
     fn deactivate_tree(&mut self, path: &[u8]) -> Result<()>;
     /// Commits everything and returns what the whole upload committed.
     fn finish(self: Box<Self>) -> Result<Uploaded>;

@@ -796,7 +796,10 @@ impl Admin for AdminService {
         &self,
         request: Request<v1::BackupDbRequest>,
     ) -> Result<Response<v1::BackupDbReply>, Status> {
-        let actor = self.authorize(&request, DB_BACKUP)?;
+        // A copy written anywhere the server can write, holding every password hash, dedup
+        // secret and wrapped key: system only. The default directory: storage or operator.
+        let need = if request.get_ref().to.is_empty() { DB_BACKUP } else { SYSTEM };
+        let actor = self.authorize(&request, need)?;
         let to = request.into_inner().to;
         let state = Arc::clone(&self.state);
         blocking(move || {
@@ -869,6 +872,33 @@ impl Admin for AdminService {
                 })
                 .collect();
             Ok(Response::new(v1::VolhistReply { entries }))
+        })
+        .await
+    }
+
+    async fn query_stgpool(
+        &self,
+        request: Request<v1::Empty>,
+    ) -> Result<Response<v1::StgpoolList>, Status> {
+        self.authorize(&request, ANY)?;
+        let state = Arc::clone(&self.state);
+        blocking(move || {
+            let catalog = state.store.catalog();
+            let mut pools = Vec::new();
+            for p in catalog.pools().map_err(catalog_status)? {
+                let u = catalog.pool_usage(p.id).map_err(catalog_status)?;
+                pools.push(v1::StgpoolInfo {
+                    name: p.name,
+                    kind: p.kind,
+                    location: p.location,
+                    containers: u.containers,
+                    bytes: u.bytes,
+                    chunks: u.chunks,
+                    live_bytes: u.live_bytes,
+                    damaged_chunks: u.damaged_chunks,
+                });
+            }
+            Ok(Response::new(v1::StgpoolList { pools }))
         })
         .await
     }

@@ -175,26 +175,30 @@ pub fn backup(
 ) -> Result<DbBackup, String> {
     let now = qsm_catalog::now();
     let dest = destination(config, to, now)?;
-    let raw = Temp(Some(dest.with_extension("snapshot-tmp")));
-    let raw_path = raw.0.clone().unwrap_or_default();
-    let _ = std::fs::remove_file(&raw_path);
-    catalog.snapshot(&raw_path).map_err(|e| format!("copying the catalog: {e}"))?;
+    let raw_path = dest.with_extension("snapshot-tmp");
+    // Removed when done or on failure, but only once this backup made it.
+    let made = catalog.snapshot(&raw_path);
+    let raw = Temp(made.is_ok().then(|| raw_path.clone()));
+    made.map_err(|e| format!("copying the catalog: {e}"))?;
     let copy =
         SqliteCatalog::open_at(&raw_path, 0).map_err(|e| format!("reading the copy: {e}"))?;
     let schema = copy.schema_version().map_err(|e| e.to_string())?;
     let stats = copy.stats().map_err(|e| e.to_string())?;
     drop(copy);
     let catalog_bytes = std::fs::metadata(&raw_path).map(|m| m.len()).unwrap_or_default();
-    let partial = Temp(Some(dest.with_extension("partial")));
-    let partial_path = partial.0.clone().unwrap_or_default();
+    let partial_path = dest.with_extension("partial");
+    let partial;
     {
+        use std::os::unix::fs::OpenOptionsExt;
         let input =
             File::open(&raw_path).map_err(|e| format!("reading {}: {e}", raw_path.display()))?;
         let out = OpenOptions::new()
             .write(true)
             .create_new(true)
+            .mode(0o600)
             .open(&partial_path)
             .map_err(|e| format!("creating {}: {e}", partial_path.display()))?;
+        partial = Temp(Some(partial_path.clone()));
         let mut out = BufWriter::with_capacity(1 << 20, out);
         let options = qsm_codec::CompressOptions {
             compression: qsm_codec::Compression::parse("zstd:3").map_err(|e| e.to_string())?,
@@ -243,6 +247,9 @@ pub struct Restored {
     pub objects: u64,
     /// Where the catalog it replaced was kept.
     pub replaced: Option<PathBuf>,
+    /// Chunks it places in containers the pool no longer has (reclaimed after the copy),
+    /// marked damaged, and the versions using them; or why the pool was not checked.
+    pub missing: Result<(u64, u64), String>,
 }
 
 /// Restores the catalog of the stopped server of `config` from `from`, or from the newest
@@ -277,9 +284,11 @@ pub fn restore(config: &ServerConfig, from: Option<&Path>) -> Result<Restored, S
     }
     {
         let input = File::open(&from).map_err(|e| format!("opening {}: {e}", from.display()))?;
+        use std::os::unix::fs::OpenOptionsExt;
         let out = OpenOptions::new()
             .write(true)
             .create_new(true)
+            .mode(0o600)
             .open(&restoring_path)
             .map_err(|e| format!("creating {}: {e}", restoring_path.display()))?;
         let mut out = BufWriter::with_capacity(1 << 20, out);
@@ -307,8 +316,19 @@ pub fn restore(config: &ServerConfig, from: Option<&Path>) -> Result<Restored, S
         }
         copy.set_state_value(qsm_store::RESTORED_AT, qsm_catalog::now().max(1))
             .map_err(|e| e.to_string())?;
+        // Clients' dedup caches describe the catalog as it was before: none may match this
+        // one, now or after later rises (a counter stays far below the clock in µs).
+        let epoch = copy.dedup_epoch().map_err(|e| e.to_string())? as i64;
+        let micros = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
+        copy.set_state_value("dedup_epoch", epoch.saturating_add(1).max(micros))
+            .map_err(|e| e.to_string())?;
         copy.stats().map_err(|e| e.to_string())?.objects
     };
+    // Containers reclaimed after the copy are gone from the pool: their chunks, as the copy
+    // places them, are damaged (not offered for deduplication; their files sent again).
+    let missing = mark_missing(&restoring_path, config);
     let replaced = if target.exists() {
         let aside = PathBuf::from(format!("{}.replaced-{}", target.display(), qsm_catalog::now()));
         // The write-ahead log moves with its database, or the copy kept aside loses what
@@ -343,7 +363,25 @@ pub fn restore(config: &ServerConfig, from: Option<&Path>) -> Result<Restored, S
         },
     };
     record(&config.data_dir, &entry)?;
-    Ok(Restored { from, taken, objects, replaced })
+    Ok(Restored { from, taken, objects, replaced, missing })
+}
+
+/// Marks damaged the chunks the catalog at `catalog` places in containers the pool lacks;
+/// returns (chunks, versions) marked, or why the pool could not be checked.
+fn mark_missing(catalog: &Path, config: &ServerConfig) -> Result<(u64, u64), String> {
+    let store = qsm_store::open_local(catalog, &config.pool_path(), "primary")
+        .map_err(|e| e.to_string())?;
+    let missing = store.missing_containers().map_err(|e| e.to_string())?;
+    if missing.is_empty() {
+        return Ok((0, 0));
+    }
+    let options = qsm_store::AuditOptions {
+        mark_damaged: true,
+        containers: Some(missing),
+        ..Default::default()
+    };
+    let report = store.audit(&options).map_err(|e| e.to_string())?;
+    Ok((report.damaged.len() as u64, report.damaged_objects.len() as u64))
 }
 
 fn same_file(a: &Path, b: &Path) -> bool {

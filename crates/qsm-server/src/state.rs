@@ -64,8 +64,12 @@ impl State {
         };
         let guard = match self.processes.start(process.0, running) {
             Ok(guard) => guard,
-            Err(other) => {
-                let why = format!("{kind} is already running as process {other}");
+            Err((other, running)) => {
+                let why = if running == kind {
+                    format!("{kind} is already running as process {other}")
+                } else {
+                    format!("{kind} cannot run beside {running}, running as process {other}")
+                };
                 let _ = catalog.end_process(process, "failed", &why);
                 return Err(Status::failed_precondition(why));
             }
@@ -136,11 +140,18 @@ impl Processes {
     }
 
     /// Registers a running process, unless one of its kind runs (then its id is the error):
-    /// one of each kind at a time, so two expirations never decide the same versions.
-    pub fn start(&self, id: i64, running: Running) -> Result<ProcessGuard<'_>, i64> {
+    /// one of each kind at a time, so two expirations never decide the same versions. Kinds
+    /// on the same object ("reclaim stgpool", "audit stgpool") exclude each other too: an
+    /// audit reading a container reclamation deletes would take its chunks for damaged.
+    pub fn start(&self, id: i64, running: Running) -> Result<ProcessGuard<'_>, (i64, String)> {
         let mut map = self.lock();
-        if let Some((other, _)) = map.iter().find(|(_, r)| r.kind == running.kind) {
-            return Err(*other);
+        let object = |kind: &str| kind.rsplit(' ').next().map(str::to_owned);
+        if let Some((other, _)) = map.iter().find(|(_, r)| {
+            r.kind == running.kind
+                || (object(&r.kind) == object(&running.kind)
+                    && object(&r.kind).as_deref() == Some("stgpool"))
+        }) {
+            return Err((*other, map[other].kind.clone()));
         }
         map.insert(id, running);
         Ok(ProcessGuard { processes: self, id })
@@ -206,5 +217,37 @@ impl State {
         session: Option<SessionId>,
     ) {
         let _ = self.store.catalog().log(severity, message, node, session, None);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn running(kind: &str) -> Running {
+        Running {
+            kind: kind.into(),
+            started: 0,
+            cancel: Arc::new(AtomicBool::new(false)),
+            progress: Arc::new(String::new),
+        }
+    }
+
+    #[test]
+    fn one_process_of_a_kind_and_pool_processes_exclude_each_other() {
+        let p = Processes::default();
+        let reclaim = p.start(1, running("reclaim stgpool")).unwrap();
+        assert_eq!(
+            p.start(2, running("reclaim stgpool")).unwrap_err(),
+            (1, "reclaim stgpool".into())
+        );
+        assert_eq!(p.start(3, running("audit stgpool")).unwrap_err().0, 1);
+        let expire = p.start(4, running("expire inventory")).unwrap();
+        let backup = p.start(5, running("backup db")).unwrap();
+        drop(reclaim);
+        let audit = p.start(6, running("audit stgpool")).unwrap();
+        assert_eq!(p.list().len(), 3);
+        drop((audit, expire, backup));
+        assert!(p.list().is_empty());
     }
 }

@@ -135,11 +135,12 @@ impl Store {
                 .collect();
         }
         let ids: HashSet<ChunkId> = report.damaged.iter().map(|d| d.chunk).collect();
-        report.damaged_objects = self.catalog.objects_using(&ids)?;
+        let (objects, scanned) = self.catalog.objects_using(&ids)?;
+        report.damaged_objects = objects;
         if options.mark_damaged && !ids.is_empty() {
             let chunks: Vec<ChunkId> = ids.into_iter().collect();
             let objects: Vec<ObjectId> = report.damaged_objects.iter().map(|o| o.0).collect();
-            self.catalog.mark_damaged(&chunks, &objects)?;
+            self.catalog.mark_damaged(&chunks, &objects, scanned)?;
             report.marked = true;
         }
         report.restored_at = self.catalog.state_value(RESTORED_AT)?.filter(|t| *t != 0);
@@ -148,6 +149,18 @@ impl Store {
             report.released = true;
         }
         Ok(report)
+    }
+
+    /// The containers the catalog places in this pool that the pool does not have.
+    pub fn missing_containers(&self) -> Result<Vec<u64>> {
+        let listed: HashSet<u64> = self.pool.containers()?.into_iter().map(|c| c.id).collect();
+        Ok(self
+            .catalog
+            .containers(self.pool_record)?
+            .into_iter()
+            .map(|c| c.id.0)
+            .filter(|id| !listed.contains(id))
+            .collect())
     }
 
     /// Refuses while the catalog was restored from a copy and no audit has released the

@@ -298,7 +298,8 @@ impl Store {
                     t.add_container(self.pool_record, ContainerId(new.container))?;
                 }
                 for (chunk, new) in live.iter().zip(&moved) {
-                    t.move_chunk(chunk.id, ContainerId(new.container), new.offset)?;
+                    let from = (chunk.location.container, chunk.location.offset);
+                    t.move_chunk(chunk.id, from, ContainerId(new.container), new.offset)?;
                 }
                 for dead in chunks.iter().filter(|c| c.refcount == 0) {
                     t.delete_chunk(dead.id)?;
@@ -598,8 +599,8 @@ impl Batch<'_> {
         self.deactivations.push((self.pending.len(), filespace, path.to_vec(), false));
     }
 
-    /// Queues the deactivation of the active versions of `path` and of everything below it
-    /// (a directory gone from the client with its contents).
+    /// Queues the deactivation of the active versions of everything below `path` (a
+    /// directory's contents gone from the client).
     pub fn deactivate_tree(&mut self, filespace: FilespaceId, path: &[u8]) {
         self.deactivations.push((self.pending.len(), filespace, path.to_vec(), true));
     }

@@ -145,6 +145,15 @@ pub fn server(args: ServerArgs) -> Result<bool> {
             if let Some(p) = r.replaced {
                 println!("The catalog it replaced is kept as {}.", p.display());
             }
+            match r.missing {
+                Ok((0, _)) => {}
+                Ok((chunks, versions)) => println!(
+                    "{chunks} chunks were in containers reclaimed since the copy: marked damaged, with the {versions} versions using them (their files are sent again by the next backups)."
+                ),
+                Err(why) => println!(
+                    "The pool was not checked: {why}. Run `qsm admin audit stgpool --mark-damaged`."
+                ),
+            }
             println!(
                 "Versions backed up after the copy are not in the catalog; their data stays in the pool.\n\
                  Start the server and run `qsm admin audit stgpool` to see it; back those clients up again."
@@ -430,6 +439,11 @@ enum AdminQuery {
     },
     /// The volume history: catalog backups and restores.
     Volhist {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Storage pools: containers, bytes, how much is live (the rest is reclaimable), damage.
+    Stgpool {
         #[arg(long)]
         json: bool,
     },
@@ -780,6 +794,42 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
                     "Process {}: catalog backed up to {}: {} bytes of catalog (schema {}) in {} bytes, {:.1} s.",
                     r.process, r.path, r.catalog_bytes, r.schema, r.bytes, r.seconds
                 );
+            }
+        }
+        AdminCommand::Query(AdminQuery::Stgpool { json }) => {
+            let mut a = server.admin();
+            let pools = server.call(a.query_stgpool(v1::Empty {}))?.pools;
+            let pct = |p: &v1::StgpoolInfo| {
+                if p.bytes == 0 {
+                    0.0
+                } else {
+                    100.0 * (1.0 - p.live_bytes as f64 / p.bytes as f64)
+                }
+            };
+            if json {
+                let rows: Vec<_> = pools
+                    .iter()
+                    .map(|p| serde_json::json!({"name": p.name, "kind": p.kind, "location": p.location, "containers": p.containers, "bytes": p.bytes, "chunks": p.chunks, "live_bytes": p.live_bytes, "reclaimable_percent": pct(p), "damaged_chunks": p.damaged_chunks}))
+                    .collect();
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else {
+                println!(
+                    "{:<16} {:<5} {:>10} {:>14} {:>14} {:>12} {:>8}  location",
+                    "pool", "kind", "containers", "bytes", "live bytes", "reclaimable", "damaged"
+                );
+                for p in &pools {
+                    println!(
+                        "{:<16} {:<5} {:>10} {:>14} {:>14} {:>11.1}% {:>8}  {}",
+                        p.name,
+                        p.kind,
+                        p.containers,
+                        p.bytes,
+                        p.live_bytes,
+                        pct(p),
+                        p.damaged_chunks,
+                        p.location
+                    );
+                }
             }
         }
         AdminCommand::Query(AdminQuery::Volhist { json }) => {

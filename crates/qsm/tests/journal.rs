@@ -55,7 +55,7 @@ impl Env {
     fn new() -> Env {
         let dir = TempDir::new().unwrap();
         let src = dir.path().join("src");
-        for d in ["a", "b/deep", "gone/sub"] {
+        for d in ["a", "b/deep", "gone/sub", "cache"] {
             fs::create_dir_all(src.join(d)).unwrap();
         }
         for (f, body) in [
@@ -65,6 +65,7 @@ impl Env {
             ("gone/x", "x"),
             ("gone/sub/y", "y"),
             ("top.txt", "top"),
+            ("cache/c.txt", "excluded"),
         ] {
             fs::write(src.join(f), body.repeat(100)).unwrap();
         }
@@ -77,13 +78,34 @@ impl Env {
         }
     }
 
+    /// Changes waiting in the journal (all roots).
+    fn pending(&self) -> u64 {
+        let out = Command::cargo_bin("qsm")
+            .unwrap()
+            .args(["journal", "status", "--json", "--journal"])
+            .arg(&self.journal)
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        v.as_array().map_or(0, |a| a.iter().filter_map(|r| r["pending"].as_u64()).sum())
+    }
+
     fn backup(&self, extra: &[&str]) -> serde_json::Value {
-        // Let the daemon's last batch (every 200 ms) reach the journal.
-        std::thread::sleep(Duration::from_millis(600));
+        // Let the daemon record what it saw (it writes a batch every 200 ms): wait until the
+        // count of waiting changes holds still, however loaded the machine is.
+        let mut last = u64::MAX;
+        for _ in 0..50 {
+            std::thread::sleep(Duration::from_millis(400));
+            let now = self.pending();
+            if now == last {
+                break;
+            }
+            last = now;
+        }
         let out = Command::cargo_bin("qsm")
             .unwrap()
             .env("QSM_HOME", &self.home)
-            .args(["backup", "--json", "--journal"])
+            .args(["backup", "--json", "--exclude", "cache/", "--journal"])
             .arg(&self.journal)
             .args(extra)
             .arg(&self.src)
@@ -105,8 +127,12 @@ impl Env {
             .arg(&self.out)
             .assert()
             .success();
-        let diff =
-            StdCommand::new("diff").arg("-r").arg(&self.src).arg(&self.out).output().unwrap();
+        let diff = StdCommand::new("diff")
+            .args(["-r", "-x", "cache"])
+            .arg(&self.src)
+            .arg(&self.out)
+            .output()
+            .unwrap();
         assert!(diff.status.success(), "{}", String::from_utf8_lossy(&diff.stdout));
     }
 }
@@ -126,12 +152,15 @@ fn a_running_journal_replaces_the_scan_and_anything_doubtful_falls_back_to_one()
     fs::create_dir_all(env.src.join("new/inner")).unwrap();
     fs::write(env.src.join("new/inner/n.txt"), "new").unwrap();
     fs::remove_dir_all(env.src.join("gone")).unwrap();
+    fs::write(env.src.join("cache/c.txt"), "still excluded").unwrap();
+    fs::write(env.src.join("cache/new.txt"), "excluded too").unwrap();
     let second = env.backup(&[]);
     assert_eq!(second["journal_used"], true, "{second}");
     assert!(second["journal"].as_str().unwrap().contains("changes from the journal"), "{second}");
     // Not a scan: the unchanged files were never examined.
     assert!(second["examined"].as_u64().unwrap() < 12, "{second}");
     env.restored_matches();
+    assert!(!env.out.join("cache").exists(), "an excluded directory's change was sent");
 
     // Nothing changed: nothing sent.
     let idle = env.backup(&[]);

@@ -1267,7 +1267,7 @@ fn audit_finds_a_corrupt_chunk_and_the_next_backup_repairs_it() {
     assert!(backed_up(&first) >= 4, "{first}");
     let clean = json(admin(&server).args(["audit", "stgpool"]));
     assert!(clean["damaged"].as_array().unwrap().is_empty(), "{clean}");
-    assert!(clean["chunks_read"].as_u64().unwrap() > 10, "{clean}");
+    assert!(clean["chunks_read"].as_u64().unwrap() >= 5, "{clean}");
 
     // Flip bytes in the middle of the biggest container: inside b.bin's chunks.
     let mut containers = Vec::new();
@@ -1301,6 +1301,8 @@ fn audit_finds_a_corrupt_chunk_and_the_next_backup_repairs_it() {
     assert!(objects.contains("alpha") && objects.contains("b.bin"), "{report}");
     let said = json(admin(&server).args(["query", "actlog", "--search", "damaged"]));
     assert!(!said.as_array().unwrap().is_empty(), "{said}");
+    let pools = json(admin(&server).args(["query", "stgpool"]));
+    assert!(pools[0]["damaged_chunks"].as_u64().unwrap() >= 1, "{pools}");
 
     // Nothing changed on the client, yet the damaged file is sent again.
     let again = json(
@@ -1311,6 +1313,12 @@ fn audit_finds_a_corrupt_chunk_and_the_next_backup_repairs_it() {
     assert_eq!(backed_up(&again), 1, "{again}");
     let after = json(admin(&server).args(["audit", "stgpool"]));
     assert!(after["damaged"].as_array().unwrap().is_empty(), "still damaged: {after}");
+    let pools = json(admin(&server).args(["query", "stgpool"]));
+    assert_eq!(pools[0]["damaged_chunks"], 0, "{pools}");
+    assert!(
+        pools[0]["reclaimable_percent"].as_f64().unwrap() > 0.0,
+        "the bad frame is dead: {pools}"
+    );
     let out = dir.path().join("out");
     client(&server, "alpha", &pw).arg("restore").arg(&src).arg("--to").arg(&out).assert().success();
     assert_same(&src, &out);
