@@ -136,6 +136,12 @@ fn over_tls_incremental_backups_and_every_restore_kind_work_and_nodes_are_isolat
     let server = ServerProc::start(&dir.path().join("srv"), true);
     register(&server, "alpha", "alpha-password");
     register(&server, "beta", "beta-password!");
+    // Versions-exist applies at backup time: keep enough for the point-in-time restore of the
+    // first backup after three more (TSM's default of 2 would have deleted it).
+    admin(&server)
+        .args(["define", "mgmtclass", "standard", "standard", "--versions-exist", "5"])
+        .assert()
+        .success();
     let (pa, pb) = (
         password_file(dir.path(), "pa", "alpha-password"),
         password_file(dir.path(), "pb", "beta-password!"),
