@@ -42,6 +42,7 @@ pub const CASES: &[(&str, Case)] = &[
     ("damaged_chunks_and_repair", damaged_chunks_and_repair),
     ("state_and_snapshot", state_and_snapshot),
     ("trees_and_generations", trees_and_generations),
+    ("deleting_filespaces_and_nodes", deleting_filespaces_and_nodes),
 ];
 
 /// Runs every case on catalogs from `make`; returns the failures.
@@ -1052,5 +1053,45 @@ pub fn trees_and_generations(cat: &dyn Catalog) -> CaseResult {
         usage == PoolUsage { containers: 1, ..PoolUsage::default() },
         "usage of an empty pool: {usage:?}"
     );
+    consistent(cat)
+}
+
+/// A filespace goes with all its versions (in small transactions, releasing their chunks, and
+/// not while told to stop); a node only once it has no filespace.
+pub fn deleting_filespaces_and_nodes(cat: &dyn Catalog) -> CaseResult {
+    let fx = fixture(cat)?;
+    let node = cat.node("alpha").map_err(e)?.ok_or("no node")?.id;
+    let mut t = cat.begin().map_err(e)?;
+    for (k, p) in [&b"a"[..], b"a", b"b", b"c", b"c"].iter().enumerate() {
+        t.insert_object(&file(fx.fs, p, 1, vec![new_chunk(fx.container, k as u64 * 100)]), 100)
+            .map_err(e)?;
+    }
+    let mut archive = file(fx.fs, b"z", 1, vec![]);
+    archive.kind = ObjectKind::Archive;
+    t.insert_object(&archive, 100).map_err(e)?;
+    t.commit().map_err(e)?;
+    ensure!(
+        matches!(cat.delete_node(node), Err(CatalogError::Refused(_))),
+        "a node with filespaces was deleted"
+    );
+    let stop = std::sync::atomic::AtomicBool::new(true);
+    ensure!(cat.delete_filespace(fx.fs, 2, &stop).map_err(e)? == 0, "deleted while stopped");
+    ensure!(cat.filespaces(node).map_err(e)?.len() == 1, "stopped, yet the filespace went");
+    stop.store(false, std::sync::atomic::Ordering::Relaxed);
+    let n = cat.delete_filespace(fx.fs, 2, &stop).map_err(e)?;
+    ensure!(n == 6, "{n} versions deleted");
+    ensure!(cat.filespaces(node).map_err(e)?.is_empty(), "the filespace is still there");
+    ensure!(
+        cat.chunks_in_container(fx.container).map_err(e)?.iter().all(|c| c.refcount == 0),
+        "chunks still referenced"
+    );
+    ensure!(
+        matches!(cat.delete_filespace(fx.fs, 2, &stop), Err(CatalogError::NotFound { .. })),
+        "a deleted filespace deleted again"
+    );
+    let session = cat.start_session(node).map_err(e)?;
+    cat.end_session(session, "ended").map_err(e)?;
+    cat.delete_node(node).map_err(e)?;
+    ensure!(cat.node("alpha").map_err(e)?.is_none(), "the node is still there");
     consistent(cat)
 }

@@ -88,6 +88,17 @@ pub trait Catalog: Send + Sync + std::fmt::Debug {
     fn filespace(&self, node: NodeId, name: &str) -> Result<FilespaceId>;
     /// The filespaces of `node`, by name.
     fn filespaces(&self, node: NodeId) -> Result<Vec<Filespace>>;
+    /// Deletes every version of `filespace` (releasing their chunks), in transactions of at
+    /// most `batch` versions, then the filespace; `stop` is checked between transactions
+    /// (the filespace stays, with what is left, when it stops). Returns the versions deleted.
+    fn delete_filespace(
+        &self,
+        filespace: FilespaceId,
+        batch: usize,
+        stop: &std::sync::atomic::AtomicBool,
+    ) -> Result<u64>;
+    /// Deletes a node and its session history; refused while it has filespaces.
+    fn delete_node(&self, node: NodeId) -> Result<()>;
 
     // --- pools and containers ---
     /// Records a storage pool.

@@ -792,6 +792,107 @@ impl Catalog for SqliteCatalog {
         }
     }
 
+    fn delete_filespace(
+        &self,
+        filespace: FilespaceId,
+        batch: usize,
+        stop: &std::sync::atomic::AtomicBool,
+    ) -> Result<u64> {
+        let op = "deleting a filespace";
+        let mut deleted = 0u64;
+        loop {
+            if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                return Ok(deleted);
+            }
+            // Each state through its own partial index (`state = 1`, `state <> 1` literally).
+            let ids: Vec<i64> = self.with_reader(|c| {
+                let mut ids = Vec::new();
+                for sql in [
+                    "SELECT id FROM objects WHERE filespace_id = ?1 AND state = 1 LIMIT ?2",
+                    "SELECT id FROM objects WHERE filespace_id = ?1 AND state <> 1 LIMIT ?2",
+                ] {
+                    let mut stmt = c.prepare_cached(sql).map_err(CatalogError::db(op))?;
+                    let rows = stmt
+                        .query_map(params![filespace.0, batch.max(1) as i64], |r| r.get(0))
+                        .map_err(CatalogError::db(op))?;
+                    for id in rows {
+                        ids.push(id.map_err(CatalogError::db(op))?);
+                    }
+                }
+                ids.truncate(batch.max(1));
+                Ok(ids)
+            })?;
+            if ids.is_empty() {
+                // Gone only if still empty: a backup may have added to it meanwhile.
+                let n = self.with_writer(
+                    |c| {
+                        c.execute(
+                            "DELETE FROM filespaces WHERE id = ?1 AND NOT EXISTS \
+                             (SELECT 1 FROM objects WHERE filespace_id = ?1)",
+                            [filespace.0],
+                        )
+                    },
+                    op,
+                )?;
+                if n > 0 {
+                    return Ok(deleted);
+                }
+                let exists: i64 = self.with_reader(|c| {
+                    c.query_row(
+                        "SELECT count(*) FROM filespaces WHERE id = ?1",
+                        [filespace.0],
+                        |r| r.get(0),
+                    )
+                    .map_err(CatalogError::db(op))
+                })?;
+                if exists == 0 {
+                    return Err(CatalogError::NotFound {
+                        what: "filespace",
+                        key: filespace.0.to_string(),
+                    });
+                }
+                continue;
+            }
+            let mut t = self.begin()?;
+            for id in &ids {
+                match t.delete_object(ObjectId(*id)) {
+                    Ok(()) => deleted += 1,
+                    Err(CatalogError::NotFound { what: "object", .. }) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            t.commit()?;
+        }
+    }
+
+    fn delete_node(&self, node: NodeId) -> Result<()> {
+        let conn = lock(&self.writer);
+        let op = "deleting a node";
+        let filespaces: i64 = conn
+            .query_row("SELECT count(*) FROM filespaces WHERE node_id = ?1", [node.0], |r| r.get(0))
+            .map_err(CatalogError::db(op))?;
+        if filespaces > 0 {
+            return Err(CatalogError::Refused(format!(
+                "the node still has {filespaces} filespaces: delete them first"
+            )));
+        }
+        conn.execute_batch("BEGIN IMMEDIATE").map_err(CatalogError::db(op))?;
+        let result = (|| {
+            conn.execute("DELETE FROM sessions WHERE node_id = ?1", [node.0])?;
+            let n = conn.execute("DELETE FROM nodes WHERE id = ?1", [node.0])?;
+            conn.execute_batch("COMMIT")?;
+            Ok::<usize, rusqlite::Error>(n)
+        })();
+        match result {
+            Ok(0) => Err(CatalogError::NotFound { what: "node", key: node.0.to_string() }),
+            Ok(_) => Ok(()),
+            Err(e) => {
+                let _ = conn.execute_batch("ROLLBACK");
+                Err(CatalogError::Db { op, source: e })
+            }
+        }
+    }
+
     fn filespaces(&self, node: NodeId) -> Result<Vec<Filespace>> {
         self.with_reader(|c| {
             let mut stmt = c

@@ -876,6 +876,75 @@ impl Admin for AdminService {
         .await
     }
 
+    async fn delete_filespace(
+        &self,
+        request: Request<v1::DeleteFilespaceRequest>,
+    ) -> Result<Response<v1::DeleteFilespaceReply>, Status> {
+        let actor = self.authorize(&request, POLICY)?;
+        let r = request.into_inner();
+        let state = Arc::clone(&self.state);
+        blocking(move || {
+            let catalog = state.store.catalog();
+            let node = catalog
+                .node(&r.node)
+                .map_err(catalog_status)?
+                .ok_or_else(|| Status::not_found(format!("no node {}", r.node)))?;
+            let fs = catalog
+                .filespaces(node.id)
+                .map_err(catalog_status)?
+                .into_iter()
+                .find(|f| f.name == r.filespace)
+                .ok_or_else(|| {
+                    Status::not_found(format!("node {} has no filespace {}", r.node, r.filespace))
+                })?;
+            // Its backups would race the deletion: the node's sessions end first.
+            state.sessions.cancel_node(node.id);
+            let what = format!("node {} filespace {}", r.node, r.filespace);
+            let shown = what.clone();
+            let ran = state.run_process(
+                "delete filespace",
+                &what,
+                &actor,
+                Arc::new(move || shown.clone()),
+                |cancel| {
+                    let n =
+                        catalog.delete_filespace(fs.id, 2_000, cancel).map_err(catalog_status)?;
+                    Ok(Finished {
+                        detail: format!("{n} versions deleted"),
+                        stopped: cancel.load(Ordering::Relaxed).then(|| "cancelled".to_owned()),
+                        value: n,
+                    })
+                },
+            )?;
+            Ok(Response::new(v1::DeleteFilespaceReply {
+                process: ran.process as u64,
+                versions: ran.value,
+                stopped: ran.stopped.unwrap_or_default(),
+                seconds: ran.seconds,
+            }))
+        })
+        .await
+    }
+
+    async fn delete_node(
+        &self,
+        request: Request<v1::NodeName>,
+    ) -> Result<Response<v1::Empty>, Status> {
+        let actor = self.authorize(&request, POLICY)?;
+        let name = request.into_inner().name;
+        self.policy(move |state| {
+            let catalog = state.store.catalog();
+            let node = catalog
+                .node(&name)
+                .map_err(catalog_status)?
+                .ok_or_else(|| Status::not_found(format!("no node {name}")))?;
+            state.sessions.cancel_node(node.id);
+            catalog.delete_node(node.id).map_err(|e| named(e, "node", &name))?;
+            Ok(format!("{actor} deleted node {name}"))
+        })
+        .await
+    }
+
     async fn query_stgpool(
         &self,
         request: Request<v1::Empty>,

@@ -318,6 +318,16 @@ enum DeleteWhat {
     Domain { name: String },
     /// A management class: refused while versions are bound to it.
     Mgmtclass { domain: String, name: String },
+    /// A node's filespace with every version in it (cannot be undone; the node's sessions
+    /// are cancelled first).
+    Filespace {
+        node: String,
+        filespace: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// A node: refused while it has filespaces.
+    Node { name: String },
 }
 
 /// Copy-group values: a count or number of days, or `nolimit`.
@@ -696,6 +706,32 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
                 domain: domain.clone(),
             }))?;
             println!("Node {name} is in domain {domain}.");
+        }
+        AdminCommand::Delete(DeleteWhat::Filespace { node, filespace, json }) => {
+            let mut a = server.admin();
+            let r = server.call(a.delete_filespace(v1::DeleteFilespaceRequest {
+                node: node.clone(),
+                filespace: filespace.clone(),
+            }))?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::json!({"process": r.process, "versions": r.versions, "stopped": (!r.stopped.is_empty()).then_some(&r.stopped), "seconds": r.seconds})
+                );
+            } else {
+                println!(
+                    "Process {}: filespace {filespace} of node {node} {}: {} versions deleted, {:.1} s.",
+                    r.process,
+                    if r.stopped.is_empty() { "deleted" } else { "partly deleted (cancelled)" },
+                    r.versions,
+                    r.seconds
+                );
+            }
+        }
+        AdminCommand::Delete(DeleteWhat::Node { name }) => {
+            let mut a = server.admin();
+            server.call(a.delete_node(v1::NodeName { name: name.clone() }))?;
+            println!("Node {name} deleted.");
         }
         AdminCommand::Delete(DeleteWhat::Domain { name }) => {
             let mut a = server.admin();

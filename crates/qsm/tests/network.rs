@@ -1378,3 +1378,39 @@ fn mgmtclass_bindings_choose_the_copy_group_of_each_file() {
     assert_eq!(count("notes.txt"), 3, "the default class (versions-exist 3): {all}");
     assert_eq!(count("x.tmp"), 3, "an unknown class falls back to the default: {all}");
 }
+
+/// A filespace goes with its versions (a process, in the activity log); a node only once it
+/// has none, and then it cannot log in.
+#[test]
+fn a_filespace_then_its_node_are_deleted() {
+    let dir = TempDir::new().unwrap();
+    let server = ServerProc::start(&dir.path().join("srv"), false);
+    register(&server, "alpha", "alpha-password");
+    let pw = password_file(dir.path(), "pw", "alpha-password");
+    let src = dir.path().join("src");
+    tree(&src);
+    client(&server, "alpha", &pw).arg("backup").arg(&src).assert().success();
+    let name = src.canonicalize().unwrap().display().to_string();
+    admin(&server)
+        .args(["delete", "node", "alpha"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("still has 1 filespaces"));
+    admin(&server)
+        .args(["delete", "filespace", "alpha", "/nowhere"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("node alpha has no filespace /nowhere"));
+    let r = json(admin(&server).args(["delete", "filespace", "alpha", &name]));
+    assert_eq!(r["versions"], 7, "{r}");
+    let spaces = json(client(&server, "alpha", &pw).args(["query", "filespace"]));
+    assert_eq!(spaces.as_array().unwrap().len(), 0, "{spaces}");
+    admin(&server).args(["delete", "node", "alpha"]).assert().success();
+    client(&server, "alpha", &pw)
+        .args(["query", "filespace"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("wrong account name or password"));
+    let said = json(admin(&server).args(["query", "actlog", "--search", "delete"]));
+    assert!(said.as_array().unwrap().len() >= 2, "{said}");
+}
