@@ -38,12 +38,12 @@ mb = lambda b: b / 1e6
 print("| measure | value |")
 print("|---|---:|")
 print("| catalog file | %.0f MB |" % mb(d["catalog_bytes"]))
-print("| consistent copy (VACUUM INTO) | %.0f MB |" % mb(d["copy_bytes"]))
+print("| consistent copy (online backup API) | %.0f MB |" % mb(d["copy_bytes"]))
 print("| backup file (zstd-3 QSM stream) | %.0f MB (%.2f:1) |" % (mb(d["backup_bytes"]), d["copy_bytes"] / max(d["backup_bytes"], 1)))
 print("| backup, idle | %.1f s (%.0f MB/s of catalog) |" % (d["idle_seconds"], mb(d["copy_bytes"]) / d["idle_seconds"]))
 print("| backup, with a writer committing | %.1f s |" % d["busy_seconds"])
 print("| writer during the backup / alone | %.0f / %.0f versions/s (%.0f%%) |" % (d["writer_per_s_during"], d["writer_per_s_alone"], 100 * d["writer_per_s_during"] / max(d["writer_per_s_alone"], 1)))
-print("| of which the snapshot alone (VACUUM INTO) with the writer | %.1f s, writer at %.0f versions/s |" % (d["snapshot_seconds"], d["writer_per_s_during_snapshot"]))
+print("| of which the snapshot alone with the writer | %.1f s, writer at %.0f versions/s |" % (d["snapshot_seconds"], d["writer_per_s_during_snapshot"]))
 print("| restore (decompress, check, swap) | %.1f s, %s versions |" % (d["restore_seconds"], format(d["restored_versions"], ",")))
 PY
 } | tee "$REPO/bench/out/dbbackup.md"

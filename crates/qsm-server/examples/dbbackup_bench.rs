@@ -95,7 +95,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     let busy = dbcopy::backup(cat.as_ref(), &config, None)?;
     let busy_s = started.elapsed().as_secs_f64();
     let during = (done.load(Ordering::Relaxed) - before) as f64 / busy_s;
-    // The snapshot alone (VACUUM INTO), to see which part of the backup slows the writer.
+    // The snapshot alone (the online backup API), to see which part slows the writer.
     let before = done.load(Ordering::Relaxed);
     let started = Instant::now();
     let snap = work.join("snapshot-only.db");

@@ -1,7 +1,8 @@
 //! Catalog backups and restores (TSM's `BACKUP DB` / `dsmserv RESTORE DB`) and the volume
 //! history that lists them.
 //!
-//! A backup is a consistent snapshot of the live catalog ([`qsm_catalog::Catalog::snapshot`])
+//! A backup is a consistent snapshot of the live catalog ([`qsm_catalog::Catalog::snapshot`],
+//! SQLite's online backup API)
 //! compressed with zstd as a QSM stream (`qsm info` and `qsm decompress` read it; every
 //! quantum carries its checksum), written under a temporary name, synced, then renamed. The
 //! volume history is a JSON-lines file in the data directory, not a catalog table: after a
