@@ -282,13 +282,17 @@ pub fn standard_domain(catalog: &dyn Catalog) -> Result<DomainId> {
 
 /// The management classes of `node`'s policy domain.
 pub fn node_classes(catalog: &dyn Catalog, node: NodeId) -> Result<Vec<MgmtClass>> {
-    let domain = catalog
-        .nodes()?
-        .into_iter()
-        .find(|n| n.id == node)
-        .ok_or_else(|| CatalogError::NotFound { what: "node", key: node.0.to_string() })?
-        .domain;
-    catalog.mgmt_classes(domain)
+    Ok(node_policy(catalog, node)?.1)
+}
+
+/// `node`'s policy domain and its management classes.
+pub fn node_policy(catalog: &dyn Catalog, node: NodeId) -> Result<(Domain, Vec<MgmtClass>)> {
+    let not_found = |what| CatalogError::NotFound { what, key: node.0.to_string() };
+    let id = catalog.nodes()?.into_iter().find(|n| n.id == node).ok_or(not_found("node"))?.domain;
+    let domain =
+        catalog.domains()?.into_iter().find(|d| d.id == id).ok_or(not_found("domain of node"))?;
+    let classes = catalog.mgmt_classes(id)?;
+    Ok((domain, classes))
 }
 
 /// The policy domain nodes join unless an administrator says otherwise (TSM's STANDARD).

@@ -138,6 +138,43 @@ fn pre_upgrade_path(path: &Path, from: u32) -> PathBuf {
         .unwrap_or(base)
 }
 
+/// Copies the database of `src` to the new file `dest` as of one moment: SQLite's online
+/// backup API, every page in one step, so one read transaction that under WAL blocks no
+/// writer and cannot be restarted by one (a stepped backup starts over whenever another
+/// connection writes). Measured against `VACUUM INTO` (docs/PERFORMANCE.md 9): a third of
+/// the time, so writers are slowed a third as long; free pages are copied, and compress away.
+///
+/// `dest` is made here, new and owner-only (a catalog names every file and holds every
+/// secret): an existing file is never overwritten.
+fn copy_database(src: &Connection, dest: &Path) -> Result<()> {
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(dest)
+            .map_err(|e| CatalogError::Refused(format!("cannot create {}: {e}", dest.display())))?;
+    }
+    let mut dst = Connection::open(dest).map_err(classify(dest, "copying the catalog"))?;
+    // Not synced as it is written: whoever keeps the copy syncs what it makes of it.
+    dst.execute_batch("PRAGMA synchronous = OFF").map_err(classify(dest, "copying the catalog"))?;
+    let backup = rusqlite::backup::Backup::new(src, &mut dst)
+        .map_err(classify(dest, "copying the catalog"))?;
+    // Busy or locked only while another connection changes the journal mode or checkpoints
+    // with truncation: moments.
+    for _ in 0..600 {
+        match backup.step(-1).map_err(classify(dest, "copying the catalog"))? {
+            rusqlite::backup::StepResult::Done => return Ok(()),
+            _ => std::thread::sleep(std::time::Duration::from_millis(50)),
+        }
+    }
+    Err(CatalogError::Refused(format!(
+        "copying the catalog to {}: its source stayed locked for 30 s",
+        dest.display()
+    )))
+}
+
 fn migrate(conn: &Connection, path: &Path, from: u32, to: u32) -> Result<()> {
     for version in from + 1..=to {
         let sql = migrations::sql(version, Dialect::Sqlite)
@@ -185,10 +222,7 @@ impl SqliteCatalog {
             // that must be downgraded, needs the catalog as it was.
             if found > 0 {
                 let backup = pre_upgrade_path(path, found);
-                let text = backup.to_str().ok_or_else(|| {
-                    CatalogError::Refused(format!("{} is not a UTF-8 path", backup.display()))
-                })?;
-                conn.execute("VACUUM INTO ?1", [text]).map_err(|e| {
+                copy_database(&conn, &backup).map_err(|e| {
                     CatalogError::Refused(format!(
                         "not upgrading {} from schema {found}: its copy to {} failed first: {e}",
                         path.display(),
@@ -1384,26 +1418,19 @@ impl Catalog for SqliteCatalog {
         let conn = lock(&self.writer);
         conn.execute_batch("BEGIN IMMEDIATE")
             .map_err(CatalogError::db("starting a transaction"))?;
-        let t = SqliteTxn {
+        let mut t = SqliteTxn {
             conn,
             done: false,
             chunks_gone: !chunks.is_empty(),
             changed: Default::default(),
         };
-        {
-            let c = &*t.conn;
-            for id in chunks {
-                c.prepare_cached("UPDATE chunks SET damaged = 1 WHERE id = ?1")
-                    .and_then(|mut s| s.execute([id.0]))
-                    .map_err(CatalogError::db("marking a chunk damaged"))?;
-            }
-            for id in objects {
-                c.prepare_cached("UPDATE objects SET damaged = 1 WHERE id = ?1")
-                    .and_then(|mut s| s.execute([id.0]))
-                    .map_err(CatalogError::db("marking an object damaged"))?;
-            }
+        let op = "marking chunks and versions damaged";
+        for id in chunks {
+            t.conn
+                .prepare_cached("UPDATE chunks SET damaged = 1 WHERE id = ?1")
+                .and_then(|mut s| s.execute([id.0]))
+                .map_err(CatalogError::db(op))?;
         }
-        let mut t = t;
         // Versions committed since the scan that found `objects`: few, and read in this
         // transaction, so none can slip between the scan and the marks.
         let wanted: std::collections::HashSet<ChunkId> = chunks.iter().copied().collect();
@@ -1412,31 +1439,26 @@ impl Catalog for SqliteCatalog {
             let mut stmt = t
                 .conn
                 .prepare_cached("SELECT id, chunk_list FROM objects WHERE id > ?1")
-                .map_err(CatalogError::db("marking objects damaged"))?;
-            let mut rows =
-                stmt.query([after.0]).map_err(CatalogError::db("marking objects damaged"))?;
-            while let Some(r) = rows.next().map_err(CatalogError::db("marking objects damaged"))? {
-                let id: i64 = r.get(0).map_err(CatalogError::db("marking objects damaged"))?;
-                let blob: Vec<u8> =
-                    r.get(1).map_err(CatalogError::db("marking objects damaged"))?;
+                .map_err(CatalogError::db(op))?;
+            let mut rows = stmt.query([after.0]).map_err(CatalogError::db(op))?;
+            while let Some(r) = rows.next().map_err(CatalogError::db(op))? {
+                let id: i64 = r.get(0).map_err(CatalogError::db(op))?;
+                let blob: Vec<u8> = r.get(1).map_err(CatalogError::db(op))?;
                 if chunk_list::decode(&blob)?.iter().any(|c| wanted.contains(c)) {
                     later.push(ObjectId(id));
                 }
             }
         }
-        for id in &later {
-            t.conn
-                .prepare_cached("UPDATE objects SET damaged = 1 WHERE id = ?1")
-                .and_then(|mut s| s.execute([id.0]))
-                .map_err(CatalogError::db("marking an object damaged"))?;
-        }
         for id in objects.iter().chain(&later) {
-            // The damaged active versions leave the inventory clients compare with.
+            // The damaged active versions leave the inventory clients compare with: their
+            // filespaces get a new generation.
             let fs: Option<i64> = t
                 .conn
-                .prepare_cached("SELECT filespace_id FROM objects WHERE id = ?1")
+                .prepare_cached(
+                    "UPDATE objects SET damaged = 1 WHERE id = ?1 RETURNING filespace_id",
+                )
                 .and_then(|mut s| s.query_row([id.0], |r| r.get(0)).optional())
-                .map_err(CatalogError::db("marking an object damaged"))?;
+                .map_err(CatalogError::db(op))?;
             t.changed.extend(fs);
         }
         Box::new(t).commit()
@@ -1465,44 +1487,8 @@ impl Catalog for SqliteCatalog {
     }
 
     fn snapshot(&self, dest: &Path) -> Result<()> {
-        // SQLite's online backup API, all pages in one step: one read transaction on its own
-        // connection, so under WAL it blocks no writer and cannot be restarted by one (a
-        // stepped backup starts over whenever another connection writes). Measured against
-        // `VACUUM INTO` (docs/PERFORMANCE.md 9): a third of the time, so writers are slowed
-        // for a third as long; the copy keeps free pages, which compress away.
-        //
-        // The file is made here, new and owner-only (it names every file and holds every
-        // secret of the catalog): an existing file is never overwritten.
-        {
-            use std::os::unix::fs::OpenOptionsExt;
-            std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(dest)
-                .map_err(|e| {
-                    CatalogError::Refused(format!("cannot create {}: {e}", dest.display()))
-                })?;
-        }
-        let src = open_connection(&self.path)?;
-        let mut dst = Connection::open(dest).map_err(classify(dest, "copying the catalog"))?;
-        // Not synced as it is written: the catalog backup syncs what it makes of it.
-        dst.execute_batch("PRAGMA synchronous = OFF")
-            .map_err(classify(dest, "copying the catalog"))?;
-        let backup = rusqlite::backup::Backup::new(&src, &mut dst)
-            .map_err(classify(dest, "copying the catalog"))?;
-        // Busy or locked only while another connection changes the journal mode or
-        // checkpoints with truncation: moments.
-        for _ in 0..600 {
-            match backup.step(-1).map_err(classify(dest, "copying the catalog"))? {
-                rusqlite::backup::StepResult::Done => return Ok(()),
-                _ => std::thread::sleep(std::time::Duration::from_millis(50)),
-            }
-        }
-        Err(CatalogError::Refused(format!(
-            "copying the catalog to {}: its source stayed locked for 30 s",
-            dest.display()
-        )))
+        // Its own connection: one read transaction that writers never wait for.
+        copy_database(&open_connection(&self.path)?, dest)
     }
 
     fn stats(&self) -> Result<CatalogStats> {

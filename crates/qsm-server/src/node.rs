@@ -516,21 +516,9 @@ impl Node for NodeService {
         let state = Arc::clone(&self.state);
         blocking(move || {
             let catalog = state.store.catalog();
-            let classes =
-                qsm_catalog::node_classes(catalog.as_ref(), node).map_err(catalog_status)?;
-            let id = catalog
-                .nodes()
-                .map_err(catalog_status)?
-                .into_iter()
-                .find(|n| n.id == node)
-                .map(|n| n.domain);
-            let domain = catalog
-                .domains()
-                .map_err(catalog_status)?
-                .into_iter()
-                .find(|d| Some(d.id) == id)
-                .map(|d| d.name)
-                .unwrap_or_default();
+            let (domain, classes) =
+                qsm_catalog::node_policy(catalog.as_ref(), node).map_err(catalog_status)?;
+            let domain = domain.name;
             Ok(Response::new(v1::ClassList {
                 domain,
                 names: classes.into_iter().map(|c| c.name).collect(),

@@ -116,6 +116,9 @@ impl std::fmt::Debug for Running {
     }
 }
 
+/// Processes that read or rewrite the pool's containers: one of them at a time.
+const POOL_PROCESSES: &[&str] = &["reclaim stgpool", "audit stgpool"];
+
 /// The processes running now, by their catalog id.
 #[derive(Debug, Default)]
 pub struct Processes(Mutex<BTreeMap<i64, Running>>);
@@ -140,17 +143,16 @@ impl Processes {
     }
 
     /// Registers a running process, unless one of its kind runs (then its id is the error):
-    /// one of each kind at a time, so two expirations never decide the same versions. Kinds
-    /// on the same object ("reclaim stgpool", "audit stgpool") exclude each other too: an
-    /// audit reading a container reclamation deletes would take its chunks for damaged.
+    /// one of each kind at a time, so two expirations never decide the same versions. The
+    /// [`POOL_PROCESSES`] exclude each other too: an audit reading a container reclamation
+    /// deletes would take its chunks for damaged.
     pub fn start(&self, id: i64, running: Running) -> Result<ProcessGuard<'_>, (i64, String)> {
         let mut map = self.lock();
-        let object = |kind: &str| kind.rsplit(' ').next().map(str::to_owned);
-        if let Some((other, _)) = map.iter().find(|(_, r)| {
-            r.kind == running.kind
-                || (object(&r.kind) == object(&running.kind)
-                    && object(&r.kind).as_deref() == Some("stgpool"))
-        }) {
+        let pool = |kind: &str| POOL_PROCESSES.contains(&kind);
+        if let Some((other, _)) = map
+            .iter()
+            .find(|(_, r)| r.kind == running.kind || (pool(&r.kind) && pool(&running.kind)))
+        {
             return Err((*other, map[other].kind.clone()));
         }
         map.insert(id, running);
