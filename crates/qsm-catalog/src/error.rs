@@ -56,9 +56,56 @@ pub enum CatalogError {
         /// The database error.
         source: rusqlite::Error,
     },
+    /// PostgreSQL failed or refused.
+    #[error("catalog database error while {op}: {}", pg_detail(source))]
+    Pg {
+        /// What was being done.
+        op: &'static str,
+        /// The driver's error.
+        source: tokio_postgres::Error,
+    },
+    /// The catalog's database cannot be reached.
+    #[error("the catalog database {what} is unavailable: {detail}")]
+    Unavailable {
+        /// The database (a URL without password).
+        what: String,
+        /// Why.
+        detail: String,
+    },
+}
+
+/// PostgreSQL's own message and code, which the driver's Display leaves out ("db error").
+pub(crate) fn pg_detail(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{} ({})", db.message(), db.code().code()),
+        None => match std::error::Error::source(e) {
+            Some(cause) => format!("{e}: {cause}"),
+            None => e.to_string(),
+        },
+    }
 }
 
 impl CatalogError {
+    /// Whether the same work may succeed if tried again: a deadlock or serialization failure
+    /// between concurrent transactions, or a connection lost and made again.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            CatalogError::Pg { source, .. } => match source.code() {
+                Some(code) => {
+                    matches!(code.code(), "40001" | "40P01" | "57P01" | "57P02" | "57P03")
+                        || code.code().starts_with("08")
+                }
+                None => source.is_closed(),
+            },
+            CatalogError::Unavailable { .. } => true,
+            CatalogError::Db { source, .. } => matches!(
+                source.sqlite_error_code(),
+                Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+            ),
+            _ => false,
+        }
+    }
+
     pub(crate) fn db(op: &'static str) -> impl FnOnce(rusqlite::Error) -> CatalogError {
         move |source| CatalogError::Db { op, source }
     }

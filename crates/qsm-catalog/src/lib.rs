@@ -3,8 +3,9 @@
 //! The catalog records which node backed up which object, which versions are active, where
 //! every chunk lives, and the policy, sessions, processes and activity log around them. One
 //! [`Catalog`] interface has a SQLite implementation ([`SqliteCatalog`], bundled, WAL mode),
-//! the embedded default; a PostgreSQL implementation follows in a later issue and must pass
-//! the same [`conformance`] suite, so callers never see which one they talk to.
+//! the embedded default, and a PostgreSQL implementation ([`PostgresCatalog`]) for sites past
+//! one machine and servers sharing one catalog. Both pass the same [`conformance`] suite, so
+//! callers never see which one they talk to; [`copy`] moves a whole catalog between them.
 //!
 //! Writes go through a [`Txn`]: the server groups many objects in one transaction (TSM's
 //! `txngroupmax` / `txnbytelimit`), and nothing is visible before [`Txn::commit`]. The commit
@@ -15,15 +16,72 @@
 
 mod chunk_list;
 pub mod conformance;
+pub mod copy;
 pub mod error;
 pub mod expire;
 pub mod migrations;
 pub mod model;
+mod postgres;
 mod sqlite;
+#[doc(hidden)]
+pub mod testing;
 
 pub use error::{CatalogError, Result};
 pub use model::*;
+pub use postgres::{PostgresCatalog, redact};
 pub use sqlite::{SqliteCatalog, Upgrade};
+
+/// Whether `spec` names a PostgreSQL database (`postgres://` or `postgresql://`) rather than a
+/// SQLite file.
+pub fn is_postgres(spec: &str) -> bool {
+    spec.starts_with("postgres://") || spec.starts_with("postgresql://")
+}
+
+/// An open catalog of either backend, for the tools that accept both.
+#[derive(Debug)]
+pub enum AnyCatalog {
+    /// A SQLite file.
+    Sqlite(SqliteCatalog),
+    /// A PostgreSQL database.
+    Postgres(Box<PostgresCatalog>),
+}
+
+impl AnyCatalog {
+    /// Opens `spec`: a `postgres://` URL, or the path of a SQLite file (created if missing).
+    pub fn open(spec: &str) -> Result<AnyCatalog> {
+        if is_postgres(spec) {
+            Ok(AnyCatalog::Postgres(Box::new(PostgresCatalog::open(spec)?)))
+        } else {
+            Ok(AnyCatalog::Sqlite(SqliteCatalog::open(std::path::Path::new(
+                spec.strip_prefix("sqlite:").unwrap_or(spec),
+            ))?))
+        }
+    }
+
+    /// The catalog.
+    pub fn catalog(&self) -> &dyn Catalog {
+        match self {
+            AnyCatalog::Sqlite(c) => c,
+            AnyCatalog::Postgres(c) => c.as_ref(),
+        }
+    }
+
+    /// Its rows, for whole-catalog copies.
+    pub fn tables(&self) -> &dyn copy::RawTables {
+        match self {
+            AnyCatalog::Sqlite(c) => c,
+            AnyCatalog::Postgres(c) => c.as_ref(),
+        }
+    }
+
+    /// Into a shared catalog.
+    pub fn into_shared(self) -> std::sync::Arc<dyn Catalog> {
+        match self {
+            AnyCatalog::Sqlite(c) => std::sync::Arc::new(c),
+            AnyCatalog::Postgres(c) => std::sync::Arc::new(*c),
+        }
+    }
+}
 
 /// The catalog interface. Implementations are shared between threads; each call is its own
 /// transaction unless made through a [`Txn`].

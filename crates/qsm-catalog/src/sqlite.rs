@@ -2031,3 +2031,104 @@ impl Txn for SqliteTxn<'_> {
         Ok(())
     }
 }
+
+fn to_sql_value(v: &crate::copy::Value) -> rusqlite::types::Value {
+    use crate::copy::Value;
+    match v {
+        Value::Null => rusqlite::types::Value::Null,
+        Value::Int(i) => rusqlite::types::Value::Integer(*i),
+        Value::Text(s) => rusqlite::types::Value::Text(s.clone()),
+        Value::Bytes(b) => rusqlite::types::Value::Blob(b.clone()),
+    }
+}
+
+fn from_sql_value(v: rusqlite::types::ValueRef<'_>, table: &str) -> Result<crate::copy::Value> {
+    use crate::copy::Value;
+    use rusqlite::types::ValueRef;
+    Ok(match v {
+        ValueRef::Null => Value::Null,
+        ValueRef::Integer(i) => Value::Int(i),
+        ValueRef::Text(t) => Value::Text(String::from_utf8(t.to_vec()).map_err(|_| {
+            CatalogError::Damaged(format!("text in table {table} that is not UTF-8"))
+        })?),
+        ValueRef::Blob(b) => Value::Bytes(b.to_vec()),
+        ValueRef::Real(r) => {
+            return Err(CatalogError::Damaged(format!("a real number {r} in table {table}")));
+        }
+    })
+}
+
+impl crate::copy::RawTables for SqliteCatalog {
+    fn export(&self, sink: &mut crate::copy::RowSink<'_>) -> Result<()> {
+        let op = "reading the catalog for a copy";
+        check_copy_version(self.schema_version()?)?;
+        self.with_reader(|c| {
+            // One read transaction: every table as of one moment.
+            c.execute_batch("BEGIN").map_err(CatalogError::db(op))?;
+            let result = (|| {
+                for table in crate::copy::TABLES {
+                    let mut stmt =
+                        c.prepare(&crate::copy::select_sql(table)).map_err(CatalogError::db(op))?;
+                    let mut rows = stmt.query([]).map_err(CatalogError::db(op))?;
+                    let mut values = Vec::with_capacity(table.1.len());
+                    while let Some(row) = rows.next().map_err(CatalogError::db(op))? {
+                        values.clear();
+                        for i in 0..table.1.len() {
+                            let v = row.get_ref(i).map_err(CatalogError::db(op))?;
+                            values.push(from_sql_value(v, table.0)?);
+                        }
+                        sink(table, &values)?;
+                    }
+                }
+                Ok(())
+            })();
+            let _ = c.execute_batch("COMMIT");
+            result
+        })
+    }
+
+    fn import(
+        &self,
+        feed: &mut dyn FnMut(&mut crate::copy::RowSink<'_>) -> Result<()>,
+    ) -> Result<()> {
+        let op = "writing a copy into the catalog";
+        check_copy_version(self.schema_version()?)?;
+        let conn = lock(&self.writer);
+        conn.execute_batch("BEGIN IMMEDIATE").map_err(CatalogError::db(op))?;
+        let result = (|| {
+            for table in crate::copy::TABLES.iter().rev() {
+                conn.execute(&format!("DELETE FROM {}", table.0), [])
+                    .map_err(CatalogError::db(op))?;
+            }
+            feed(&mut |table, row| {
+                let sql = crate::copy::insert_sql(table, |i| format!("?{i}"));
+                let mut stmt = conn.prepare_cached(&sql).map_err(CatalogError::db(op))?;
+                stmt.execute(rusqlite::params_from_iter(row.iter().map(to_sql_value)))
+                    .map_err(CatalogError::db(op))?;
+                Ok(())
+            })?;
+            // AUTOINCREMENT already continues after the largest id inserted.
+            conn.execute_batch("COMMIT").map_err(CatalogError::db(op))
+        })();
+        if result.is_err() {
+            let _ = conn.execute_batch("ROLLBACK");
+        }
+        result
+    }
+
+    fn describe(&self) -> String {
+        self.path.display().to_string()
+    }
+}
+
+/// Copies are made only between catalogs of the schema [`crate::copy::TABLES`] describes.
+pub(crate) fn check_copy_version(found: u32) -> Result<()> {
+    if found != crate::copy::TABLES_VERSION {
+        return Err(CatalogError::Refused(format!(
+            "a catalog of schema {found} cannot be copied by this program (schema {}): open it \
+             with this program first to upgrade it",
+            crate::copy::TABLES_VERSION
+        )));
+    }
+    Ok(())
+}

@@ -253,3 +253,35 @@ fn a_full_disk_loses_no_committed_transaction() {
     );
     assert!(cat.check().unwrap().problems.is_empty());
 }
+
+/// `copy::TABLES` names every table and column of the schema, so a whole-catalog copy
+/// (migrate-catalog, a PostgreSQL snapshot) cannot silently drop one a migration added.
+#[test]
+fn tables_list_every_column() {
+    let dir = TempDir::new().unwrap();
+    let path = dir.path().join("catalog.db");
+    drop(SqliteCatalog::open(&path).unwrap());
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let mut stmt = conn
+        .prepare(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' \
+             AND name <> 'qsm_schema' ORDER BY name",
+        )
+        .unwrap();
+    let mut tables: Vec<String> =
+        stmt.query_map([], |r| r.get(0)).unwrap().map(|r| r.unwrap()).collect();
+    let mut listed: Vec<String> =
+        qsm_catalog::copy::TABLES.iter().map(|t| t.0.to_string()).collect();
+    tables.sort();
+    listed.sort();
+    assert_eq!(tables, listed);
+    for (table, columns) in qsm_catalog::copy::TABLES {
+        let mut stmt = conn.prepare(&format!("PRAGMA table_info({table})")).unwrap();
+        let mut actual: Vec<String> =
+            stmt.query_map([], |r| r.get(1)).unwrap().map(|r| r.unwrap()).collect();
+        let mut expected: Vec<String> = columns.iter().map(|c| c.0.to_string()).collect();
+        actual.sort();
+        expected.sort();
+        assert_eq!(actual, expected, "table {table}");
+    }
+}

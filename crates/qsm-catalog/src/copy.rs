@@ -1,0 +1,312 @@
+//! Copying a whole catalog between backends, table by table: `qsm admin migrate-catalog`
+//! (SQLite to PostgreSQL and back), the PostgreSQL catalog's snapshot (a SQLite file, so
+//! `backup db` writes one format whatever the backend) and a restore into PostgreSQL.
+//!
+//! Rows travel as [`Value`]s in each table's primary-key order, read from one snapshot of
+//! the source and written in one transaction on the destination, so the copy is of one
+//! moment and all or nothing. Ids are copied as they are (chunk lists and foreign keys refer
+//! to them), and the destination's id generators continue after the largest. Each table's
+//! row count and a BLAKE3 hash of its rows, in order, are computed on both sides: a copy whose
+//! digests differ from its source's is reported, never trusted.
+
+use crate::error::{CatalogError, Result};
+use crate::migrations::LATEST;
+
+/// One column value, as both backends store it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Value {
+    /// SQL NULL.
+    Null,
+    /// An integer (every number in the catalog is a 64-bit integer).
+    Int(i64),
+    /// Text.
+    Text(String),
+    /// Bytes.
+    Bytes(Vec<u8>),
+}
+
+/// A column's type, which a NULL needs to be bound on PostgreSQL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// BIGINT.
+    Int,
+    /// TEXT.
+    Text,
+    /// BLOB / BYTEA.
+    Bytes,
+}
+
+/// A table and its columns (name, kind), the first being the key the rows are ordered by.
+pub type Table = (&'static str, &'static [(&'static str, Kind)]);
+
+use Kind::{Bytes as B, Int as I, Text as T};
+
+/// Every table of schema [`LATEST`], parents before children (foreign keys hold after each
+/// table). A new migration that adds a table or column adds it here; the test
+/// `tables_list_every_column` compares this list with the schema itself.
+pub const TABLES: &[Table] = &[
+    ("domains", &[("id", I), ("name", T), ("description", T)]),
+    ("mgmt_classes", &[("id", I), ("domain_id", I), ("name", T)]),
+    (
+        "backup_copygroups",
+        &[
+            ("mgmt_class_id", I),
+            ("versions_exist", I),
+            ("versions_deleted", I),
+            ("retain_extra_days", I),
+            ("retain_only_days", I),
+        ],
+    ),
+    ("archive_copygroups", &[("mgmt_class_id", I), ("retain_version_days", I)]),
+    ("dedup_scopes", &[("id", I), ("name", T), ("secret", B)]),
+    (
+        "nodes",
+        &[
+            ("id", I),
+            ("name", T),
+            ("password_hash", T),
+            ("domain_id", I),
+            ("locked", I),
+            ("registered", I),
+            ("dedup_scope", I),
+            ("key_file", B),
+        ],
+    ),
+    ("filespaces", &[("id", I), ("node_id", I), ("name", T), ("created", I), ("generation", I)]),
+    ("storage_pools", &[("id", I), ("name", T), ("kind", T), ("location", T)]),
+    ("containers", &[("id", I), ("pool_id", I), ("size", I), ("sealed", I)]),
+    (
+        "chunks",
+        &[
+            ("id", I),
+            ("container_id", I),
+            ("frame_offset", I),
+            ("stored_len", I),
+            ("raw_len", I),
+            ("codec", I),
+            ("refcount", I),
+            ("hash", B),
+            ("scope", I),
+            ("sealed", I),
+            ("damaged", I),
+        ],
+    ),
+    (
+        "objects",
+        &[
+            ("id", I),
+            ("filespace_id", I),
+            ("state", I),
+            ("path", B),
+            ("object_type", I),
+            ("size", I),
+            ("mtime_ns", I),
+            ("ctime_ns", I),
+            ("mode", I),
+            ("uid", I),
+            ("gid", I),
+            ("inserted", I),
+            ("deactivated", I),
+            ("mgmt_class_id", I),
+            ("description", T),
+            ("retain_until", I),
+            ("link_target", B),
+            ("chunk_list", B),
+            ("ino", I),
+            ("damaged", I),
+        ],
+    ),
+    (
+        "sessions",
+        &[
+            ("id", I),
+            ("node_id", I),
+            ("started", I),
+            ("ended", I),
+            ("bytes", I),
+            ("objects", I),
+            ("state", T),
+        ],
+    ),
+    (
+        "processes",
+        &[("id", I), ("kind", T), ("started", I), ("ended", I), ("state", T), ("detail", T)],
+    ),
+    (
+        "activity_log",
+        &[
+            ("id", I),
+            ("time", I),
+            ("severity", I),
+            ("message", T),
+            ("node_id", I),
+            ("session_id", I),
+            ("process_id", I),
+        ],
+    ),
+    (
+        "admins",
+        &[
+            ("id", I),
+            ("name", T),
+            ("password_hash", T),
+            ("locked", I),
+            ("registered", I),
+            ("privileges", T),
+        ],
+    ),
+    ("catalog_state", &[("name", T), ("value", I)]),
+];
+
+/// Receives the rows of a copy: table by table in [`TABLES`] order, each table's rows in key
+/// order, each row's values in the table's column order.
+pub type RowSink<'a> = dyn FnMut(&Table, &[Value]) -> Result<()> + 'a;
+
+/// What a backend provides for whole-catalog copies.
+pub trait RawTables {
+    /// Calls `sink` with every row of every table in [`TABLES`], all read from one snapshot.
+    fn export(&self, sink: &mut RowSink<'_>) -> Result<()>;
+
+    /// Replaces the whole content of the catalog, in one transaction, with the rows `feed`
+    /// passes to the sink it is given (in [`export`](RawTables::export)'s order), then moves
+    /// every id generator past the largest id copied.
+    fn import(&self, feed: &mut dyn FnMut(&mut RowSink<'_>) -> Result<()>) -> Result<()>;
+
+    /// A short name of the catalog for messages (a path or a URL without password).
+    fn describe(&self) -> String;
+}
+
+/// Per-table row counts and digests.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Digest {
+    /// (table, rows, BLAKE3 of the rows) in [`TABLES`] order.
+    pub tables: Vec<(&'static str, u64, [u8; 32])>,
+}
+
+impl Digest {
+    /// Rows in all tables.
+    pub fn rows(&self) -> u64 {
+        self.tables.iter().map(|t| t.1).sum()
+    }
+}
+
+/// Computes [`Digest`]s of rows as they pass.
+#[derive(Debug, Default)]
+struct Digester {
+    done: Vec<(&'static str, u64, [u8; 32])>,
+    current: Option<(&'static str, u64, blake3::Hasher)>,
+}
+
+impl Digester {
+    fn add(&mut self, table: &Table, row: &[Value]) {
+        if self.current.as_ref().map(|c| c.0) != Some(table.0) {
+            self.close();
+            self.current = Some((table.0, 0, blake3::Hasher::new()));
+        }
+        if let Some((_, n, h)) = &mut self.current {
+            *n += 1;
+            for v in row {
+                // Self-delimiting, so no two different rows hash alike.
+                match v {
+                    Value::Null => {
+                        h.update(&[0]);
+                    }
+                    Value::Int(i) => {
+                        h.update(&[1]);
+                        h.update(&i.to_le_bytes());
+                    }
+                    Value::Text(s) => {
+                        h.update(&[2]);
+                        h.update(&(s.len() as u64).to_le_bytes());
+                        h.update(s.as_bytes());
+                    }
+                    Value::Bytes(b) => {
+                        h.update(&[3]);
+                        h.update(&(b.len() as u64).to_le_bytes());
+                        h.update(b);
+                    }
+                }
+            }
+        }
+    }
+
+    fn close(&mut self) {
+        if let Some((t, n, h)) = self.current.take() {
+            self.done.push((t, n, *h.finalize().as_bytes()));
+        }
+    }
+
+    /// The digest, with empty tables listed too.
+    fn finish(mut self) -> Digest {
+        self.close();
+        let tables = TABLES
+            .iter()
+            .map(|(name, _)| {
+                self.done.iter().find(|d| d.0 == *name).copied().unwrap_or((
+                    name,
+                    0,
+                    *blake3::Hasher::new().finalize().as_bytes(),
+                ))
+            })
+            .collect();
+        Digest { tables }
+    }
+}
+
+/// The digest of a catalog's content as of one moment.
+pub fn digest(catalog: &dyn RawTables) -> Result<Digest> {
+    let mut d = Digester::default();
+    catalog.export(&mut |t, row| {
+        d.add(t, row);
+        Ok(())
+    })?;
+    Ok(d.finish())
+}
+
+/// Copies everything in `from` into `to`, replacing what `to` held, and verifies the copy:
+/// `to` is read back and its digest must equal that of what was read from `from`.
+/// Returns that digest.
+pub fn copy_catalog(from: &dyn RawTables, to: &dyn RawTables) -> Result<Digest> {
+    let mut source = Digester::default();
+    to.import(&mut |sink| {
+        from.export(&mut |t, row| {
+            source.add(t, row);
+            sink(t, row)
+        })
+    })?;
+    let source = source.finish();
+    let copy = digest(to)?;
+    if copy != source {
+        let differ: Vec<String> = source
+            .tables
+            .iter()
+            .zip(&copy.tables)
+            .filter(|(a, b)| a != b)
+            .map(|(a, b)| format!("{}: {} rows read, {} rows in the copy", a.0, a.1, b.1))
+            .collect();
+        return Err(CatalogError::Damaged(format!(
+            "the copy of {} in {} differs from what was read: {}",
+            from.describe(),
+            to.describe(),
+            differ.join("; ")
+        )));
+    }
+    Ok(source)
+}
+
+/// `INSERT INTO table (columns) VALUES (placeholders)`, with `placeholder(i)` for the
+/// 1-based parameter `i`.
+pub(crate) fn insert_sql(table: &Table, placeholder: impl Fn(usize) -> String) -> String {
+    let cols: Vec<&str> = table.1.iter().map(|c| c.0).collect();
+    let params: Vec<String> = (1..=cols.len()).map(placeholder).collect();
+    format!("INSERT INTO {} ({}) VALUES ({})", table.0, cols.join(", "), params.join(", "))
+}
+
+/// `SELECT columns FROM table ORDER BY key`.
+pub(crate) fn select_sql(table: &Table) -> String {
+    let cols: Vec<&str> = table.1.iter().map(|c| c.0).collect();
+    format!("SELECT {} FROM {} ORDER BY {}", cols.join(", "), table.0, cols[0])
+}
+
+/// The schema version the tables describe; a backend refuses copies at any other.
+pub const TABLES_VERSION: u32 = LATEST;

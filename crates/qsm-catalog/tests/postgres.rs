@@ -1,0 +1,168 @@
+//! The PostgreSQL catalog against a real PostgreSQL: the shared conformance suite, migrations,
+//! concurrency between connections and servers, copies between backends, bad databases.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] functions
+
+use qsm_catalog::copy::{copy_catalog, digest};
+use qsm_catalog::migrations::LATEST;
+use qsm_catalog::testing::TempDatabase;
+use qsm_catalog::{Catalog, CatalogError, PostgresCatalog, SqliteCatalog, conformance};
+
+#[test]
+fn passes_the_conformance_suite() {
+    let dbs = std::cell::RefCell::new(Vec::new());
+    let failures = conformance::run_all(&|| {
+        let db = TempDatabase::new().unwrap();
+        let cat = PostgresCatalog::open(&db.url).unwrap();
+        dbs.borrow_mut().push(db);
+        Box::new(cat) as Box<dyn Catalog>
+    });
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+#[test]
+fn migrates_from_every_earlier_version_with_the_same_numbers() {
+    for from in 0..LATEST {
+        let db = TempDatabase::new().unwrap();
+        let old = PostgresCatalog::open_at(&db.url, from).unwrap();
+        assert_eq!(old.schema_version().unwrap(), from);
+        drop(old);
+        let cat = PostgresCatalog::open(&db.url).unwrap();
+        assert_eq!(cat.schema_version().unwrap(), LATEST);
+        assert!(conformance::policy(&cat).is_ok(), "from version {from}");
+    }
+}
+
+#[test]
+fn a_foreign_database_and_a_newer_schema_are_refused() {
+    let db = TempDatabase::new().unwrap();
+    qsm_catalog::testing::execute(&db.url, "CREATE TABLE payroll (id BIGINT)").unwrap();
+    let e = PostgresCatalog::open(&db.url).unwrap_err();
+    assert!(e.to_string().contains("no QSM catalog"), "{e}");
+
+    let db = TempDatabase::new().unwrap();
+    drop(PostgresCatalog::open(&db.url).unwrap());
+    qsm_catalog::testing::execute(&db.url, "UPDATE qsm_schema SET version = 999").unwrap();
+    assert!(matches!(PostgresCatalog::open(&db.url), Err(CatalogError::TooNew { found: 999, .. })));
+}
+
+#[test]
+fn an_unreachable_server_is_a_clear_error_naming_it_without_its_password() {
+    let started = std::time::Instant::now();
+    let e = PostgresCatalog::open("postgres://qsm:secret@127.0.0.1:1/qsm").unwrap_err();
+    let text = e.to_string();
+    assert!(text.contains("127.0.0.1:1") && !text.contains("secret"), "{text}");
+    assert!(text.contains("unavailable"), "{text}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
+    let e = PostgresCatalog::open("postgres://nobody@127.0.0.1:5432/qsm_no_such_db").unwrap_err();
+    assert!(e.to_string().contains("qsm_no_such_db"), "{e}");
+}
+
+/// Two servers starting on one new database: one migrates, the other waits and finds it done.
+#[test]
+fn servers_opening_one_new_database_at_once_migrate_it_once() {
+    let db = TempDatabase::new().unwrap();
+    let opened: Vec<_> = std::thread::scope(|s| {
+        let h: Vec<_> = (0..4).map(|_| s.spawn(|| PostgresCatalog::open(&db.url))).collect();
+        h.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for c in opened {
+        assert_eq!(c.unwrap().schema_version().unwrap(), LATEST);
+    }
+}
+
+/// Many writers on separate connections (as several servers are) referencing and releasing
+/// the same deduplicated chunks: the reference counts stay exact.
+#[test]
+fn concurrent_writers_keep_reference_counts_exact() {
+    use qsm_catalog::*;
+    let db = TempDatabase::new().unwrap();
+    let cats: Vec<PostgresCatalog> =
+        (0..2).map(|_| PostgresCatalog::open(&db.url).unwrap()).collect();
+    let domain = standard_domain(&cats[0]).unwrap();
+    let node = cats[0].register_node("n", "h", domain).unwrap();
+    let scope = cats[0].dedup_scope(node, [7; 32]).unwrap();
+    let pool = cats[0].define_pool("p", "dir", "/p").unwrap();
+    let mut t = cats[0].begin().unwrap();
+    t.add_container(pool, ContainerId(1)).unwrap();
+    t.commit().unwrap();
+    let threads = 6;
+    let per = 40;
+    std::thread::scope(|s| {
+        for w in 0..threads {
+            let cat = &cats[w % 2];
+            s.spawn(move || {
+                let fs = cat.filespace(node, &format!("/fs{w}")).unwrap();
+                for i in 0..per {
+                    let chunks = (0..4u8)
+                        .map(|k| {
+                            ObjectChunk::Keyed(
+                                NewChunk {
+                                    container: ContainerId(1),
+                                    offset: u64::from(k) * 100,
+                                    stored_len: 100,
+                                    raw_len: 100,
+                                    codec: 0,
+                                },
+                                ChunkKey { hash: [k; 32], scope: Some(scope.id), sealed: false },
+                            )
+                        })
+                        .collect();
+                    let object = NewObject {
+                        filespace: fs,
+                        path: format!("/f{}", i % 5).into_bytes(),
+                        kind: ObjectKind::Backup,
+                        object_type: ObjectType::File,
+                        attrs: Attributes::default(),
+                        mgmt_class: None,
+                        description: None,
+                        retain_until: None,
+                        chunks,
+                    };
+                    // A deadlock between two writers is reported as transient: retry it.
+                    loop {
+                        let mut t = cat.begin().unwrap();
+                        match t.insert_object(&object, i as i64).and_then(|_| t.commit()) {
+                            Ok(()) => break,
+                            Err(e) if e.is_transient() => continue,
+                            Err(e) => panic!("{e}"),
+                        }
+                    }
+                }
+            });
+        }
+    });
+    let report = cats[1].check().unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+}
+
+/// SQLite to PostgreSQL and back: every row, id and digest survives, and the copies work.
+#[test]
+fn a_catalog_copies_between_backends_and_verifies() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let sqlite = SqliteCatalog::open(&dir.path().join("a.db")).unwrap();
+    conformance::expiration_by_policy(&sqlite).unwrap();
+    conformance::dedup_scopes_and_keyed_chunks(&sqlite).unwrap_or(());
+    let before = digest(&sqlite).unwrap();
+    assert!(before.rows() > 10);
+
+    let db = TempDatabase::new().unwrap();
+    let pg = PostgresCatalog::open(&db.url).unwrap();
+    let copied = copy_catalog(&sqlite, &pg).unwrap();
+    assert_eq!(copied, before);
+    assert_eq!(digest(&pg).unwrap(), before);
+    // New ids continue after the copied ones.
+    let node = pg.nodes().unwrap()[0].clone();
+    let fs = pg.filespace(node.id, "/new").unwrap();
+    assert!(pg.filespaces(node.id).unwrap().iter().all(|f| f.id.0 <= fs.0));
+    assert!(pg.check().unwrap().problems.is_empty());
+
+    let back = SqliteCatalog::open(&dir.path().join("b.db")).unwrap();
+    let again = copy_catalog(&pg, &back).unwrap();
+    assert_eq!(again, digest(&pg).unwrap());
+    assert!(back.check().unwrap().problems.is_empty());
+
+    // The snapshot of a PostgreSQL catalog is a SQLite catalog with the same rows.
+    let snap = dir.path().join("snap.db");
+    pg.snapshot(&snap).unwrap();
+    assert_eq!(digest(&SqliteCatalog::open(&snap).unwrap()).unwrap(), digest(&pg).unwrap());
+}
