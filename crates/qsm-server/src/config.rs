@@ -16,7 +16,8 @@ pub struct ServerConfig {
     pub plaintext: bool,
     /// The local socket (default `DATA_DIR/qsm.sock`); `""` for none.
     pub socket: Option<PathBuf>,
-    /// The catalog database (default `DATA_DIR/catalog.db`): an SSD keeps it fast.
+    /// The catalog: a SQLite file (default `DATA_DIR/catalog.db`; an SSD keeps it fast) or a
+    /// PostgreSQL database `postgres://USER@HOST:PORT/DB` (several servers may share one).
     pub catalog: Option<PathBuf>,
     /// The storage pool directory (default `DATA_DIR/pool`): large, sequential, any disk.
     pub pool: Option<PathBuf>,
@@ -89,7 +90,25 @@ impl ServerConfig {
         Ok(())
     }
 
-    /// The catalog's path.
+    /// The PostgreSQL catalog's URL, when the catalog is one.
+    pub fn catalog_url(&self) -> Option<String> {
+        let c = self.catalog.as_ref()?.to_str()?;
+        qsm_catalog::is_postgres(c).then(|| c.to_owned())
+    }
+
+    /// Opens the catalog this configuration names.
+    pub fn open_catalog(&self) -> Result<qsm_catalog::AnyCatalog, qsm_catalog::CatalogError> {
+        Ok(match self.catalog_url() {
+            Some(url) => qsm_catalog::AnyCatalog::Postgres(Box::new(
+                qsm_catalog::PostgresCatalog::open(&url)?,
+            )),
+            None => qsm_catalog::AnyCatalog::Sqlite(qsm_catalog::SqliteCatalog::open(
+                &self.catalog_path(),
+            )?),
+        })
+    }
+
+    /// The SQLite catalog's path (meaningless for a PostgreSQL catalog).
     pub fn catalog_path(&self) -> PathBuf {
         self.catalog.clone().unwrap_or_else(|| self.data_dir.join("catalog.db"))
     }

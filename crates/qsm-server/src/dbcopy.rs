@@ -274,7 +274,11 @@ pub fn restore(config: &ServerConfig, from: Option<&Path>) -> Result<Restored, S
             })?,
     };
     let taken = backups.iter().rev().find(|e| same_file(&e.path, &from)).map(|e| e.time);
-    let target = config.catalog_path();
+    // A PostgreSQL catalog is loaded from a SQLite file made in the data directory.
+    let target = match config.catalog_url() {
+        Some(_) => config.data_dir.join("catalog-from-backup.db"),
+        None => config.catalog_path(),
+    };
     let restoring = Temp(Some(target.with_file_name(format!(
         "{}.restoring",
         target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
@@ -330,6 +334,35 @@ pub fn restore(config: &ServerConfig, from: Option<&Path>) -> Result<Restored, S
     // Containers reclaimed after the copy are gone from the pool: their chunks, as the copy
     // places them, are damaged (not offered for deduplication; their files sent again).
     let missing = mark_missing(&restoring_path, config);
+    let (replaced, catalog_bytes) = match config.catalog_url() {
+        Some(url) => restore_into_postgres(&url, config, &restoring_path)?,
+        None => {
+            let replaced = swap_sqlite(&restoring_path, &target)?;
+            (replaced, std::fs::metadata(&target).map(|m| m.len()).unwrap_or_default())
+        }
+    };
+    drop(restoring);
+    let entry = VolhistEntry {
+        time: qsm_catalog::now(),
+        kind: "dbrestore".into(),
+        path: std::path::absolute(&from).unwrap_or(from.clone()),
+        bytes: std::fs::metadata(&from).map(|m| m.len()).unwrap_or_default(),
+        schema: qsm_catalog::migrations::LATEST,
+        catalog_bytes,
+        detail: match &replaced {
+            Some(p) => {
+                format!("{objects} object versions; the catalog replaced is {}", p.display())
+            }
+            None => format!("{objects} object versions"),
+        },
+    };
+    record(&config.data_dir, &entry)?;
+    Ok(Restored { from, taken, objects, replaced, missing })
+}
+
+/// Puts the restored SQLite catalog at `restoring` in place of `target`, keeping the one it
+/// replaces (with its write-ahead log) beside it; returns where.
+fn swap_sqlite(restoring: &Path, target: &Path) -> Result<Option<PathBuf>, String> {
     let replaced = if target.exists() {
         let aside = PathBuf::from(format!("{}.replaced-{}", target.display(), qsm_catalog::now()));
         // The write-ahead log moves with its database, or the copy kept aside loses what
@@ -345,26 +378,29 @@ pub fn restore(config: &ServerConfig, from: Option<&Path>) -> Result<Restored, S
     } else {
         None
     };
-    std::fs::rename(&restoring_path, &target)
+    std::fs::rename(restoring, target)
         .map_err(|e| format!("moving the restored catalog to {}: {e}", target.display()))?;
-    sync_parent(&target)?;
-    drop(restoring);
-    let entry = VolhistEntry {
-        time: qsm_catalog::now(),
-        kind: "dbrestore".into(),
-        path: std::path::absolute(&from).unwrap_or(from.clone()),
-        bytes: std::fs::metadata(&from).map(|m| m.len()).unwrap_or_default(),
-        schema: qsm_catalog::migrations::LATEST,
-        catalog_bytes: std::fs::metadata(&target).map(|m| m.len()).unwrap_or_default(),
-        detail: match &replaced {
-            Some(p) => {
-                format!("{objects} object versions; the catalog replaced is {}", p.display())
-            }
-            None => format!("{objects} object versions"),
-        },
-    };
-    record(&config.data_dir, &entry)?;
-    Ok(Restored { from, taken, objects, replaced, missing })
+    sync_parent(target)?;
+    Ok(replaced)
+}
+
+/// Replaces the content of the PostgreSQL catalog at `url` with the restored copy at
+/// `restoring`, in one transaction, after keeping what it held as a SQLite file in the data
+/// directory. Returns that file and the database's size.
+fn restore_into_postgres(
+    url: &str,
+    config: &ServerConfig,
+    restoring: &Path,
+) -> Result<(Option<PathBuf>, u64), String> {
+    let pg = qsm_catalog::PostgresCatalog::open(url).map_err(|e| e.to_string())?;
+    let aside = config.data_dir.join(format!("catalog-replaced-{}.db", qsm_catalog::now()));
+    pg.snapshot(&aside)
+        .map_err(|e| format!("keeping the catalog being replaced in {}: {e}", aside.display()))?;
+    let copy = SqliteCatalog::open(restoring).map_err(|e| e.to_string())?;
+    qsm_catalog::copy::copy_catalog(&copy, &pg)
+        .map_err(|e| format!("loading the restored catalog into {}: {e}", pg.url()))?;
+    let bytes = pg.stats().map_err(|e| e.to_string())?.database_bytes;
+    Ok((Some(aside), bytes))
 }
 
 /// Marks damaged the chunks the catalog at `catalog` places in containers the pool lacks;

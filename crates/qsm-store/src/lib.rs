@@ -75,7 +75,7 @@ pub enum StoreError {
 mod audit;
 mod local;
 pub use audit::{AuditOptions, AuditReport, DamagedChunk, RESTORED_AT};
-pub use local::open_local;
+pub use local::{open_catalog, open_local};
 
 /// Result of store operations.
 pub type Result<T> = std::result::Result<T, StoreError>;

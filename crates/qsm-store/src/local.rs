@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use qsm_catalog::{Catalog, SqliteCatalog};
+use qsm_catalog::{AnyCatalog, Catalog, SqliteCatalog};
 use qsm_pool::{DirPool, DirPoolOptions, Pool};
 
 use crate::{Result, Store, StoreError};
@@ -13,24 +13,29 @@ use crate::{Result, Store, StoreError};
 /// missing is refused, never replaced by an empty one: later incremental backups would skip
 /// files whose data is stored nowhere.
 pub fn open_local(catalog: &Path, pool: &Path, pool_name: &str) -> Result<Store> {
-    let sqlite = SqliteCatalog::open(catalog)?;
+    open_catalog(AnyCatalog::Sqlite(SqliteCatalog::open(catalog)?), pool, pool_name)
+}
+
+/// [`open_local`] with a catalog of either backend (`qsm server --catalog postgres://...`).
+pub fn open_catalog(catalog: AnyCatalog, pool: &Path, pool_name: &str) -> Result<Store> {
+    let name = catalog.tables().describe();
     let dir_pool = if pool.join("POOL").exists() {
         DirPool::open(pool)?
-    } else if !sqlite.pools()?.is_empty() {
+    } else if !catalog.catalog().pools()?.is_empty() {
         return Err(StoreError::MissingPool(format!(
-            "the catalog {} refers to a storage pool, but {} holds none: mount or restore it",
-            catalog.display(),
+            "the catalog {name} refers to a storage pool, but {} holds none: mount or restore it",
             pool.display()
         )));
     } else {
         DirPool::create(pool, pool_name, &DirPoolOptions::default())?
     };
-    if let Some(u) = sqlite.upgraded() {
+    if let AnyCatalog::Sqlite(sqlite) = &catalog
+        && let Some(u) = sqlite.upgraded()
+    {
         let _ = sqlite.log(
             qsm_catalog::Severity::Info,
             &format!(
-                "catalog {} upgraded from schema {} to {}; the catalog as it was is {}",
-                catalog.display(),
+                "catalog {name} upgraded from schema {} to {}; the catalog as it was is {}",
                 u.from,
                 u.to,
                 u.backup.display()
@@ -40,7 +45,7 @@ pub fn open_local(catalog: &Path, pool: &Path, pool_name: &str) -> Result<Store>
             None,
         );
     }
-    let catalog: Arc<dyn Catalog> = Arc::new(sqlite);
+    let catalog: Arc<dyn Catalog> = catalog.into_shared();
     let pool: Arc<dyn Pool> = Arc::new(dir_pool);
     Store::new(catalog, pool)
 }

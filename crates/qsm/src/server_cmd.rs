@@ -17,7 +17,8 @@ pub struct ServerArgs {
     /// What to do with the server's files while it is stopped (default: run the server).
     #[command(subcommand)]
     offline: Option<Offline>,
-    /// The configuration file (TOML; see docs/ADMIN.md for every setting).
+    /// The configuration file (TOML; see docs/ADMIN.md for every setting). Default:
+    /// DATA_DIR/server.toml when it exists.
     #[arg(long, short = 'c', env = "QSM_SERVER_CONFIG", global = true)]
     config: Option<PathBuf>,
     /// Where catalog, pool, certificate and socket live unless placed elsewhere.
@@ -35,7 +36,7 @@ pub struct ServerArgs {
     /// The local socket (default DATA_DIR/qsm.sock).
     #[arg(long)]
     socket: Option<PathBuf>,
-    /// The catalog database (put it on an SSD).
+    /// The catalog: a SQLite file (put it on an SSD) or `postgres://USER@HOST:PORT/DB`.
     #[arg(long, global = true)]
     catalog: Option<PathBuf>,
     /// The storage pool directory.
@@ -101,7 +102,13 @@ fn print_volhist(entries: &[qsm_server::dbcopy::VolhistEntry], json: bool) -> Re
 }
 
 pub fn server(args: ServerArgs) -> Result<bool> {
-    let mut config = match &args.config {
+    // Without --config, the data directory's own `server.toml`, if it has one: every command
+    // on a data directory (the server, restore-db, volhist) then sees the same catalog.
+    let config_file = args.config.clone().or_else(|| {
+        let own = args.data_dir.as_ref()?.join("server.toml");
+        own.is_file().then_some(own)
+    });
+    let mut config = match &config_file {
         Some(p) => ServerConfig::load(p).map_err(anyhow::Error::msg)?,
         None => ServerConfig::default(),
     };
@@ -275,6 +282,23 @@ enum AdminCommand {
     /// Delete a domain or a management class (refused while in use).
     #[command(subcommand)]
     Delete(DeleteWhat),
+    /// Copy a whole catalog to another backend (SQLite to PostgreSQL or back) and verify the
+    /// copy, table by table (rows and checksums). Works on the databases directly, not through
+    /// a server: stop the servers using the source first, or what they write afterwards is
+    /// not in the copy.
+    MigrateCatalog {
+        /// The catalog to copy: `sqlite:PATH` (or a path) or `postgres://USER@HOST:PORT/DB`.
+        #[arg(long)]
+        from: String,
+        /// Where to copy it, in the same forms; created (or migrated) if new.
+        #[arg(long)]
+        to: String,
+        /// Replace a destination that already holds a catalog (by default that is refused).
+        #[arg(long)]
+        replace: bool,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -540,7 +564,69 @@ fn new_password(r: &Register) -> Result<String> {
     }
 }
 
+/// `qsm admin migrate-catalog`.
+fn migrate_catalog(from: &str, to: &str, replace: bool, json: bool) -> Result<bool> {
+    use qsm_catalog::AnyCatalog;
+    if !qsm_catalog::is_postgres(from) {
+        let path = std::path::Path::new(from.strip_prefix("sqlite:").unwrap_or(from));
+        if !path.is_file() {
+            bail!("the source catalog {} does not exist", path.display());
+        }
+    }
+    let source = AnyCatalog::open(from)
+        .with_context(|| format!("opening the source catalog {}", qsm_catalog::redact(from)))?;
+    let dest = AnyCatalog::open(to)
+        .with_context(|| format!("opening the destination {}", qsm_catalog::redact(to)))?;
+    let held = qsm_catalog::copy::digest(dest.tables())?;
+    // A new catalog holds only the rows its migrations insert (the catalog state).
+    let rows: u64 = held.tables.iter().filter(|t| t.0 != "catalog_state").map(|t| t.1).sum();
+    if rows > 0 && !replace {
+        bail!(
+            "{} already holds a catalog ({rows} rows): give --replace to overwrite it",
+            dest.tables().describe()
+        );
+    }
+    let started = std::time::Instant::now();
+    let digest = qsm_catalog::copy::copy_catalog(source.tables(), dest.tables())?;
+    let seconds = started.elapsed().as_secs_f64();
+    if json {
+        let tables: Vec<_> = digest
+            .tables
+            .iter()
+            .map(|(t, n, h)| {
+                let hex: String = h.iter().map(|b| format!("{b:02x}")).collect();
+                serde_json::json!({"table": t, "rows": n, "blake3": hex})
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "from": source.tables().describe(),
+                "to": dest.tables().describe(),
+                "rows": digest.rows(),
+                "seconds": seconds,
+                "verified": true,
+                "tables": tables,
+            }))?
+        );
+    } else {
+        for (t, n, _) in &digest.tables {
+            println!("{t:<20} {n:>12} rows");
+        }
+        println!(
+            "Copied {} rows from {} to {} in {seconds:.1} s; every table's rows and checksum verified.",
+            digest.rows(),
+            source.tables().describe(),
+            dest.tables().describe()
+        );
+    }
+    Ok(true)
+}
+
 pub fn admin(args: AdminArgs) -> Result<bool> {
+    if let AdminCommand::MigrateCatalog { from, to, replace, json } = &args.command {
+        return migrate_catalog(from, to, *replace, *json);
+    }
     let server = args.conn.open()?;
     match args.command {
         AdminCommand::RegisterNode(r) => {
@@ -728,6 +814,7 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
                 );
             }
         }
+        AdminCommand::MigrateCatalog { .. } => unreachable!("handled before connecting"),
         AdminCommand::Delete(DeleteWhat::Node { name }) => {
             let mut a = server.admin();
             server.call(a.delete_node(v1::NodeName { name: name.clone() }))?;

@@ -1,0 +1,1449 @@
+use std::fs;
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command as StdCommand, Stdio};
+use std::time::{Duration, Instant};
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+use tempfile::TempDir;
+
+/// Sends `ops` as one Backup stream on the raw gRPC client `node` and reads the replies to
+/// the end: `Ok` if the server accepted them all, else its first error. A macro because the
+/// client's type (its interceptor closure) cannot be named.
+macro_rules! backup_ops {
+    ($node:expr, $ops:expr) => {
+        async {
+            let ops = $ops.into_iter().map(|op| v1::BackupOp { op: Some(op) }).collect();
+            let request = tokio_stream::iter(vec![v1::BackupRequest { ops }]);
+            let mut replies = $node.backup(request).await?.into_inner();
+            while replies.message().await?.is_some() {}
+            Ok::<(), tonic::Status>(())
+        }
+        .await
+    };
+}
+
+/// A `qsm server` process on a free port, killed when dropped.
+struct ServerProc {
+    child: Child,
+    data: PathBuf,
+    url: String,
+}
+
+impl ServerProc {
+    fn start(data: &Path, tls: bool) -> ServerProc {
+        ServerProc::start_with(data, tls, &[])
+    }
+
+    fn start_with(data: &Path, tls: bool, extra: &[&str]) -> ServerProc {
+        backend(data);
+        let mut cmd = StdCommand::new(assert_cmd::cargo::cargo_bin("qsm"));
+        cmd.arg("server").arg("--data-dir").arg(data).arg("--listen").arg("127.0.0.1:0");
+        cmd.args(extra);
+        if !tls {
+            cmd.arg("--plaintext");
+        }
+        let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let first = lines.next().expect("the server printed nothing").unwrap();
+        let url = first.rsplit(' ').next().unwrap().to_owned();
+        assert!(url.starts_with(if tls { "https://" } else { "http://" }), "{first}");
+        // Keep draining stdout so the server never blocks on it.
+        std::thread::spawn(move || for _ in lines {});
+        ServerProc { child, data: data.to_path_buf(), url }
+    }
+
+    fn socket(&self) -> String {
+        format!("unix:{}", self.data.join("qsm.sock").display())
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for ServerProc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Gives a new data directory the catalog backend of this run: with [`POSTGRES`], a
+/// throw-away PostgreSQL database named in `DATA_DIR/server.toml`, which every `qsm server
+/// --data-dir` command then reads (the server, `restore-db`, a second server).
+fn backend(data: &Path) {
+    static DATABASES: std::sync::Mutex<Vec<qsm_catalog::testing::TempDatabase>> =
+        std::sync::Mutex::new(Vec::new());
+    if !POSTGRES || data.join("server.toml").exists() {
+        return;
+    }
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(data)
+        .unwrap();
+    let db = qsm_catalog::testing::TempDatabase::new().unwrap();
+    fs::write(data.join("server.toml"), format!("catalog = {:?}\n", db.url)).unwrap();
+    DATABASES.lock().unwrap().push(db);
+}
+
+/// The catalog of `server`, opened directly (whichever backend it is on).
+fn open_catalog(server: &ServerProc) -> qsm_catalog::AnyCatalog {
+    match fs::read_to_string(server.data.join("server.toml")) {
+        Ok(text) => {
+            let url = text.split('"').nth(1).unwrap().to_owned();
+            qsm_catalog::AnyCatalog::open(&url).unwrap()
+        }
+        Err(_) => qsm_catalog::AnyCatalog::open(
+            server.data.join("catalog.db").to_str().unwrap(),
+        )
+        .unwrap(),
+    }
+}
+
+fn admin(server: &ServerProc) -> Command {
+    let mut c = Command::cargo_bin("qsm").unwrap();
+    c.arg("admin").arg("--server").arg(server.socket());
+    c
+}
+
+fn register(server: &ServerProc, node: &str, password: &str) {
+    admin(server)
+        .args(["register-node", node])
+        .write_stdin(format!("{password}\n"))
+        .assert()
+        .success();
+}
+
+fn password_file(dir: &Path, name: &str, password: &str) -> PathBuf {
+    let p = dir.join(name);
+    fs::write(&p, format!("{password}\n")).unwrap();
+    fs::set_permissions(&p, fs::Permissions::from_mode(0o600)).unwrap();
+    p
+}
+
+/// A client command for `node`, configured through the environment as a user would.
+fn client(server: &ServerProc, node: &str, pw: &Path) -> Command {
+    let mut c = Command::cargo_bin("qsm").unwrap();
+    c.env("QSM_SERVER", &server.url)
+        .env("QSM_NODE", node)
+        .env("QSM_PASSWORD_FILE", pw)
+        .env("QSM_CA", server.data.join("tls/cert.pem"))
+        .env("QSM_HOME", "/nonexistent/embedded-must-not-be-used")
+        .env("HOME", server.data.parent().unwrap());
+    c
+}
+
+fn tree(root: &Path) {
+    fs::create_dir_all(root.join("docs/deep")).unwrap();
+    fs::write(root.join("docs/a.txt"), b"alpha\n".repeat(1000)).unwrap();
+    let data: Vec<u8> =
+        (0..3_000_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    fs::write(root.join("docs/deep/b.bin"), data).unwrap();
+    fs::write(root.join("empty"), b"").unwrap();
+    std::os::unix::fs::symlink("docs/a.txt", root.join("link")).unwrap();
+}
+
+fn assert_same(a: &Path, b: &Path) {
+    let out =
+        StdCommand::new("diff").arg("-r").arg("--no-dereference").arg(a).arg(b).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+}
+
+fn json(cmd: &mut Command) -> serde_json::Value {
+    let out = cmd.arg("--json").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn over_tls_incremental_backups_and_every_restore_kind_work_and_nodes_are_isolated() {
+    let dir = TempDir::new().unwrap();
+    let server = ServerProc::start(&dir.path().join("srv"), true);
+    register(&server, "alpha", "alpha-password");
+    register(&server, "beta", "beta-password!");
+    // Versions-exist applies at backup time: keep enough for the point-in-time restore of the
+    // first backup after three more (TSM's default of 2 would have deleted it).
+    admin(&server)
+        .args(["define", "mgmtclass", "standard", "standard", "--versions-exist", "5"])
+        .assert()
+        .success();
+    let (pa, pb) = (
+        password_file(dir.path(), "pa", "alpha-password"),
+        password_file(dir.path(), "pb", "beta-password!"),
+    );
+    let src = dir.path().join("src");
+    tree(&src);
+    client(&server, "alpha", &pa)
+        .arg("backup")
+        .arg(&src)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("backed up 7"));
+    let first = qsm_time_now();
+
+    // Change one file, rename one, delete one: only those are sent; the gone ones go inactive.
+    std::thread::sleep(Duration::from_millis(1100));
+    fs::write(src.join("docs/a.txt"), b"changed\n").unwrap();
+    fs::rename(src.join("empty"), src.join("renamed")).unwrap();
+    fs::remove_file(src.join("link")).unwrap();
+    client(&server, "alpha", &pa).arg("backup").arg(&src).assert().success().stdout(
+        predicate::str::contains("backed up 3").and(predicate::str::contains("marked inactive 2")),
+    );
+    // Unchanged: nothing sent.
+    client(&server, "alpha", &pa)
+        .arg("backup")
+        .arg(&src)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("backed up 0"));
+    // Selective: everything named is sent.
+    client(&server, "alpha", &pa)
+        .arg("backup")
+        .arg("--selective")
+        .arg(&src)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("backed up 6"));
+
+    // Latest, byte for byte.
+    let latest = dir.path().join("latest");
+    client(&server, "alpha", &pa)
+        .arg("restore")
+        .arg(&src)
+        .arg("--to")
+        .arg(&latest)
+        .assert()
+        .success();
+    assert_same(&src, &latest);
+
+    // Point in time: the tree as first backed up.
+    let old = dir.path().join("old");
+    client(&server, "alpha", &pa)
+        .arg("restore")
+        .arg(&src)
+        .arg("--pit")
+        .arg(format!("@{first}"))
+        .arg("--to")
+        .arg(&old)
+        .assert()
+        .success();
+    assert_eq!(fs::read(old.join("docs/a.txt")).unwrap(), b"alpha\n".repeat(1000));
+    assert!(old.join("empty").exists() && !old.join("renamed").exists());
+    assert_eq!(fs::read_link(old.join("link")).unwrap(), Path::new("docs/a.txt"));
+
+    // One inactive version by id.
+    let versions = json(client(&server, "alpha", &pa).arg("query").arg("backup").arg("--inactive"));
+    let id = versions
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["path"] == "docs/a.txt" && v["state"] == "inactive" && v["size"] == 6000)
+        .expect("the first a.txt is inactive")["id"]
+        .as_i64()
+        .unwrap();
+    let one = dir.path().join("one");
+    client(&server, "alpha", &pa)
+        .arg("restore")
+        .arg(src.join("docs/a.txt"))
+        .arg("--id")
+        .arg(id.to_string())
+        .arg("--to")
+        .arg(&one)
+        .assert()
+        .success();
+    assert_eq!(fs::read(one.join("docs/a.txt")).unwrap(), b"alpha\n".repeat(1000));
+
+    // Archive and retrieve by description.
+    client(&server, "alpha", &pa)
+        .args(["archive", "-d", "year end"])
+        .arg(src.join("docs"))
+        .assert()
+        .success();
+    let got = dir.path().join("retrieved");
+    client(&server, "alpha", &pa)
+        .arg("retrieve")
+        .arg(src.join("docs"))
+        .args(["-d", "year end", "--to"])
+        .arg(&got)
+        .assert()
+        .success();
+    assert_same(&src.join("docs"), &got);
+
+    // Beta sees nothing of alpha's and cannot restore it.
+    let list = json(client(&server, "beta", &pb).arg("query").arg("filespace"));
+    assert_eq!(list.as_array().unwrap().len(), 0, "{list}");
+    client(&server, "beta", &pb)
+        .arg("restore")
+        .arg(&src)
+        .arg("--to")
+        .arg(dir.path().join("stolen"))
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("nothing backed up"));
+    client(&server, "beta", &pb)
+        .arg("restore")
+        .arg(&src)
+        .arg("--id")
+        .arg(id.to_string())
+        .arg("--to")
+        .arg(dir.path().join("stolen"))
+        .assert()
+        .failure();
+    assert!(!dir.path().join("stolen/docs").exists());
+}
+
+fn qsm_time_now() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64
+}
+
+#[test]
+fn bad_logins_a_locked_node_and_no_trust_are_refused_clearly() {
+    let dir = TempDir::new().unwrap();
+    let server = ServerProc::start(&dir.path().join("srv"), true);
+    register(&server, "alpha", "alpha-password");
+    let src = dir.path().join("src");
+    tree(&src);
+    let wrong = password_file(dir.path(), "wrong", "not-the-password");
+    let good = password_file(dir.path(), "good", "alpha-password");
+    for node in ["alpha", "nobody"] {
+        client(&server, node, &wrong)
+            .arg("backup")
+            .arg(&src)
+            .assert()
+            .code(1)
+            .stderr(predicate::str::contains("wrong account name or password"));
+    }
+    // A certificate the server's is not signed by: refused, not trusted blindly.
+    let other = TempDir::new().unwrap();
+    let other_server = ServerProc::start(other.path(), true);
+    drop(other_server);
+    client(&server, "alpha", &good)
+        .env("QSM_CA", other.path().join("tls/cert.pem"))
+        .arg("backup")
+        .arg(&src)
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("cannot reach the server"));
+    // A password file others can read is refused before it is used.
+    let open = password_file(dir.path(), "open", "alpha-password");
+    fs::set_permissions(&open, fs::Permissions::from_mode(0o644)).unwrap();
+    client(&server, "alpha", &open)
+        .arg("backup")
+        .arg(&src)
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("readable by others"));
+    admin(&server).args(["lock-node", "alpha"]).assert().success();
+    client(&server, "alpha", &good)
+        .arg("backup")
+        .arg(&src)
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("node alpha is locked"));
+    admin(&server).args(["unlock-node", "alpha"]).assert().success();
+    client(&server, "alpha", &good).arg("backup").arg(&src).assert().success();
+    // Registration checks: a duplicate, a short password, and a node cannot administer.
+    admin(&server)
+        .args(["register-node", "alpha"])
+        .write_stdin("another-password\n")
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("already exists"));
+    admin(&server)
+        .args(["register-node", "gamma"])
+        .write_stdin("short\n")
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("8 to 1024"));
+    // A dead server: a clear error, not a hang.
+    let url = server.url.clone();
+    drop(server);
+    Command::cargo_bin("qsm")
+        .unwrap()
+        .env("QSM_SERVER", &url)
+        .env("QSM_NODE", "alpha")
+        .env("QSM_PASSWORD_FILE", &good)
+        .env("QSM_CA", dir.path().join("srv/tls/cert.pem"))
+        .arg("query")
+        .arg("filespace")
+        .timeout(Duration::from_secs(60))
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("cannot reach the server"));
+}
+
+/// A tree big enough that a backup limited to 4 MB/s runs for seconds.
+fn big_tree(root: &Path, files: usize) {
+    fs::create_dir_all(root).unwrap();
+    for i in 0..files {
+        let data: Vec<u8> = (0..1_000_000u32)
+            .map(|j| ((j as usize).wrapping_mul(2_654_435_761).wrapping_add(i * 7919) >> 11) as u8)
+            .collect();
+        fs::write(root.join(format!("f{i:03}")), data).unwrap();
+    }
+}
+
+fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(start.elapsed() < Duration::from_secs(60), "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn committed_objects(server: &ServerProc, node: &str, pw: &Path) -> usize {
+    let out = client(server, node, pw).args(["query", "backup", "--json"]).output().unwrap();
+    serde_json::from_slice::<serde_json::Value>(&out.stdout)
+        .map(|v| v.as_array().map_or(0, Vec::len))
+        .unwrap_or(0)
+}
+
+#[test]
+fn sigkill_of_the_server_or_the_client_mid_backup_loses_nothing_committed() {
+    let dir = TempDir::new().unwrap();
+    let data = dir.path().join("srv");
+    let mut server = ServerProc::start(&data, false);
+    register(&server, "alpha", "alpha-password");
+    let pw = password_file(dir.path(), "pw", "alpha-password");
+    let src = dir.path().join("src");
+    big_tree(&src, 40);
+    let slow_backup = |server: &ServerProc| -> Child {
+        let mut c = StdCommand::new(assert_cmd::cargo::cargo_bin("qsm"));
+        c.env("QSM_SERVER", &server.url)
+            .env("QSM_NODE", "alpha")
+            .env("QSM_PASSWORD_FILE", &pw)
+            .args([
+                "backup",
+                "--compression",
+                "off",
+                "--limit-upload",
+                "4MB",
+                "--txn-group-max",
+                "3",
+            ])
+            .arg(&src)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+
+    // The server dies: the client says so and fails; what was committed stays.
+    let client_proc = slow_backup(&server);
+    wait_for("a first commit", || committed_objects(&server, "alpha", &pw) >= 3);
+    server.kill();
+    let out = client_proc.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("qsm: error"), "{err}");
+    let mut server = ServerProc::start(&data, false);
+    let kept = committed_objects(&server, "alpha", &pw);
+    assert!(kept >= 3, "committed objects lost: {kept}");
+
+    // The client dies: the server drops only the open transaction.
+    let mut client_proc = slow_backup(&server);
+    wait_for("more commits", || committed_objects(&server, "alpha", &pw) > kept);
+    client_proc.kill().unwrap();
+    client_proc.wait().unwrap();
+
+    // The next backup completes and sends only what is missing.
+    let out = client(&server, "alpha", &pw).args(["backup", "--json"]).arg(&src).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let sent = report[0]["backed_up"].as_u64().unwrap();
+    assert!(sent < 41, "everything was sent again: {report}");
+    let restored = dir.path().join("restored");
+    client(&server, "alpha", &pw)
+        .arg("restore")
+        .arg(&src)
+        .arg("--to")
+        .arg(&restored)
+        .assert()
+        .success();
+    assert_same(&src, &restored);
+    server.kill();
+}
+
+#[test]
+fn an_administrator_sees_and_cancels_a_running_session() {
+    let dir = TempDir::new().unwrap();
+    let server = ServerProc::start(&dir.path().join("srv"), false);
+    register(&server, "alpha", "alpha-password");
+    let pw = password_file(dir.path(), "pw", "alpha-password");
+    let src = dir.path().join("src");
+    big_tree(&src, 20);
+    let running = StdCommand::new(assert_cmd::cargo::cargo_bin("qsm"))
+        .env("QSM_SERVER", &server.url)
+        .env("QSM_NODE", "alpha")
+        .env("QSM_PASSWORD_FILE", &pw)
+        .args(["backup", "--compression", "off", "--limit-upload", "2MB"])
+        .arg(&src)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut id = None;
+    wait_for("the session to move data", || {
+        let list = json(admin(&server).args(["query", "session"]));
+        let found = list
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["account"] == "alpha" && s["bytes"].as_u64() > Some(0))
+            .cloned();
+        id = found.map(|s| s["id"].as_u64().unwrap());
+        id.is_some()
+    });
+    admin(&server).args(["cancel", "session", &id.unwrap().to_string()]).assert().success();
+    let out = running.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cancelled"), "{err}");
+    // A node's password does not open the administrative interface.
+    let mut c = Command::cargo_bin("qsm").unwrap();
+    c.args(["admin", "--server", &server.url, "--admin", "alpha", "--password-file"])
+        .arg(&pw)
+        .args(["query", "session"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("wrong account name or password"));
+}
+
+/// Raw protocol abuse: the server answers each with a precise error and keeps serving.
+#[test]
+fn malformed_and_oversized_requests_are_refused_and_the_server_keeps_serving() {
+    use qsm_proto::v1::{self, backup_op::Op, node_client::NodeClient};
+    let dir = TempDir::new().unwrap();
+    let server = ServerProc::start(&dir.path().join("srv"), false);
+    register(&server, "alpha", "alpha-password");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let channel = tonic::transport::Endpoint::from_shared(server.url.clone())
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let mut raw = NodeClient::new(channel.clone()).max_encoding_message_size(usize::MAX);
+        let login = |protocol: u32| v1::LoginRequest {
+            protocol,
+            account: "alpha".into(),
+            password: "alpha-password".into(),
+            ..Default::default()
+        };
+        let e = raw.login(login(99)).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
+        // No token: nothing is served.
+        let e = raw.filespaces(v1::Empty {}).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Unauthenticated, "{e:?}");
+        let token = raw.login(login(1)).await.unwrap().into_inner().token;
+        let bearer: tonic::metadata::MetadataValue<_> = format!("Bearer {token}").parse().unwrap();
+        let with_token = move |mut r: tonic::Request<()>| {
+            r.metadata_mut().insert("authorization", bearer.clone());
+            Ok(r)
+        };
+        let mut node =
+            NodeClient::with_interceptor(channel, with_token).max_encoding_message_size(usize::MAX);
+        let fs = node
+            .open_filespace(v1::OpenFilespaceRequest { name: "/data".into(), create: true })
+            .await
+            .unwrap()
+            .into_inner()
+            .id;
+        let start = Op::Start(v1::Start { filespace: fs, ..Default::default() });
+        let begin = |path: &[u8]| {
+            Op::Begin(v1::Begin {
+                path: path.to_vec().into(),
+                attrs: Some(v1::Attributes::default()),
+                ..Default::default()
+            })
+        };
+        let cases: Vec<(&str, Vec<Op>, tonic::Code, &str)> = vec![
+            (
+                "frame before start",
+                vec![Op::Frame(vec![1u8; 10].into())],
+                tonic::Code::InvalidArgument,
+                "Start",
+            ),
+            (
+                "someone else's filespace",
+                vec![Op::Start(v1::Start { filespace: fs + 1000, ..Default::default() })],
+                tonic::Code::NotFound,
+                "no filespace",
+            ),
+            (
+                "escaping path",
+                vec![start.clone(), begin(b"../etc/passwd")],
+                tonic::Code::InvalidArgument,
+                "clean relative path",
+            ),
+            (
+                "absolute path",
+                vec![start.clone(), begin(b"/etc/passwd")],
+                tonic::Code::InvalidArgument,
+                "clean relative path",
+            ),
+            (
+                "garbage frame",
+                vec![start.clone(), begin(b"f"), Op::Frame(vec![7u8; 100].into())],
+                tonic::Code::InvalidArgument,
+                "frame 0 is invalid",
+            ),
+            (
+                "oversized message",
+                vec![
+                    start.clone(),
+                    begin(b"f"),
+                    Op::Frame(vec![0u8; qsm_proto::MAX_MESSAGE + 1].into()),
+                ],
+                tonic::Code::OutOfRange,
+                "",
+            ),
+        ];
+        for (what, ops, code, text) in cases {
+            let result = backup_ops!(node, ops);
+            let e = result.expect_err(what);
+            // An oversized message is refused by the transport, whichever code it picks.
+            if what != "oversized message" {
+                assert_eq!(e.code(), code, "{what}: {e:?}");
+            }
+            assert!(e.message().contains(text), "{what}: {e:?}");
+        }
+        // Nothing was committed, and the server still answers.
+        let mut versions = node
+            .inventory(v1::InventoryRequest { filespace: fs, scope: v1::Scope::All as i32 })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(versions.message().await.unwrap().is_none());
+        let e = node.fetch(v1::FetchRequest { objects: vec![1, 2, 3] }).await;
+        let e = match e {
+            Ok(r) => r.into_inner().message().await.unwrap_err(),
+            Err(e) => e,
+        };
+        assert_eq!(e.code(), tonic::Code::NotFound, "{e:?}");
+    });
+}
+
+/// Issue 6 through a real server that has clients deduplicate by default: four nodes back up
+/// the same tree with encryption and dedup, dedup only, dedup off, and nothing said (the
+/// server's default); each restores byte for byte; the encrypted node's data is not in the
+/// pool in the clear; and a node that learns another's chunk ids can neither ask about them
+/// nor reference them.
+#[test]
+fn dedup_and_encryption_mixed_across_nodes_and_chunk_ids_do_not_cross_nodes() {
+    use qsm_proto::v1::{self, backup_op::Op, node_client::NodeClient};
+    let dir = TempDir::new().unwrap();
+    let server = ServerProc::start_with(&dir.path().join("srv"), false, &["--dedup"]);
+    let src = dir.path().join("src");
+    tree(&src);
+    let marker = "words only the encrypting node may show";
+    fs::write(src.join("docs/secret.txt"), marker.repeat(500)).unwrap();
+    let pass = password_file(dir.path(), "passphrase", "a passphrase for alpha");
+    let mut runs = Vec::new();
+    for (node, flags) in [
+        ("alpha", &["--encryption", "on", "--dedup", "on"][..]),
+        ("beta", &["--dedup", "on"][..]),
+        ("gamma", &["--dedup", "off"][..]),
+        ("delta", &[][..]),
+    ] {
+        register(&server, node, &format!("{node}-password"));
+        let pw = password_file(dir.path(), &format!("{node}.pw"), &format!("{node}-password"));
+        let key = dir.path().join(format!("{node}.key"));
+        let with = |c: &mut Command| {
+            c.env("QSM_PASSPHRASE_FILE", &pass).env("QSM_KEY_FILE", &key);
+        };
+        let mut c = client(&server, node, &pw);
+        with(&mut c);
+        c.arg("backup").args(flags).arg(&src).assert().success();
+        // Again, whole: with dedup nothing is sent.
+        let mut c = client(&server, node, &pw);
+        with(&mut c);
+        let again = json(c.arg("backup").arg("--full").args(flags).arg(&src));
+        runs.push((node, again[0]["bytes_stored"].as_u64().unwrap()));
+        let out = dir.path().join(format!("out-{node}"));
+        let mut c = client(&server, node, &pw);
+        with(&mut c);
+        c.arg("restore").arg(&src).arg("--to").arg(&out).assert().success();
+        assert_same(&src, &out);
+    }
+    assert_eq!(runs[0].1, 0, "alpha, dedup on: {runs:?}");
+    assert_eq!(runs[1].1, 0, "beta, dedup on: {runs:?}");
+    assert!(runs[2].1 > 100_000, "gamma, dedup off, sends it all again: {runs:?}");
+    assert_eq!(runs[3].1, 0, "delta, the server's default: {runs:?}");
+
+    // Beta and gamma stored the marker in plaintext frames; alpha's own frames, read straight
+    // from the pool's containers, do not hold it.
+    let opened = open_catalog(&server);
+    let cat = opened.catalog();
+    let alpha = cat.node("alpha").unwrap().unwrap().id;
+    let fs_id = cat.filespaces(alpha).unwrap()[0].id;
+    let mut alpha_ids = Vec::new();
+    for v in cat.versions(fs_id, b"docs/secret.txt").unwrap() {
+        for c in cat.object_chunks(v.id).unwrap() {
+            alpha_ids.push(c.hash.expect("encrypted chunks carry their id"));
+            let name = format!("{:016x}.qsmc", c.location.container.0);
+            let container =
+                fs::read(server.data.join("pool/containers").join(&name[..2]).join(&name))
+                    .unwrap_or_else(|e| panic!("container {name}: {e}"));
+            let at = c.location.offset as usize;
+            let frame = &container[at..at + c.location.stored_len as usize];
+            assert!(!frame.windows(marker.len()).any(|w| w == marker.as_bytes()));
+            assert_ne!(frame[5] & 0x06, 0, "alpha's frame is sealed");
+        }
+    }
+    assert!(!alpha_ids.is_empty());
+    // Beta's own plaintext chunk ids, for the planting attempt below.
+    let beta = cat.node("beta").unwrap().unwrap().id;
+    let beta_fs = cat.filespaces(beta).unwrap()[0].id;
+    let beta_ids: Vec<[u8; 32]> = cat
+        .versions(beta_fs, b"docs/secret.txt")
+        .unwrap()
+        .iter()
+        .flat_map(|v| cat.object_chunks(v.id).unwrap())
+        .map(|c| c.hash.expect("dedup chunks carry their id"))
+        .collect();
+
+    // Beta learns alpha's chunk ids: the server says it holds none of them for beta, and a
+    // backup that references one is refused.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let channel = tonic::transport::Endpoint::from_shared(server.url.clone())
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let login = v1::LoginRequest {
+            protocol: 1,
+            account: "beta".into(),
+            password: "beta-password".into(),
+            ..Default::default()
+        };
+        let token = NodeClient::new(channel.clone()).login(login).await.unwrap().into_inner().token;
+        let bearer: tonic::metadata::MetadataValue<_> = format!("Bearer {token}").parse().unwrap();
+        let mut node = NodeClient::with_interceptor(channel, move |mut r: tonic::Request<()>| {
+            r.metadata_mut().insert("authorization", bearer.clone());
+            Ok(r)
+        });
+        let have = node
+            .have_chunks(v1::HaveChunksRequest {
+                ids: alpha_ids.iter().map(|id| id.to_vec().into()).collect(),
+                sealed: true,
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .have;
+        assert!(have.iter().all(|h| !h), "{have:?}");
+        let fs = node
+            .open_filespace(v1::OpenFilespaceRequest { name: "/stolen".into(), create: true })
+            .await
+            .unwrap()
+            .into_inner()
+            .id;
+        let ops = vec![
+            Op::Start(v1::Start { filespace: fs, ..Default::default() }),
+            Op::Begin(v1::Begin {
+                path: b"loot".to_vec().into(),
+                attrs: Some(v1::Attributes { size: 1, ..Default::default() }),
+                ..Default::default()
+            }),
+            Op::Reference(v1::ChunkRef { id: alpha_ids[0].to_vec().into(), sealed: true }),
+            Op::End(v1::Empty {}),
+            Op::Finish(v1::Empty {}),
+        ];
+        let result = backup_ops!(node, ops);
+        let e = result.expect_err("a reference to another node's chunk must fail");
+        assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
+        assert!(e.message().contains("does not hold"), "{e:?}");
+        // A plaintext chunk planted under the id of other data is refused: it would be
+        // restored by every node of the scope that references that id.
+        let mut frame = Vec::new();
+        let h = qsm_codec::FrameEncoder::new(qsm_codec::Compression::parse("off").unwrap())
+            .unwrap()
+            .encode(b"planted data", &mut frame)
+            .unwrap();
+        frame.truncate(h.frame_len());
+        let ops = vec![
+            Op::Start(v1::Start { filespace: fs, ..Default::default() }),
+            Op::Begin(v1::Begin {
+                path: b"plant".to_vec().into(),
+                attrs: Some(v1::Attributes { size: 12, ..Default::default() }),
+                ..Default::default()
+            }),
+            Op::Chunk(v1::Chunk { id: vec![9u8; 32].into(), frame: frame.into(), shared: true }),
+            Op::End(v1::Empty {}),
+            Op::Finish(v1::Empty {}),
+        ];
+        let result = backup_ops!(node, ops);
+        let e = result.expect_err("a planted chunk must be refused");
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+        assert!(
+            e.message()
+                .contains("object plant: chunk 0: a shared chunk's data does not match its id"),
+            "{e:?}"
+        );
+        // A sealed frame (which the server cannot check) planted under a plaintext chunk's id
+        // is kept apart: plaintext lookups and references never find it.
+        let master = qsm_crypt::MasterKey::generate().unwrap();
+        let keys = qsm_crypt::FrameKeys::new(&master, qsm_crypt::Aead::Aes256Gcm).unwrap();
+        let mut sealed = Vec::new();
+        let h = qsm_codec::FrameEncoder::new(qsm_codec::Compression::parse("off").unwrap())
+            .unwrap()
+            .encode_sealed(b"junk under a stolen id", &mut sealed, &keys, &beta_ids[0])
+            .unwrap();
+        sealed.truncate(h.frame_len());
+        let ops = vec![
+            Op::Start(v1::Start { filespace: fs, ..Default::default() }),
+            Op::Begin(v1::Begin {
+                path: b"planted".to_vec().into(),
+                attrs: Some(v1::Attributes { size: 22, ..Default::default() }),
+                ..Default::default()
+            }),
+            Op::Chunk(v1::Chunk {
+                id: beta_ids[0].to_vec().into(),
+                frame: sealed.into(),
+                shared: true,
+            }),
+            Op::End(v1::Empty {}),
+            Op::Finish(v1::Empty {}),
+        ];
+        backup_ops!(node, ops).unwrap();
+        for sealed in [false, true] {
+            let have = node
+                .have_chunks(v1::HaveChunksRequest {
+                    ids: vec![beta_ids[0].to_vec().into()],
+                    sealed,
+                })
+                .await
+                .unwrap()
+                .into_inner()
+                .have;
+            assert_eq!(have, vec![true], "sealed={sealed}: one chunk of each kind");
+        }
+        // A malformed id is refused as such.
+        let e = node
+            .have_chunks(v1::HaveChunksRequest { ids: vec![vec![1u8; 5].into()], sealed: false })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    });
+    // Nothing of beta's attempt was committed.
+    let stolen = cat.filespaces(beta).unwrap().into_iter().find(|f| f.name == "/stolen").unwrap();
+    assert!(cat.versions(stolen.id, b"loot").unwrap().is_empty());
+
+    // An administrator groups beta with gamma: gamma's next dedup backup finds beta's chunks.
+    admin(&server).args(["set-dedup-scope", "gamma", "node:beta"]).assert().success();
+    let pw = dir.path().join("gamma.pw");
+    let shared =
+        json(client(&server, "gamma", &pw).args(["backup", "--full", "--dedup", "on"]).arg(&src));
+    assert_eq!(shared[0]["bytes_stored"], 0, "{shared}");
+    // Gamma's files are now beta's plaintext chunks, one of them the id the sealed junk was
+    // planted under: they restore byte for byte.
+    let out = dir.path().join("out-gamma-shared");
+    client(&server, "gamma", &pw).arg("restore").arg(&src).arg("--to").arg(&out).assert().success();
+    assert_same(&src, &out);
+}
+
+/// Issue 7: `qsm admin expire inventory` through a real server, with the default policy
+/// (2 versions while the file exists; archives at their retention): the oldest of three
+/// versions and a due archive go, what policy keeps stays restorable, the run is in the
+/// activity log's process record, and a node's password cannot run it.
+#[test]
+fn expire_inventory_removes_what_policy_no_longer_keeps() {
+    let dir = TempDir::new().unwrap();
+    let server = ServerProc::start(&dir.path().join("srv"), false);
+    register(&server, "alpha", "alpha-password");
+    let pw = password_file(dir.path(), "pw", "alpha-password");
+    // Archives follow the server's policy: the standard class keeps them no days, so the
+    // archive asked for no retention goes, and the one asked for 30 days is kept (a client
+    // may lengthen the policy's retention, never shorten it).
+    // Three versions are kept at backup time, until the policy is tightened below.
+    admin(&server)
+        .args([
+            "define",
+            "mgmtclass",
+            "standard",
+            "standard",
+            "--retain-archive",
+            "0",
+            "--versions-exist",
+            "3",
+        ])
+        .assert()
+        .success();
+    let src = dir.path().join("src");
+    fs::create_dir_all(&src).unwrap();
+    for v in 1..=3 {
+        fs::write(src.join("f.txt"), format!("version {v}\n").repeat(1000)).unwrap();
+        client(&server, "alpha", &pw).arg("backup").arg(&src).assert().success();
+    }
+    client(&server, "alpha", &pw)
+        .args(["archive", "-d", "due now", "--retain-days", "0"])
+        .arg(&src)
+        .assert()
+        .success();
+    client(&server, "alpha", &pw)
+        .args(["archive", "-d", "kept", "--retain-days", "30"])
+        .arg(&src)
+        .assert()
+        .success();
+    let versions = |server: &ServerProc| {
+        let v =
+            json(client(server, "alpha", &pw).args(["query", "backup", "--inactive"]).arg(&src));
+        v.as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["path"].as_str().is_some_and(|p| p.ends_with("f.txt")))
+            .count()
+    };
+    assert_eq!(versions(&server), 3);
+    // Policy tightened: expiration applies the class as it is now.
+    admin(&server)
+        .args(["update", "mgmtclass", "standard", "standard", "--versions-exist", "2"])
+        .assert()
+        .success();
+
+    // A node cannot expire anything.
+    let mut c = Command::cargo_bin("qsm").unwrap();
+    c.args(["admin", "--server", &server.url, "--admin", "alpha", "--password-file"])
+        .arg(&pw)
+        .args(["expire", "inventory"])
+        .assert()
+        .code(1);
+    admin(&server)
+        .args(["expire", "inventory", "--node", "nobody"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("no node nobody"));
+    let report = json(admin(&server).args(["expire", "inventory", "--resource", "2"]));
+    assert_eq!(report["backups"], 1, "{report}");
+    assert_eq!(report["archives"], 2, "the due archive of the directory and of its file: {report}");
+    assert!(report["stopped"].is_null(), "{report}");
+    assert_eq!(versions(&server), 2);
+    // Again: nothing left to do.
+    let again = json(admin(&server).args(["expire", "inventory"]));
+    assert_eq!(
+        again["backups"].as_u64().unwrap() + again["archives"].as_u64().unwrap(),
+        0,
+        "{again}"
+    );
+    // What policy keeps restores: the active version, and the kept archive.
+    let out = dir.path().join("out");
+    client(&server, "alpha", &pw).arg("restore").arg(&src).arg("--to").arg(&out).assert().success();
+    assert_same(&src, &out);
+    let kept = dir.path().join("kept");
+    client(&server, "alpha", &pw)
+        .args(["retrieve", "-d", "kept"])
+        .arg(&src)
+        .arg("--to")
+        .arg(&kept)
+        .assert()
+        .success();
+    assert_same(&src, &kept);
+    // Reclamation: the expired versions' frames are dead space; rewriting every container
+    // with any of it keeps everything that is still referenced.
+    let reclaimed = json(admin(&server).args(["reclaim", "stgpool", "--threshold", "1"]));
+    assert!(reclaimed["containers"].as_u64().unwrap() > 0, "{reclaimed}");
+    admin(&server).args(["reclaim", "stgpool", "--threshold", "0"]).assert().code(1);
+    let out = dir.path().join("out-after-reclaim");
+    client(&server, "alpha", &pw).arg("restore").arg(&src).arg("--to").arg(&out).assert().success();
+    assert_same(&src, &out);
+    let kept = dir.path().join("kept-after-reclaim");
+    client(&server, "alpha", &pw)
+        .args(["retrieve", "-d", "kept"])
+        .arg(&src)
+        .arg("--to")
+        .arg(&kept)
+        .assert()
+        .success();
+    assert_same(&src, &kept);
+    // The activity log has it all: the expiration's start (by whom) and end with its counts,
+    // the node's logins and session ends, the refused administrator login.
+    let log = |search: &str| {
+        let rows = json(admin(&server).args(["query", "actlog", "--search", search]));
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["message"].as_str().unwrap().to_owned())
+            .collect::<Vec<_>>()
+    };
+    let expire = log("EXPIRE INVENTORY");
+    assert!(expire.iter().any(|m| m.contains("started by the local socket's uid")), "{expire:?}");
+    assert!(
+        expire.iter().any(|m| m.contains("ended: examined")
+            && m.contains("deleted 1 backup versions and 2 archives")),
+        "{expire:?}"
+    );
+    assert!(log("node alpha logged in").len() >= 5, "{:?}", log("logged in"));
+    assert!(!log("of node alpha ended").is_empty(), "{:?}", log("session"));
+    assert_eq!(
+        log("failed login of unknown administrator \"alpha\"").len(),
+        1,
+        "{:?}",
+        log("failed")
+    );
+    assert!(log("no such text anywhere").is_empty());
+    // No process is left running, and cancelling one that is not is an error.
+    let procs = json(admin(&server).args(["query", "process"]));
+    assert_eq!(procs.as_array().unwrap().len(), 0, "{procs}");
+    admin(&server)
+        .args(["cancel", "process", "999"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("no process 999"));
+}
+
+/// Issue 7 policy: domains and management classes defined, validated, changed and deleted
+/// through the real server, and expiration following the class of the node's domain.
+#[test]
+fn policy_is_defined_validated_and_followed_by_expiration() {
+    let dir = TempDir::new().unwrap();
+    let server = ServerProc::start(&dir.path().join("srv"), false);
+    register(&server, "alpha", "alpha-password");
+    let pw = password_file(dir.path(), "pw", "alpha-password");
+    admin(&server)
+        .args(["define", "domain", "short", "--description", "one version"])
+        .assert()
+        .success();
+    admin(&server)
+        .args(["define", "domain", "short"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("exists"));
+    // Bad values are named: not a number, zero versions, an unknown domain.
+    admin(&server)
+        .args(["define", "mgmtclass", "short", "standard", "--versions-exist", "-1"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("not a number of versions or days"));
+    admin(&server)
+        .args(["define", "mgmtclass", "short", "standard", "--versions-exist", "0"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("versions-exist must be at least 1"));
+    admin(&server)
+        .args(["define", "mgmtclass", "nowhere", "standard"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("no domain nowhere"));
+    admin(&server)
+        .args([
+            "define",
+            "mgmtclass",
+            "short",
+            "standard",
+            "--versions-exist",
+            "2",
+            "--retain-archive",
+            "nolimit",
+        ])
+        .assert()
+        .success();
+    admin(&server)
+        .args(["update", "mgmtclass", "short", "standard", "--versions-exist", "1"])
+        .assert()
+        .success();
+    admin(&server).args(["update", "node", "alpha", "--domain", "short"]).assert().success();
+    let policy = json(admin(&server).args(["query", "domain"]));
+    let short = policy.as_array().unwrap().iter().find(|d| d["name"] == "short").unwrap().clone();
+    assert_eq!(short["nodes"], serde_json::json!(["alpha"]), "{policy}");
+    assert_eq!(short["classes"][0]["versions_exist"], 1, "{policy}");
+    assert_eq!(short["classes"][0]["retain_version_days"], u32::MAX, "{policy}");
+
+    // Two versions of a file: the default policy would keep the inactive one 30 days; the
+    // short domain keeps one version in all.
+    let src = dir.path().join("src");
+    fs::create_dir_all(&src).unwrap();
+    for v in 1..=2 {
+        fs::write(src.join("f.txt"), format!("version {v}\n")).unwrap();
+        client(&server, "alpha", &pw).arg("backup").arg(&src).assert().success();
+    }
+    // Versions-exist applies when the new version becomes active, in the same transaction:
+    // the inactive one is gone before any expiration runs.
+    let all = json(client(&server, "alpha", &pw).args(["query", "backup", "--inactive"]).arg(&src));
+    let kept = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["path"].as_str().is_some_and(|p| p.ends_with("f.txt")))
+        .count();
+    assert_eq!(kept, 1, "{all}");
+    let report = json(admin(&server).args(["expire", "inventory"]));
+    assert_eq!(report["backups"], 0, "{report}");
+
+    // In use, a domain and its default class cannot go; once its node moved away, they can.
+    admin(&server)
+        .args(["delete", "mgmtclass", "short", "standard"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("default class of the domain's 1 nodes"));
+    admin(&server)
+        .args(["delete", "domain", "short"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("domain short: the domain still has 1 nodes"));
+    admin(&server).args(["update", "node", "alpha", "--domain", "standard"]).assert().success();
+    admin(&server).args(["delete", "mgmtclass", "short", "standard"]).assert().success();
+    admin(&server).args(["delete", "domain", "short"]).assert().success();
+    admin(&server)
+        .args(["delete", "domain", "short"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("no domain short"));
+    let said = json(admin(&server).args(["query", "actlog", "--search", "domain short"]));
+    assert!(said.as_array().unwrap().len() >= 3, "{said}");
+}
+
+/// An administrator over TCP (not the local socket, which is the server's own user).
+fn admin_as(server: &ServerProc, name: &str, pw: &Path) -> Command {
+    let mut c = Command::cargo_bin("qsm").unwrap();
+    c.args(["admin", "--server", &server.url, "--admin", name, "--password-file"]).arg(pw);
+    c
+}
+
+/// Every command needs its privilege class; queries need none; system holds all; a change of
+/// privileges takes effect on the next command of an open session.
+#[test]
+fn privilege_classes_are_enforced_on_every_admin_command() {
+    let dir = TempDir::new().unwrap();
+    let server = ServerProc::start(&dir.path().join("srv"), false);
+    let pw = password_file(dir.path(), "pw", "admin-password");
+    for (name, privilege) in [("pol", "policy"), ("ops", "operator"), ("sto", "storage")] {
+        admin(&server)
+            .args(["register-admin", name, "--privilege", privilege])
+            .write_stdin("admin-password\n")
+            .assert()
+            .success();
+    }
+    admin(&server)
+        .args(["register-admin", "viewer"])
+        .write_stdin("admin-password\n")
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("with no privilege"));
+    admin(&server)
+        .args(["register-admin", "bad", "--privilege", "root"])
+        .write_stdin("admin-password\n")
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("unknown privilege class \"root\""));
+    // Queries: everyone.
+    for name in ["pol", "ops", "sto", "viewer"] {
+        admin_as(&server, name, &pw).args(["query", "node"]).assert().success();
+    }
+    // Policy: only pol (and system).
+    admin_as(&server, "pol", &pw).args(["define", "domain", "d1"]).assert().success();
+    admin_as(&server, "viewer", &pw).args(["define", "domain", "d2"]).assert().code(1).stderr(
+        predicate::str::contains(
+            "administrator viewer has no privilege; this needs system or policy",
+        ),
+    );
+    admin_as(&server, "ops", &pw).args(["define", "domain", "d2"]).assert().code(1);
+    admin_as(&server, "pol", &pw)
+        .args(["register-node", "alpha"])
+        .write_stdin("alpha-password\n")
+        .assert()
+        .success();
+    // Expiration and administrators: system only.
+    admin_as(&server, "pol", &pw)
+        .args(["expire", "inventory"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("this needs system"));
+    admin_as(&server, "pol", &pw)
+        .args(["register-admin", "sneaky", "--privilege", "system"])
+        .write_stdin("admin-password\n")
+        .assert()
+        .code(1);
+    admin_as(&server, "pol", &pw)
+        .args(["grant", "authority", "pol", "--privilege", "system"])
+        .assert()
+        .code(1);
+    // Storage: reclaim and audit; operator: catalog backups (as storage may).
+    admin_as(&server, "ops", &pw).args(["reclaim", "stgpool"]).assert().code(1);
+    admin_as(&server, "sto", &pw).args(["reclaim", "stgpool"]).assert().success();
+    admin_as(&server, "sto", &pw).args(["audit", "stgpool"]).assert().success();
+    admin_as(&server, "ops", &pw).args(["backup", "db"]).assert().success();
+    admin_as(&server, "viewer", &pw).args(["backup", "db"]).assert().code(1);
+    // The server's own user grants; the change applies at once.
+    admin(&server)
+        .args(["grant", "authority", "viewer", "--privilege", "storage,operator"])
+        .assert()
+        .success();
+    admin_as(&server, "viewer", &pw).args(["audit", "stgpool"]).assert().success();
+    admin(&server).args(["grant", "authority", "nobody", "--privilege", "policy"]).assert().code(1);
+    let said = json(admin(&server).args(["query", "actlog", "--search", "privilege"]));
+    assert!(said.as_array().unwrap().len() >= 4, "{said}");
+}
+
+fn backed_up(report: &serde_json::Value) -> u64 {
+    let first = report.as_array().map_or(report, |a| &a[0]);
+    first["backed_up"].as_u64().unwrap()
+}
+
+/// A catalog backup taken while the server runs restores with the server stopped; versions
+/// backed up after the copy are gone from the catalog but their data is reported by audit and
+/// kept from reclamation until released; the client backs them up again.
+#[test]
+fn the_catalog_is_backed_up_online_restored_offline_and_audit_reports_what_it_lost() {
+    let dir = TempDir::new().unwrap();
+    let data = dir.path().join("srv");
+    let mut server = ServerProc::start(&data, false);
+    register(&server, "alpha", "alpha-password");
+    let pw = password_file(dir.path(), "pw", "alpha-password");
+    let src = dir.path().join("src");
+    tree(&src);
+    client(&server, "alpha", &pw).arg("backup").arg(&src).assert().success();
+    // One server per data directory.
+    let second = StdCommand::new(assert_cmd::cargo::cargo_bin("qsm"))
+        .arg("server")
+        .arg("--data-dir")
+        .arg(&data)
+        .args(["--listen", "127.0.0.1:0", "--plaintext"])
+        .output()
+        .unwrap();
+    assert!(!second.status.success());
+    assert!(
+        String::from_utf8_lossy(&second.stderr).contains("another qsm server"),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+
+    let copy = json(admin(&server).args(["backup", "db"]));
+    let path = PathBuf::from(copy["path"].as_str().unwrap());
+    assert!(path.starts_with(data.join("dbbackup")), "{copy}");
+    assert!(copy["bytes"].as_u64().unwrap() < copy["catalog_bytes"].as_u64().unwrap(), "{copy}");
+    // The copy is a QSM stream that the stream tools read and verify.
+    Command::cargo_bin("qsm").unwrap().args(["decompress", "--test"]).arg(&path).assert().success();
+    let hist = json(admin(&server).args(["query", "volhist"]));
+    assert_eq!(hist.as_array().unwrap().len(), 1, "{hist}");
+
+    // After the copy: a new file backed up.
+    fs::write(src.join("later.txt"), b"written after the catalog backup\n".repeat(5000)).unwrap();
+    let after = json(client(&server, "alpha", &pw).arg("backup").arg(&src));
+    assert_eq!(backed_up(&after), 2, "the file and its directory: {after}");
+
+    // Restoring needs the server stopped.
+    let restore = |data: &Path| {
+        Command::cargo_bin("qsm")
+            .unwrap()
+            .arg("server")
+            .arg("--data-dir")
+            .arg(data)
+            .arg("restore-db")
+            .assert()
+    };
+    restore(&data).code(1).stderr(predicate::str::contains("another qsm server"));
+    server.kill();
+    restore(&data)
+        .success()
+        .stdout(predicate::str::contains("Catalog restored from"))
+        .stdout(predicate::str::contains("qsm admin audit stgpool"));
+    let replaced: Vec<_> = fs::read_dir(&data)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            // SQLite's is moved aside; PostgreSQL's content is kept as a SQLite copy.
+            name.starts_with("catalog.db.replaced-") || name.starts_with("catalog-replaced-")
+        })
+        .collect();
+    assert!(!replaced.is_empty(), "the replaced catalog was not kept");
+
+    let server = ServerProc::start(&data, false);
+    let listed = json(client(&server, "alpha", &pw).args(["query", "backup"]).arg(&src));
+    assert!(
+        !listed.to_string().contains("later.txt"),
+        "a version newer than the copy is in the restored catalog: {listed}"
+    );
+    // Reclamation keeps the unknown data; the audit reports it.
+    admin(&server)
+        .args(["reclaim", "stgpool"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("restored from a copy"));
+    let audit = json(admin(&server).args(["audit", "stgpool"]));
+    assert!(audit["damaged"].as_array().unwrap().is_empty(), "{audit}");
+    assert!(audit["unknown_bytes"].as_u64().unwrap() > 0, "{audit}");
+    assert!(audit["restored_at"].as_i64().is_some(), "{audit}");
+    // The client backs the lost version up again, and everything restores.
+    let again = json(client(&server, "alpha", &pw).arg("backup").arg(&src));
+    assert_eq!(backed_up(&again), 2, "the file and its directory: {again}");
+    let out = dir.path().join("out");
+    client(&server, "alpha", &pw).arg("restore").arg(&src).arg("--to").arg(&out).assert().success();
+    assert_same(&src, &out);
+    // Released: reclamation runs and deletes the unknown containers.
+    let released = json(admin(&server).args(["audit", "stgpool", "--release-unknown"]));
+    assert_eq!(released["released"], true, "{released}");
+    let reclaimed = json(admin(&server).args(["reclaim", "stgpool"]));
+    assert!(reclaimed["orphans"].as_u64().unwrap() > 0, "{reclaimed}");
+    let hist = json(admin(&server).args(["query", "volhist"]));
+    let kinds: Vec<_> = hist.as_array().unwrap().iter().map(|e| e["kind"].clone()).collect();
+    assert_eq!(kinds, ["dbbackup", "dbrestore"], "{hist}");
+}
+
+/// A corrupted frame in the pool: audit names the chunk and the file, exits 4, and marks it;
+/// the next incremental backup sends the file again (its dedup chunk is repaired in place, so
+/// the older version restores too), and a second audit is clean.
+#[test]
+fn audit_finds_a_corrupt_chunk_and_the_next_backup_repairs_it() {
+    let dir = TempDir::new().unwrap();
+    let data = dir.path().join("srv");
+    let server = ServerProc::start(&data, false);
+    register(&server, "alpha", "alpha-password");
+    let pw = password_file(dir.path(), "pw", "alpha-password");
+    let src = dir.path().join("src");
+    tree(&src);
+    let first = json(
+        client(&server, "alpha", &pw)
+            .args(["backup", "--dedup", "on", "--compression", "off"])
+            .arg(&src),
+    );
+    assert!(backed_up(&first) >= 4, "{first}");
+    let clean = json(admin(&server).args(["audit", "stgpool"]));
+    assert!(clean["damaged"].as_array().unwrap().is_empty(), "{clean}");
+    assert!(clean["chunks_read"].as_u64().unwrap() >= 5, "{clean}");
+
+    // Flip bytes in the middle of the biggest container: inside b.bin's chunks.
+    let mut containers = Vec::new();
+    let mut stack = vec![data.join("pool/containers")];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(d).unwrap().filter_map(|e| e.ok()) {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                containers.push((e.metadata().unwrap().len(), p));
+            }
+        }
+    }
+    containers.sort();
+    let (len, victim) = containers.last().unwrap().clone();
+    let mut bytes = fs::read(&victim).unwrap();
+    let at = (len / 2) as usize;
+    for b in &mut bytes[at..at + 16] {
+        *b ^= 0x5a;
+    }
+    fs::write(&victim, bytes).unwrap();
+
+    let mut audit = admin(&server);
+    let out = audit.args(["audit", "stgpool", "--mark-damaged", "--json"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(4), "damage found: the audit's exit code says so");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(!report["damaged"].as_array().unwrap().is_empty(), "{report}");
+    assert_eq!(report["marked"], true, "{report}");
+    let objects = report["damaged_objects"].to_string();
+    assert!(objects.contains("alpha") && objects.contains("b.bin"), "{report}");
+    let said = json(admin(&server).args(["query", "actlog", "--search", "damaged"]));
+    assert!(!said.as_array().unwrap().is_empty(), "{said}");
+    let pools = json(admin(&server).args(["query", "stgpool"]));
+    assert!(pools[0]["damaged_chunks"].as_u64().unwrap() >= 1, "{pools}");
+
+    // Nothing changed on the client, yet the damaged file is sent again.
+    let again = json(
+        client(&server, "alpha", &pw)
+            .args(["backup", "--dedup", "on", "--compression", "off"])
+            .arg(&src),
+    );
+    assert_eq!(backed_up(&again), 1, "{again}");
+    let after = json(admin(&server).args(["audit", "stgpool"]));
+    assert!(after["damaged"].as_array().unwrap().is_empty(), "still damaged: {after}");
+    let pools = json(admin(&server).args(["query", "stgpool"]));
+    assert_eq!(pools[0]["damaged_chunks"], 0, "{pools}");
+    assert!(
+        pools[0]["reclaimable_percent"].as_f64().unwrap() > 0.0,
+        "the bad frame is dead: {pools}"
+    );
+    let out = dir.path().join("out");
+    client(&server, "alpha", &pw).arg("restore").arg(&src).arg("--to").arg(&out).assert().success();
+    assert_same(&src, &out);
+}
+
+/// Include rules bind files to a management class of the node's domain, whose copy group then
+/// applies to them (versions-exist at backup time here); a class the domain lacks is named in
+/// a warning and its files get the default class.
+#[test]
+fn mgmtclass_bindings_choose_the_copy_group_of_each_file() {
+    let dir = TempDir::new().unwrap();
+    let server = ServerProc::start(&dir.path().join("srv"), false);
+    register(&server, "alpha", "alpha-password");
+    let pw = password_file(dir.path(), "pw", "alpha-password");
+    admin(&server)
+        .args(["define", "mgmtclass", "standard", "standard", "--versions-exist", "3"])
+        .assert()
+        .success();
+    admin(&server)
+        .args(["define", "mgmtclass", "standard", "logs", "--versions-exist", "1"])
+        .assert()
+        .success();
+    let src = dir.path().join("src");
+    fs::create_dir_all(&src).unwrap();
+    for v in 1..=3 {
+        fs::write(src.join("app.log"), format!("log {v}\n")).unwrap();
+        fs::write(src.join("notes.txt"), format!("notes {v}\n")).unwrap();
+        fs::write(src.join("x.tmp"), format!("tmp {v}\n")).unwrap();
+        let out = client(&server, "alpha", &pw)
+            .args(["backup", "--mgmtclass", "*.log=logs", "--mgmtclass", "*.tmp=nope"])
+            .arg(&src)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let said = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(
+            said.contains("management class nope is not in the node's policy domain"),
+            "{said}"
+        );
+    }
+    let all = json(client(&server, "alpha", &pw).args(["query", "backup", "--inactive"]).arg(&src));
+    let count = |name: &str| {
+        all.as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["path"].as_str().is_some_and(|p| p.ends_with(name)))
+            .count()
+    };
+    assert_eq!(count("app.log"), 1, "bound to logs (versions-exist 1): {all}");
+    assert_eq!(count("notes.txt"), 3, "the default class (versions-exist 3): {all}");
+    assert_eq!(count("x.tmp"), 3, "an unknown class falls back to the default: {all}");
+}
+
+/// A filespace goes with its versions (a process, in the activity log); a node only once it
+/// has none, and then it cannot log in.
+#[test]
+fn a_filespace_then_its_node_are_deleted() {
+    let dir = TempDir::new().unwrap();
+    let server = ServerProc::start(&dir.path().join("srv"), false);
+    register(&server, "alpha", "alpha-password");
+    let pw = password_file(dir.path(), "pw", "alpha-password");
+    let src = dir.path().join("src");
+    tree(&src);
+    client(&server, "alpha", &pw).arg("backup").arg(&src).assert().success();
+    let name = src.canonicalize().unwrap().display().to_string();
+    admin(&server)
+        .args(["delete", "node", "alpha"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("still has 1 filespaces"));
+    admin(&server)
+        .args(["delete", "filespace", "alpha", "/nowhere"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("node alpha has no filespace /nowhere"));
+    let r = json(admin(&server).args(["delete", "filespace", "alpha", &name]));
+    assert_eq!(r["versions"], 7, "{r}");
+    let spaces = json(client(&server, "alpha", &pw).args(["query", "filespace"]));
+    assert_eq!(spaces.as_array().unwrap().len(), 0, "{spaces}");
+    admin(&server).args(["delete", "node", "alpha"]).assert().success();
+    client(&server, "alpha", &pw)
+        .args(["query", "filespace"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("wrong account name or password"));
+    let said = json(admin(&server).args(["query", "actlog", "--search", "delete"]));
+    assert!(said.as_array().unwrap().len() >= 2, "{said}");
+}
