@@ -2367,6 +2367,17 @@ pub fn execute_once(url: &str, sql: &str) -> Result<()> {
     c.batch(sql, "running an administrative statement")
 }
 
+/// The names of the databases on the server at `url` that start with `prefix`.
+pub fn databases(url: &str, prefix: &str) -> Result<Vec<String>> {
+    let cat = PostgresCatalog::connect_only(url)?;
+    let mut c = cat.pool.get().map_err(|e| cat.named(e))?;
+    let op = "listing databases";
+    c.query("SELECT datname FROM pg_database WHERE starts_with(datname, $1)", &[&prefix], op)?
+        .iter()
+        .map(|r| get(r, 0, op))
+        .collect()
+}
+
 impl PostgresCatalog {
     /// The pool without opening or migrating a catalog.
     fn connect_only(url: &str) -> Result<PostgresCatalog> {

@@ -6,7 +6,7 @@
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::postgres::execute_once;
+use crate::postgres::{databases, execute_once};
 
 /// The maintenance database's URL, once a server answers there.
 pub fn server() -> Result<String, String> {
@@ -16,6 +16,7 @@ pub fn server() -> Result<String, String> {
             let url = std::env::var("QSM_TEST_POSTGRES")
                 .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
             if execute_once(&url, "SELECT 1").is_ok() {
+                drop_abandoned(&url);
                 return Ok(url);
             }
             let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/ensure-postgres.sh");
@@ -26,9 +27,25 @@ pub fn server() -> Result<String, String> {
             if !status.success() {
                 return Err(format!("{script} failed ({status}): no PostgreSQL for the tests"));
             }
-            execute_once(&url, "SELECT 1").map(|()| url).map_err(|e| e.to_string())
+            execute_once(&url, "SELECT 1").map_err(|e| e.to_string())?;
+            drop_abandoned(&url);
+            Ok(url)
         })
         .clone()
+}
+
+/// Drops the databases of test processes that are gone (a killed run, or a test binary whose
+/// statics were never dropped).
+fn drop_abandoned(url: &str) {
+    for name in databases(url, "qsm_test_").unwrap_or_default() {
+        let pid = name.split('_').nth(2).and_then(|p| p.parse::<u32>().ok());
+        if let Some(pid) = pid
+            && pid != std::process::id()
+            && !std::path::Path::new(&format!("/proc/{pid}")).exists()
+        {
+            let _ = execute_once(url, &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"));
+        }
+    }
 }
 
 /// A new, empty database, dropped (with its connections) when this is.
