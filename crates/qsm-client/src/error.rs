@@ -25,9 +25,13 @@ pub enum ClientError {
         /// The error.
         source: std::io::Error,
     },
-    /// The server failed, refused, or could not be reached.
+    /// The server failed or refused.
     #[error("{0}")]
     Server(String),
+    /// The server could not be reached, or the connection to it broke: another server
+    /// sharing its catalog and pool may take over (`qsm backup` fails over).
+    #[error("{0}")]
+    Unreachable(String),
     /// The request is invalid (no such filespace, a path outside the target...).
     #[error("{0}")]
     Invalid(String),

@@ -79,6 +79,16 @@ fn status(url: &str, s: tonic::Status) -> ClientError {
     };
     let msg = s.message();
     let msg = if msg.is_empty() { s.code().description() } else { msg };
+    // A server that died mid-call shows as Unavailable, or as Unknown with the transport's
+    // complaint (a reset stream, a closed connection).
+    let lost = s.code() == tonic::Code::Unavailable
+        || (s.code() == tonic::Code::Unknown
+            && ["transport", "connection", "h2 protocol", "broken pipe", "reset"]
+                .iter()
+                .any(|w| msg.to_ascii_lowercase().contains(w)));
+    if lost {
+        return ClientError::Unreachable(format!("lost the server at {url}: {msg}"));
+    }
     ClientError::Server(format!("{what} at {url}: {msg}"))
 }
 
@@ -197,7 +207,7 @@ pub fn connect_local_admin(url: &str) -> Result<RemoteServer> {
 async fn connect_channel(options: &RemoteOptions) -> Result<Channel> {
     let url = &options.url;
     let unreachable = |e: tonic::transport::Error| {
-        ClientError::Server(format!("cannot reach the server at {url}: {}", source_chain(&e)))
+        ClientError::Unreachable(format!("cannot reach the server at {url}: {}", source_chain(&e)))
     };
     if let Some(path) = url.strip_prefix("unix:") {
         let path = PathBuf::from(path);

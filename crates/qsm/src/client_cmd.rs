@@ -440,16 +440,40 @@ pub fn backup(args: BackupArgs) -> Result<Complete> {
     if let Some(n) = args.txn_byte_limit {
         options.limits.byte_limit = n;
     }
-    let connected = args.home.open()?;
+    let mut which = 0;
+    let mut connected = args.home.open_from(&mut which)?;
     args.protect.apply(&config, &connected, &args.home, &mut options)?;
-    let server = connected.server();
-    let summaries = each_path(
-        &args.paths,
-        args.json,
-        "backing up",
-        &mut |path, progress| qsm_client::backup(server.as_ref(), path, &options, progress),
-        &print_backup,
-    )?;
+    // Servers sharing one catalog and pool take over from each other: a backup whose server
+    // is lost starts again on the next, as an incremental against the shared inventory, so
+    // what the lost one committed is not sent again.
+    let addresses = args.home.servers()?.len();
+    let mut failovers = 0;
+    let mut summaries = Vec::with_capacity(args.paths.len());
+    for path in &args.paths {
+        loop {
+            let server = connected.server();
+            let done = each_path(
+                std::slice::from_ref(path),
+                args.json,
+                "backing up",
+                &mut |path, progress| qsm_client::backup(server.as_ref(), path, &options, progress),
+                &print_backup,
+            );
+            drop(server);
+            match done {
+                Err(e) if addresses > 1 && failovers < 2 * addresses && lost_server(&e) => {
+                    failovers += 1;
+                    eprintln!("qsm: warning: {e:#}; resuming on another server");
+                    which += 1;
+                    connected = reconnect(&args.home, &mut which)?;
+                }
+                done => {
+                    summaries.extend(done?);
+                    break;
+                }
+            }
+        }
+    }
     if args.json {
         let reports: Vec<BackupReport> = summaries.iter().map(BackupReport::from).collect();
         println!("{}", serde_json::to_string_pretty(&reports)?);
@@ -543,6 +567,28 @@ fn print_backup(s: &BackupSummary) {
 /// Runs `op` on each path with a live progress line, prints each run's warnings and (unless
 /// JSON) its summary through `on_done` as soon as it ends, and returns the summaries: the
 /// loop `qsm backup` and `qsm archive` share.
+/// Whether `e` says the server was lost (rather than refusing or failing).
+fn lost_server(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| matches!(c.downcast_ref(), Some(qsm_client::ClientError::Unreachable(_))))
+}
+
+/// Connects to the next server that answers, waiting a little between rounds: servers
+/// restarting behind one name take a moment.
+fn reconnect(home: &crate::conn::Conn, which: &mut usize) -> Result<crate::conn::Connected> {
+    let mut delay = std::time::Duration::from_millis(500);
+    let mut round = 0;
+    loop {
+        match home.open_from(which) {
+            Err(e) if round < 3 && lost_server(&e) => {
+                std::thread::sleep(delay);
+                delay *= 2;
+                round += 1;
+            }
+            done => return done,
+        }
+    }
+}
+
 fn each_path(
     paths: &[PathBuf],
     json: bool,

@@ -60,7 +60,9 @@ pub struct Conn {
     /// $QSM_HOME, or ~/.local/share/qsm).
     #[arg(long, global = true)]
     home: Option<PathBuf>,
-    /// A QSM server: https://HOST:PORT, http://HOST:PORT (no TLS) or unix:PATH.
+    /// A QSM server: https://HOST:PORT, http://HOST:PORT (no TLS) or unix:PATH. Several,
+    /// comma-separated, for servers sharing one catalog and pool: the first that answers is
+    /// used, and a backup whose server dies resumes on another.
     #[arg(long, global = true, env = "QSM_SERVER")]
     server: Option<String>,
     /// This machine's node name on the server.
@@ -162,8 +164,21 @@ impl Conn {
 
     /// Connects to the configured server, or opens the embedded store.
     pub fn open(&self) -> Result<Connected> {
+        self.open_from(&mut 0)
+    }
+
+    /// The configured server addresses (none: the embedded store).
+    pub fn servers(&self) -> Result<Vec<String>> {
+        let list = self.server.clone().or(self.config()?.server).unwrap_or_default();
+        Ok(list.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect())
+    }
+
+    /// Connects to the first configured server that answers, trying them in order from the
+    /// `start`th (cyclically), which is left naming the one connected to.
+    pub fn open_from(&self, start: &mut usize) -> Result<Connected> {
         let config = self.config()?;
-        let Some(url) = self.server.clone().or(config.server) else {
+        let servers = self.servers()?;
+        if servers.is_empty() {
             let home = match &self.home {
                 Some(h) => h.clone(),
                 None => embedded::default_home()?,
@@ -171,7 +186,7 @@ impl Conn {
             let e = Embedded::open(&home)
                 .with_context(|| format!("opening the QSM store in {}", home.display()))?;
             return Ok(Connected::Embedded(e));
-        };
+        }
         let account = self
             .node
             .clone()
@@ -180,14 +195,31 @@ impl Conn {
         let password_file = self.password_file.clone().or(config.password_file).context(
             "a server is configured but no password: give --password-file or QSM_PASSWORD_FILE",
         )?;
-        let options = RemoteOptions {
-            url,
+        let mut options = RemoteOptions {
+            url: String::new(),
             account,
             password: read_password(&password_file)?,
             admin: false,
             ca: self.ca.clone().or(config.ca),
         };
-        Ok(Connected::Remote(RemoteServer::connect(&options)?))
+        let mut last = None;
+        for k in 0..servers.len() {
+            let i = (*start + k) % servers.len();
+            options.url = servers[i].clone();
+            match RemoteServer::connect(&options) {
+                Ok(r) => {
+                    *start = i;
+                    return Ok(Connected::Remote(r));
+                }
+                // Another address may answer; a refused login or a bad address would be
+                // refused by every server alike.
+                Err(e @ qsm_client::ClientError::Unreachable(_)) if servers.len() > 1 => {
+                    last = Some(e)
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(last.map_or_else(|| anyhow::anyhow!("no server configured"), anyhow::Error::from))
     }
 }
 
