@@ -283,6 +283,12 @@ pub trait Catalog: Send + Sync + std::fmt::Debug {
     ) -> Result<()>;
     /// Activity-log entries at or after `since`, oldest first, at most `limit`.
     fn activity(&self, since: Timestamp, limit: u32) -> Result<Vec<ActivityEntry>>;
+
+    /// Whether other servers may share this catalog (and so its pool): then no server knows
+    /// every container being written, and pool maintenance must not assume it does.
+    fn is_shared(&self) -> bool {
+        false
+    }
 }
 
 /// A version named by id, filespace and path (what an audit reports).

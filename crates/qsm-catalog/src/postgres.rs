@@ -587,6 +587,10 @@ fn query_objects(
 }
 
 impl Catalog for PostgresCatalog {
+    fn is_shared(&self) -> bool {
+        true
+    }
+
     fn schema_version(&self) -> Result<u32> {
         self.read(|c| read_version(c, &self.url))
     }

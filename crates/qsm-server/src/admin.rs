@@ -504,14 +504,20 @@ impl Admin for AdminService {
                         .store
                         .reclaim_until(f64::from(100 - pct) / 100.0, cancel)
                         .map_err(store_status)?;
-                    // This server is the pool's only writer, and its own open containers are known
-                    // to the store: orphans are leftovers of crashes or refused reclamations.
+                    // With a catalog of its own this server is the pool's only writer, and its
+                    // open containers are known to the store: orphans are leftovers of crashes
+                    // or refused reclamations. A shared catalog skips them (see remove_orphans).
                     let orphans = state.store.remove_orphans().map_err(store_status)?;
+                    let shared = state.store.catalog().is_shared();
                     Ok(Finished {
                         detail: format!(
-                            "{} containers reclaimed, {} orphan containers removed",
+                            "{} containers reclaimed, {}",
                             done.len(),
-                            orphans.len()
+                            if shared {
+                                "orphan removal skipped (servers may share the pool)".to_owned()
+                            } else {
+                                format!("{} orphan containers removed", orphans.len())
+                            }
                         ),
                         stopped: cancel.load(Ordering::Relaxed).then(|| "cancelled".to_owned()),
                         value: (done.len() as u64, orphans.len() as u64),

@@ -21,6 +21,9 @@ pub struct ServerConfig {
     pub catalog: Option<PathBuf>,
     /// The storage pool directory (default `DATA_DIR/pool`): large, sequential, any disk.
     pub pool: Option<PathBuf>,
+    /// The storage pool on an S3-compatible object store instead of `pool` (an `[s3]` table:
+    /// endpoint, bucket, prefix, region, credentials; see docs/ADMIN.md).
+    pub s3: Option<qsm_pool_s3::S3PoolConfig>,
     /// The server's certificate and key (PEM). Default `DATA_DIR/tls/cert.pem` and `key.pem`,
     /// generated self-signed on first start.
     pub tls_cert: Option<PathBuf>,
@@ -51,6 +54,7 @@ impl Default for ServerConfig {
             socket: None,
             catalog: None,
             pool: None,
+            s3: None,
             tls_cert: None,
             tls_key: None,
             tls_names: Vec::new(),
@@ -106,6 +110,29 @@ impl ServerConfig {
                 &self.catalog_path(),
             )?),
         })
+    }
+
+    /// Opens the store: the catalog, and the pool this configuration names (created on first
+    /// use, unless the catalog already refers to a pool: then a missing pool is an error).
+    pub fn open_store(&self) -> Result<qsm_store::Store, String> {
+        let catalog = self.open_catalog().map_err(|e| e.to_string())?;
+        let Some(s3) = &self.s3 else {
+            return qsm_store::open_catalog(catalog, &self.pool_path(), "primary")
+                .map_err(|e| e.to_string());
+        };
+        let pool = match qsm_pool_s3::S3Pool::open(s3) {
+            Ok(p) => p,
+            Err(qsm_pool::PoolError::NotAPool { .. })
+                if catalog.catalog().pools().map_err(|e| e.to_string())?.is_empty() =>
+            {
+                // Two servers starting on a new bucket: one creates, the other opens.
+                qsm_pool_s3::S3Pool::create(s3, "primary", None)
+                    .or_else(|_| qsm_pool_s3::S3Pool::open(s3))
+                    .map_err(|e| e.to_string())?
+            }
+            Err(e) => return Err(format!("opening the S3 storage pool: {e}")),
+        };
+        qsm_store::open_with_pool(catalog, std::sync::Arc::new(pool)).map_err(|e| e.to_string())
     }
 
     /// The SQLite catalog's path (meaningless for a PostgreSQL catalog).

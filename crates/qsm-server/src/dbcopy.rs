@@ -406,8 +406,9 @@ fn restore_into_postgres(
 /// Marks damaged the chunks the catalog at `catalog` places in containers the pool lacks;
 /// returns (chunks, versions) marked, or why the pool could not be checked.
 fn mark_missing(catalog: &Path, config: &ServerConfig) -> Result<(u64, u64), String> {
-    let store = qsm_store::open_local(catalog, &config.pool_path(), "primary")
-        .map_err(|e| e.to_string())?;
+    let mut restoring = config.clone();
+    restoring.catalog = Some(catalog.to_path_buf());
+    let store = restoring.open_store()?;
     let missing = store.missing_containers().map_err(|e| e.to_string())?;
     if missing.is_empty() {
         return Ok((0, 0));

@@ -68,13 +68,10 @@ async fn serve(config: ServerConfig, ready: impl FnOnce(&Listening)) -> Result<(
     create_private_dir(&config.data_dir)?;
     let _lock = dbcopy::lock(&config.data_dir).map_err(ServerError)?;
     let opening = config.clone();
-    let store = tokio::task::spawn_blocking(move || {
-        let catalog = opening.open_catalog()?;
-        qsm_store::open_catalog(catalog, &opening.pool_path(), "primary")
-    })
-    .await
-    .map_err(|e| ServerError(format!("opening the store: {e}")))?
-    .map_err(|e| ServerError(format!("opening the store: {e}")))?;
+    let store = tokio::task::spawn_blocking(move || opening.open_store())
+        .await
+        .map_err(|e| ServerError(format!("opening the store: {e}")))?
+        .map_err(|e| ServerError(format!("opening the store: {e}")))?;
     if let Ok(Some(t)) = store.catalog().state_value(qsm_store::RESTORED_AT)
         && t != 0
     {

@@ -75,7 +75,7 @@ pub enum StoreError {
 mod audit;
 mod local;
 pub use audit::{AuditOptions, AuditReport, DamagedChunk, RESTORED_AT};
-pub use local::{open_catalog, open_local};
+pub use local::{open_catalog, open_local, open_with_pool};
 
 /// Result of store operations.
 pub type Result<T> = std::result::Result<T, StoreError>;
@@ -263,8 +263,11 @@ impl Store {
         // its recorded end: rewriting it would drop them before an audit has reported them.
         self.check_not_restored()?;
         let open = self.open_set().clone();
-        let sizes: BTreeMap<u64, u64> =
-            self.pool.containers()?.into_iter().map(|c| (c.id, c.size)).collect();
+        let listed: BTreeMap<u64, (u64, bool)> =
+            self.pool.containers()?.into_iter().map(|c| (c.id, (c.size, c.sealed))).collect();
+        // With a shared catalog another server may be appending to any unsealed container;
+        // a sealed one never changes again, whoever wrote it.
+        let shared = self.catalog.is_shared();
         let mut reclaimed = Vec::new();
         for container in self.catalog.containers(self.pool_record)? {
             if stop.load(std::sync::atomic::Ordering::Relaxed) {
@@ -273,7 +276,10 @@ impl Store {
             if open.contains(&container.id) {
                 continue;
             }
-            let Some(&size) = sizes.get(&container.id.0) else { continue };
+            let Some(&(size, sealed)) = listed.get(&container.id.0) else { continue };
+            if shared && !sealed {
+                continue;
+            }
             let chunks = self.catalog.chunks_in_container(container.id)?;
             let live: Vec<_> = chunks.iter().filter(|c| c.refcount > 0).collect();
             let live_bytes: u64 = live.iter().map(|c| u64::from(c.location.stored_len)).sum();
@@ -332,8 +338,15 @@ impl Store {
     /// reclamation's commit and its delete. Only call it when no other process writes to the
     /// pool. Refused after a catalog restore until an audit released the unknown containers
     /// ([`AuditOptions::release_unknown`]). Returns the containers deleted.
+    ///
+    /// With a shared catalog ([`Catalog::is_shared`]: several servers on one pool) nothing is
+    /// deleted: a container another server is writing, or sealed but not yet committed, looks
+    /// exactly like an orphan from here.
     pub fn remove_orphans(&self) -> Result<Vec<u64>> {
         self.check_not_restored()?;
+        if self.catalog.is_shared() {
+            return Ok(Vec::new());
+        }
         // Pool first, then the catalog, then the open set: a container created after the pool
         // listing is not considered, and one committed or opened before the later two
         // snapshots is seen as known or open.
@@ -619,6 +632,38 @@ impl Batch<'_> {
             return Ok(Committed::default());
         }
         self.writer()?.sync()?;
+        // A transaction that lost a deadlock or its connection to another server's is rolled
+        // back whole; everything it recorded is still pending here, so it is tried again.
+        let mut delay = std::time::Duration::from_millis(50);
+        let mut attempt = 0;
+        let objects = loop {
+            match self.record(now) {
+                Err(StoreError::Catalog(e)) if e.is_transient() && attempt < 5 => {
+                    attempt += 1;
+                    std::thread::sleep(delay);
+                    delay *= 2;
+                }
+                done => break done?,
+            }
+        };
+        // Committed chunks are found through the catalog from now on.
+        for object in &self.pending {
+            for chunk in &object.chunks {
+                if let ObjectChunk::Keyed(_, key) = chunk {
+                    self.appended.remove(&(key.hash, key.sealed));
+                }
+            }
+        }
+        let committed = Committed { objects, bytes: self.bytes };
+        self.pending.clear();
+        self.deactivations.clear();
+        self.touched.clear();
+        self.bytes = 0;
+        Ok(committed)
+    }
+
+    /// The catalog half of [`Batch::commit`]: one transaction recording everything pending.
+    fn record(&self, now: Timestamp) -> Result<Vec<ObjectId>> {
         let store = self.store;
         let mut t = store.catalog.begin()?;
         for (&container, &end) in &self.touched {
@@ -638,20 +683,7 @@ impl Batch<'_> {
             deactivate(t.as_mut(), *fs, path, *tree, now)?;
         }
         t.commit()?;
-        // Committed chunks are found through the catalog from now on.
-        for object in &self.pending {
-            for chunk in &object.chunks {
-                if let ObjectChunk::Keyed(_, key) = chunk {
-                    self.appended.remove(&(key.hash, key.sealed));
-                }
-            }
-        }
-        let committed = Committed { objects, bytes: self.bytes };
-        self.pending.clear();
-        self.deactivations.clear();
-        self.touched.clear();
-        self.bytes = 0;
-        Ok(committed)
+        Ok(objects)
     }
 
     /// Commits what is pending and seals the writer's container.

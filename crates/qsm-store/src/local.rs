@@ -29,6 +29,12 @@ pub fn open_catalog(catalog: AnyCatalog, pool: &Path, pool_name: &str) -> Result
     } else {
         DirPool::create(pool, pool_name, &DirPoolOptions::default())?
     };
+    open_with_pool(catalog, Arc::new(dir_pool))
+}
+
+/// A store over `catalog` and an already open `pool` of any kind (an S3 pool, say).
+pub fn open_with_pool(catalog: AnyCatalog, pool: Arc<dyn Pool>) -> Result<Store> {
+    let name = catalog.tables().describe();
     if let AnyCatalog::Sqlite(sqlite) = &catalog
         && let Some(u) = sqlite.upgraded()
     {
@@ -46,6 +52,5 @@ pub fn open_catalog(catalog: AnyCatalog, pool: &Path, pool_name: &str) -> Result
         );
     }
     let catalog: Arc<dyn Catalog> = catalog.into_shared();
-    let pool: Arc<dyn Pool> = Arc::new(dir_pool);
     Store::new(catalog, pool)
 }

@@ -67,3 +67,96 @@ fn two_servers_share_a_catalog_and_pool_and_a_backup_fails_over_when_one_dies() 
     let listed = json(client(&first, "alpha", &pw).args(["query", "backup"]).arg(&src));
     assert!(listed.as_array().unwrap().len() >= 41, "{listed}");
 }
+
+/// A server whose data directory names a PostgreSQL catalog and an S3 pool on the S3 server
+/// `s3` (bucket `bucket`), besides the catalog `backend` already wrote there.
+fn s3_data_dir(data: &Path, s3: &qsm_pool_s3::test_server::TestServer, bucket: &str) {
+    backend(data);
+    let catalog = fs::read_to_string(data.join("server.toml")).unwrap();
+    let pool = toml::to_string(&s3.pool_config(bucket, "qsm")).unwrap();
+    fs::write(data.join("server.toml"), format!("{catalog}[s3]\n{pool}")).unwrap();
+}
+
+/// Two servers on one PostgreSQL catalog and one S3 pool (a real S3-protocol server, s3s-fs,
+/// over real sockets): backups through either, a failover, an audit that reads every chunk
+/// back from S3, restores identical; then a bucket that does not exist is a clear error.
+#[test]
+fn servers_on_postgres_and_an_s3_pool_back_up_fail_over_audit_and_restore() {
+    let dir = TempDir::new().unwrap();
+    fs::create_dir(dir.path().join("s3")).unwrap();
+    let s3 = qsm_pool_s3::test_server::TestServer::start(
+        dir.path().join("s3"),
+        "127.0.0.1:0".parse().unwrap(),
+        "qsm-test-key",
+        "qsm-test-secret",
+    )
+    .unwrap();
+    s3.create_bucket("backups").unwrap();
+    let one = dir.path().join("srv1");
+    s3_data_dir(&one, &s3, "backups");
+    let mut first = ServerProc::start(&one, false);
+    let two = dir.path().join("srv2");
+    fs::DirBuilder::new().recursive(true).mode(0o700).create(&two).unwrap();
+    fs::copy(one.join("server.toml"), two.join("server.toml")).unwrap();
+    let second = ServerProc::start(&two, false);
+    assert!(!one.join("pool").exists(), "the pool went to disk, not to S3");
+
+    register(&first, "alpha", "alpha-password");
+    let pw = password_file(dir.path(), "pw", "alpha-password");
+    let src = dir.path().join("src");
+    tree(&src);
+    big_tree(&src.join("big"), 40);
+    let both = format!("{},{}", first.url, second.url);
+    let backup = StdCommand::new(assert_cmd::cargo::cargo_bin("qsm"))
+        .env("QSM_SERVER", &both)
+        .env("QSM_NODE", "alpha")
+        .env("QSM_PASSWORD_FILE", &pw)
+        .env("QSM_HOME", "/nonexistent/embedded-must-not-be-used")
+        .env("HOME", dir.path())
+        .args(["backup", "--compression", "off", "--limit-upload", "4MB", "--txn-group-max", "3"])
+        .arg(&src)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for("a first commit", || committed_objects(&second, "alpha", &pw) >= 3);
+    first.kill();
+    let out = backup.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("resuming on another server"), "{err}");
+
+    // Every chunk read back from S3 and verified.
+    let audit = json(admin(&second).args(["audit", "stgpool"]));
+    assert!(audit["damaged"].as_array().unwrap().is_empty(), "{audit}");
+    // An incremental sends nothing; a change is sent and restores.
+    let again = json(client(&second, "alpha", &pw).arg("backup").arg(&src));
+    assert_eq!(backed_up(&again), 0, "{again}");
+    fs::write(src.join("docs/a.txt"), b"changed\n".repeat(300)).unwrap();
+    let changed = json(client(&second, "alpha", &pw).arg("backup").arg(&src));
+    assert_eq!(backed_up(&changed), 1, "{changed}");
+    let restored = dir.path().join("restored");
+    client(&second, "alpha", &pw)
+        .arg("restore")
+        .arg(&src)
+        .arg("--to")
+        .arg(&restored)
+        .assert()
+        .success();
+    assert_same(&src, &restored);
+
+    // A bucket that does not exist: the server refuses to start and says which.
+    let three = dir.path().join("srv3");
+    s3_data_dir(&three, &s3, "no-such-bucket");
+    let out = StdCommand::new(assert_cmd::cargo::cargo_bin("qsm"))
+        .arg("server")
+        .arg("--data-dir")
+        .arg(&three)
+        .args(["--listen", "127.0.0.1:0", "--plaintext"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no-such-bucket"), "{err}");
+    assert!(!err.contains("qsm-test-secret"), "the secret key was printed: {err}");
+}

@@ -1280,7 +1280,12 @@ fn the_catalog_is_backed_up_online_restored_offline_and_audit_reports_what_it_lo
     let released = json(admin(&server).args(["audit", "stgpool", "--release-unknown"]));
     assert_eq!(released["released"], true, "{released}");
     let reclaimed = json(admin(&server).args(["reclaim", "stgpool"]));
-    assert!(reclaimed["orphans"].as_u64().unwrap() > 0, "{reclaimed}");
+    if POSTGRES {
+        // A shared catalog: another server's containers look like orphans, none is removed.
+        assert_eq!(reclaimed["orphans"].as_u64().unwrap(), 0, "{reclaimed}");
+    } else {
+        assert!(reclaimed["orphans"].as_u64().unwrap() > 0, "{reclaimed}");
+    }
     let hist = json(admin(&server).args(["query", "volhist"]));
     let kinds: Vec<_> = hist.as_array().unwrap().iter().map(|e| e["kind"].clone()).collect();
     assert_eq!(kinds, ["dbbackup", "dbrestore"], "{hist}");
