@@ -310,3 +310,14 @@ pub(crate) fn select_sql(table: &Table) -> String {
 
 /// The schema version the tables describe; a backend refuses copies at any other.
 pub const TABLES_VERSION: u32 = LATEST;
+
+/// Refuses to copy a catalog of another schema than [`TABLES`] describes.
+pub(crate) fn check_version(found: u32) -> Result<()> {
+    if found != TABLES_VERSION {
+        return Err(CatalogError::Refused(format!(
+            "a catalog of schema {found} cannot be copied by this program (schema \
+             {TABLES_VERSION}): open it with this program first to upgrade it"
+        )));
+    }
+    Ok(())
+}

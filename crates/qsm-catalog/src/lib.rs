@@ -336,6 +336,51 @@ pub trait Txn {
     fn commit(self: Box<Self>) -> Result<()>;
 }
 
+/// The loop of [`Catalog::delete_filespace`], shared by the backends: `ids(limit)` lists up to
+/// `limit` versions of the filespace, `remove()` deletes the filespace if it has no versions
+/// (false if a backup added one meanwhile) and `exists()` says whether it is still there.
+pub(crate) fn delete_filespace_in_batches(
+    catalog: &dyn Catalog,
+    filespace: FilespaceId,
+    batch: usize,
+    stop: &std::sync::atomic::AtomicBool,
+    ids: &dyn Fn(i64) -> Result<Vec<i64>>,
+    remove: &dyn Fn() -> Result<bool>,
+    exists: &dyn Fn() -> Result<bool>,
+) -> Result<u64> {
+    let mut deleted = 0u64;
+    let limit = batch.max(1);
+    loop {
+        if stop.load(std::sync::atomic::Ordering::Relaxed) {
+            return Ok(deleted);
+        }
+        let mut page = ids(limit as i64)?;
+        page.truncate(limit);
+        if page.is_empty() {
+            // Gone only if still empty: a backup may have added to it meanwhile.
+            if remove()? {
+                return Ok(deleted);
+            }
+            if !exists()? {
+                return Err(CatalogError::NotFound {
+                    what: "filespace",
+                    key: filespace.0.to_string(),
+                });
+            }
+            continue;
+        }
+        let mut t = catalog.begin()?;
+        for id in &page {
+            match t.delete_object(ObjectId(*id)) {
+                Ok(()) => deleted += 1,
+                Err(CatalogError::NotFound { what: "object", .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        t.commit()?;
+    }
+}
+
 /// The standard policy domain, created on first use.
 pub fn standard_domain(catalog: &dyn Catalog) -> Result<DomainId> {
     match catalog.domain(STANDARD_DOMAIN)? {

@@ -28,7 +28,7 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -72,6 +72,13 @@ fn pg(op: &'static str) -> impl FnOnce(tokio_postgres::Error) -> CatalogError {
 
 fn is_code(e: &CatalogError, code: &SqlState) -> bool {
     matches!(e, CatalogError::Pg { source, .. } if source.code() == Some(code))
+}
+
+/// Replaces an error of a refused constraint with `instead()`, passing others through.
+fn on_constraint(
+    instead: impl FnOnce() -> CatalogError,
+) -> impl FnOnce(CatalogError) -> CatalogError {
+    move |e| if constraint(&e) { instead() } else { e }
 }
 
 /// A unique, foreign-key or check constraint refused a write (SQLite's ConstraintViolation).
@@ -662,15 +669,9 @@ impl Catalog for PostgresCatalog {
                 ],
                 op,
             )
-            .map_err(|e| {
-                if constraint(&e) {
-                    CatalogError::Refused(format!(
+            .map_err(on_constraint(|| CatalogError::Refused(format!(
                         "invalid backup copy group for {name}: versions-exist must be at least 1"
-                    ))
-                } else {
-                    e
-                }
-            })?;
+                    ))))?;
             c.exec(
                 "INSERT INTO archive_copygroups (mgmt_class_id, retain_version_days) VALUES ($1, $2)",
                 &[&id, &i64::from(archive.retain_version_days)],
@@ -760,13 +761,7 @@ impl Catalog for PostgresCatalog {
                 "DELETE FROM domains WHERE id = $1",
             ] {
                 // A version bound meanwhile makes the delete fail on its foreign key.
-                c.exec(sql, &[&domain.0], op).map_err(|e| {
-                    if constraint(&e) {
-                        CatalogError::Refused("versions were just bound to the domain's classes".into())
-                    } else {
-                        e
-                    }
-                })?;
+                c.exec(sql, &[&domain.0], op).map_err(on_constraint(|| CatalogError::Refused("versions were just bound to the domain's classes".into())))?;
             }
             Ok(())
         })
@@ -792,13 +787,7 @@ impl Catalog for PostgresCatalog {
                     ],
                     op,
                 )
-                .map_err(|e| {
-                    if constraint(&e) {
-                        CatalogError::Refused("versions-exist must be at least 1".into())
-                    } else {
-                        e
-                    }
-                })?;
+                .map_err(on_constraint(|| CatalogError::Refused("versions-exist must be at least 1".into())))?;
             if n == 0 {
                 return Err(CatalogError::NotFound {
                     what: "management class",
@@ -848,13 +837,7 @@ impl Catalog for PostgresCatalog {
                 "DELETE FROM archive_copygroups WHERE mgmt_class_id = $1",
                 "DELETE FROM mgmt_classes WHERE id = $1",
             ] {
-                c.exec(sql, &[&class.0], op).map_err(|e| {
-                    if constraint(&e) {
-                        CatalogError::Refused("versions were just bound to the management class".into())
-                    } else {
-                        e
-                    }
-                })?;
+                c.exec(sql, &[&class.0], op).map_err(on_constraint(|| CatalogError::Refused("versions were just bound to the management class".into())))?;
             }
             Ok(())
         })
@@ -866,13 +849,10 @@ impl Catalog for PostgresCatalog {
             .write(|c| {
                 c.exec("UPDATE nodes SET domain_id = $1 WHERE id = $2", &[&domain.0, &node.0], op)
             })
-            .map_err(|e| {
-                if constraint(&e) {
-                    CatalogError::NotFound { what: "domain", key: domain.0.to_string() }
-                } else {
-                    e
-                }
-            })?;
+            .map_err(on_constraint(|| CatalogError::NotFound {
+                what: "domain",
+                key: domain.0.to_string(),
+            }))?;
         if n == 0 {
             return Err(CatalogError::NotFound { what: "node", key: node.0.to_string() });
         }
@@ -1011,13 +991,10 @@ impl Catalog for PostgresCatalog {
                     &[&node.0, &name, &crate::now()],
                     op,
                 )
-                .map_err(|e| {
-                    if constraint(&e) {
-                        CatalogError::NotFound { what: "node", key: node.0.to_string() }
-                    } else {
-                        e
-                    }
-                })?;
+                .map_err(on_constraint(|| CatalogError::NotFound {
+                    what: "node",
+                    key: node.0.to_string(),
+                }))?;
             let row = match inserted {
                 Some(r) => r,
                 None => c.one(
@@ -1059,13 +1036,8 @@ impl Catalog for PostgresCatalog {
         stop: &AtomicBool,
     ) -> Result<u64> {
         let op = "deleting a filespace";
-        let mut deleted = 0u64;
-        let limit = batch.max(1) as i64;
-        loop {
-            if stop.load(Ordering::Relaxed) {
-                return Ok(deleted);
-            }
-            let ids: Vec<i64> = self.read(|c| {
+        let ids = |limit: i64| {
+            self.read(|c| {
                 c.query(
                     "SELECT id FROM objects WHERE filespace_id = $1 LIMIT $2",
                     &[&filespace.0, &limit],
@@ -1074,41 +1046,26 @@ impl Catalog for PostgresCatalog {
                 .iter()
                 .map(|r| get(r, 0, op))
                 .collect()
-            })?;
-            if ids.is_empty() {
-                // Gone only if still empty: a backup may have added to it meanwhile.
-                let n = self.write(|c| {
-                    c.exec(
-                        "DELETE FROM filespaces WHERE id = $1 AND NOT EXISTS \
-                         (SELECT 1 FROM objects WHERE filespace_id = $1)",
-                        &[&filespace.0],
-                        op,
-                    )
-                })?;
-                if n > 0 {
-                    return Ok(deleted);
-                }
-                let exists = self.read(|c| {
-                    count(c, "SELECT count(*) FROM filespaces WHERE id = $1", &[&filespace.0], op)
-                })?;
-                if exists == 0 {
-                    return Err(CatalogError::NotFound {
-                        what: "filespace",
-                        key: filespace.0.to_string(),
-                    });
-                }
-                continue;
-            }
-            let mut t = self.begin()?;
-            for id in &ids {
-                match t.delete_object(ObjectId(*id)) {
-                    Ok(()) => deleted += 1,
-                    Err(CatalogError::NotFound { what: "object", .. }) => {}
-                    Err(e) => return Err(e),
-                }
-            }
-            t.commit()?;
-        }
+            })
+        };
+        let remove = || {
+            self.write(|c| {
+                c.exec(
+                    "DELETE FROM filespaces WHERE id = $1 AND NOT EXISTS \
+                     (SELECT 1 FROM objects WHERE filespace_id = $1)",
+                    &[&filespace.0],
+                    op,
+                )
+            })
+            .map(|n| n > 0)
+        };
+        let exists = || {
+            self.read(|c| {
+                count(c, "SELECT count(*) FROM filespaces WHERE id = $1", &[&filespace.0], op)
+            })
+            .map(|n| n > 0)
+        };
+        crate::delete_filespace_in_batches(self, filespace, batch, stop, &ids, &remove, &exists)
     }
 
     fn delete_node(&self, node: NodeId) -> Result<()> {
@@ -2265,7 +2222,7 @@ fn to_param(v: &Value, kind: Kind) -> Box<dyn ToSql + Sync + Send> {
 impl RawTables for PostgresCatalog {
     fn export(&self, sink: &mut copy::RowSink<'_>) -> Result<()> {
         let op = "reading the catalog for a copy";
-        crate::sqlite::check_copy_version(self.schema_version()?)?;
+        copy::check_version(self.schema_version()?)?;
         let mut c = self.pool.get().map_err(|e| self.named(e))?;
         // Every table from one snapshot; in pages by key so no table sits in memory whole.
         c.batch("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", op)?;
@@ -2322,7 +2279,7 @@ impl RawTables for PostgresCatalog {
 
     fn import(&self, feed: &mut dyn FnMut(&mut copy::RowSink<'_>) -> Result<()>) -> Result<()> {
         let op = "writing a copy into the catalog";
-        crate::sqlite::check_copy_version(self.schema_version()?)?;
+        copy::check_version(self.schema_version()?)?;
         let mut c = self.pool.get().map_err(|e| self.named(e))?;
         c.batch("BEGIN", op)?;
         let result = (|| {

@@ -833,13 +833,9 @@ impl Catalog for SqliteCatalog {
         stop: &std::sync::atomic::AtomicBool,
     ) -> Result<u64> {
         let op = "deleting a filespace";
-        let mut deleted = 0u64;
-        loop {
-            if stop.load(std::sync::atomic::Ordering::Relaxed) {
-                return Ok(deleted);
-            }
+        let ids = |limit: i64| {
             // Each state through its own partial index (`state = 1`, `state <> 1` literally).
-            let ids: Vec<i64> = self.with_reader(|c| {
+            self.with_reader(|c| {
                 let mut ids = Vec::new();
                 for sql in [
                     "SELECT id FROM objects WHERE filespace_id = ?1 AND state = 1 LIMIT ?2",
@@ -847,56 +843,38 @@ impl Catalog for SqliteCatalog {
                 ] {
                     let mut stmt = c.prepare_cached(sql).map_err(CatalogError::db(op))?;
                     let rows = stmt
-                        .query_map(params![filespace.0, batch.max(1) as i64], |r| r.get(0))
+                        .query_map(params![filespace.0, limit], |r| r.get(0))
                         .map_err(CatalogError::db(op))?;
                     for id in rows {
                         ids.push(id.map_err(CatalogError::db(op))?);
                     }
                 }
-                ids.truncate(batch.max(1));
                 Ok(ids)
-            })?;
-            if ids.is_empty() {
-                // Gone only if still empty: a backup may have added to it meanwhile.
-                let n = self.with_writer(
-                    |c| {
-                        c.execute(
-                            "DELETE FROM filespaces WHERE id = ?1 AND NOT EXISTS \
-                             (SELECT 1 FROM objects WHERE filespace_id = ?1)",
-                            [filespace.0],
-                        )
-                    },
-                    op,
-                )?;
-                if n > 0 {
-                    return Ok(deleted);
-                }
-                let exists: i64 = self.with_reader(|c| {
-                    c.query_row(
-                        "SELECT count(*) FROM filespaces WHERE id = ?1",
+            })
+        };
+        let remove = || {
+            self.with_writer(
+                |c| {
+                    c.execute(
+                        "DELETE FROM filespaces WHERE id = ?1 AND NOT EXISTS \
+                         (SELECT 1 FROM objects WHERE filespace_id = ?1)",
                         [filespace.0],
-                        |r| r.get(0),
                     )
-                    .map_err(CatalogError::db(op))
-                })?;
-                if exists == 0 {
-                    return Err(CatalogError::NotFound {
-                        what: "filespace",
-                        key: filespace.0.to_string(),
-                    });
-                }
-                continue;
-            }
-            let mut t = self.begin()?;
-            for id in &ids {
-                match t.delete_object(ObjectId(*id)) {
-                    Ok(()) => deleted += 1,
-                    Err(CatalogError::NotFound { what: "object", .. }) => {}
-                    Err(e) => return Err(e),
-                }
-            }
-            t.commit()?;
-        }
+                },
+                op,
+            )
+            .map(|n| n > 0)
+        };
+        let exists = || {
+            self.with_reader(|c| {
+                c.query_row("SELECT count(*) FROM filespaces WHERE id = ?1", [filespace.0], |r| {
+                    r.get::<_, i64>(0)
+                })
+                .map(|n| n > 0)
+                .map_err(CatalogError::db(op))
+            })
+        };
+        crate::delete_filespace_in_batches(self, filespace, batch, stop, &ids, &remove, &exists)
     }
 
     fn delete_node(&self, node: NodeId) -> Result<()> {
@@ -2061,7 +2039,7 @@ fn from_sql_value(v: rusqlite::types::ValueRef<'_>, table: &str) -> Result<crate
 impl crate::copy::RawTables for SqliteCatalog {
     fn export(&self, sink: &mut crate::copy::RowSink<'_>) -> Result<()> {
         let op = "reading the catalog for a copy";
-        check_copy_version(self.schema_version()?)?;
+        crate::copy::check_version(self.schema_version()?)?;
         self.with_reader(|c| {
             // One read transaction: every table as of one moment.
             c.execute_batch("BEGIN").map_err(CatalogError::db(op))?;
@@ -2092,7 +2070,7 @@ impl crate::copy::RawTables for SqliteCatalog {
         feed: &mut dyn FnMut(&mut crate::copy::RowSink<'_>) -> Result<()>,
     ) -> Result<()> {
         let op = "writing a copy into the catalog";
-        check_copy_version(self.schema_version()?)?;
+        crate::copy::check_version(self.schema_version()?)?;
         let conn = lock(&self.writer);
         conn.execute_batch("BEGIN IMMEDIATE").map_err(CatalogError::db(op))?;
         let result = (|| {
@@ -2119,16 +2097,4 @@ impl crate::copy::RawTables for SqliteCatalog {
     fn describe(&self) -> String {
         self.path.display().to_string()
     }
-}
-
-/// Copies are made only between catalogs of the schema [`crate::copy::TABLES`] describes.
-pub(crate) fn check_copy_version(found: u32) -> Result<()> {
-    if found != crate::copy::TABLES_VERSION {
-        return Err(CatalogError::Refused(format!(
-            "a catalog of schema {found} cannot be copied by this program (schema {}): open it \
-             with this program first to upgrade it",
-            crate::copy::TABLES_VERSION
-        )));
-    }
-    Ok(())
 }

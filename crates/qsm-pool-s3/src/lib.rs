@@ -100,7 +100,6 @@
 
 mod client;
 mod config;
-mod descriptor;
 mod pool;
 #[cfg(feature = "test-server")]
 pub mod test_server;

@@ -1,17 +1,14 @@
 //! [`S3Pool`]: creating and opening a pool, and the reading side of [`Pool`].
 
 use std::collections::HashSet;
-use std::fs::File;
-use std::io::Read;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
+use qsm_codec::FrameHeader;
 use qsm_codec::frame::FRAME_HEADER_LEN;
-use qsm_codec::{FrameDecoder, FrameError, FrameHeader};
 use qsm_pool::container::{
     self, CONTAINER_HEADER_LEN, ContainerHeader, ForwardEnd, MAX_FRAME_LEN, MIN_SEALED_LEN, ReadAt,
     Sealing, TRAILER_LEN,
@@ -23,8 +20,10 @@ use qsm_pool::{
 
 use crate::client::{self, Client, is_not_found};
 use crate::config::S3PoolConfig;
-use crate::descriptor::{self, Descriptor};
 use crate::writer::S3Writer;
+use qsm_pool::descriptor::{self, Descriptor};
+pub(crate) use qsm_pool::descriptor::{now_secs, random_bytes};
+use qsm_pool::frames::{Verifier, check_frame};
 
 /// The largest container target size of an S3 pool: a writer holds its whole open container
 /// in memory (S3 objects cannot be appended to), so this bounds a writer's memory.
@@ -32,10 +31,6 @@ pub const S3_MAX_TARGET_SIZE: u64 = 1 << 30;
 
 const DESCRIPTOR: &str = "POOL";
 const CONTAINERS: &str = "containers";
-/// Decode buffers larger than this are not kept between reads.
-const KEEP_SCRATCH: usize = 4 << 20;
-/// Decoders kept for reuse between reads (about one per reading thread).
-const KEEP_DECODERS: usize = 8;
 /// Container ids whose header `read_frame` has verified, before the cache starts over.
 const MAX_CHECKED: usize = 1 << 16;
 /// Trailer reads of a listing in flight at once.
@@ -66,34 +61,14 @@ pub(crate) struct Inner {
     pub(crate) open: Mutex<HashSet<ContainerId>>,
     /// Containers whose header `read_frame` has verified, so that most reads are one GET.
     checked: Mutex<HashSet<ContainerId>>,
-    /// Decoders and buffers for checksum verification, reused between reads.
-    scratch: Mutex<Vec<Scratch>>,
-}
-
-#[derive(Debug, Default)]
-struct Scratch {
-    decoder: FrameDecoder,
-    raw: Vec<u8>,
+    /// Checksum verification, its decoders reused between reads.
+    verifier: Verifier,
 }
 
 /// A poisoned lock only means another thread panicked while holding it; the sets guarded
 /// here are valid after every single operation, so the data is still good.
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-pub(crate) fn random_bytes(buf: &mut [u8]) -> Result<(), PoolError> {
-    // The kernel's generator, as DirPool uses; reading it needs no dependency.
-    const SOURCE: &str = "/dev/urandom";
-    File::open(SOURCE).and_then(|mut f| f.read_exact(buf)).map_err(|source| PoolError::Io {
-        op: "reading random bytes from",
-        path: SOURCE.into(),
-        source,
-    })
-}
-
-pub(crate) fn now_secs() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
 fn container_name(id: ContainerId) -> String {
@@ -140,10 +115,7 @@ impl S3Pool {
                 client.location
             )));
         }
-        let mut id = [0u8; 16];
-        random_bytes(&mut id)?;
-        let descriptor =
-            Descriptor { id: PoolId(id), target_size, created: now_secs(), name: name.into() };
+        let descriptor = Descriptor::new(name, target_size)?;
         let key = client.key(&[DESCRIPTOR]);
         let (store, path) = (Arc::clone(&client.store), key.clone());
         let data = Bytes::from(descriptor.to_bytes());
@@ -210,7 +182,7 @@ impl S3Pool {
                 sync_seal_size,
                 open: Mutex::default(),
                 checked: Mutex::default(),
-                scratch: Mutex::default(),
+                verifier: Verifier::default(),
             }),
         })
     }
@@ -442,23 +414,8 @@ impl Inner {
         }
         out.clear();
         out.extend_from_slice(&bytes);
-        let header = if decode { self.verify_frame(out) } else { check_frame(out) };
+        let header = if decode { self.verifier.verify(out) } else { check_frame(out) };
         header.map_err(|e| corrupt(e.to_string()))
-    }
-
-    /// Checks that `frame` is exactly one valid frame and decodes it to verify its data
-    /// checksum, with a decoder and buffer borrowed from the pool.
-    fn verify_frame(&self, frame: &[u8]) -> Result<FrameHeader, FrameError> {
-        check_frame(frame)?;
-        let mut s = lock(&self.scratch).pop().unwrap_or_default();
-        let result = s.decoder.verify(frame, &mut s.raw);
-        if s.raw.capacity() <= KEEP_SCRATCH {
-            let mut kept = lock(&self.scratch);
-            if kept.len() < KEEP_DECODERS {
-                kept.push(s);
-            }
-        }
-        result
     }
 
     /// Forward scan from `start`, mapping offsets to locations.
@@ -490,7 +447,7 @@ impl Inner {
         // Unlike a disk's bad sector, a failed GET says nothing about the stored bytes, so it
         // ends the audit instead of being reported as damage.
         c.read_at(offset, buf)?;
-        let result = self.verify_frame(buf).map_err(|e| e.to_string()).and_then(|header| {
+        let result = self.verifier.verify(buf).map_err(|e| e.to_string()).and_then(|header| {
             if from_index && header != *expected {
                 return Err("the frame header differs from its index entry".to_string());
             }
@@ -505,19 +462,6 @@ impl Inner {
         }
         Ok(())
     }
-}
-
-/// The frame's header and length, without decoding it.
-fn check_frame(frame: &[u8]) -> Result<FrameHeader, FrameError> {
-    let header = FrameHeader::parse(frame)?;
-    if header.frame_len() != frame.len() {
-        return Err(FrameError::BadLength(format!(
-            "the frame header says {} bytes but the location gives {}",
-            header.frame_len(),
-            frame.len()
-        )));
-    }
-    Ok(header)
 }
 
 /// The end of a scan of a container too short to hold its header.

@@ -5,12 +5,12 @@ use std::sync::Arc;
 use bytes::Bytes;
 use object_store::path::Path;
 use qsm_codec::frame::FRAME_HEADER_LEN;
-use qsm_codec::{FrameError, FrameHeader};
 use qsm_pool::container::{CONTAINER_HEADER_LEN, ContainerHeader, IndexBuilder};
 use qsm_pool::{ContainerId, FrameLocation, PoolError, PoolWriter};
 
 use crate::client;
 use crate::pool::{Inner, lock, now_secs, random_bytes};
+use qsm_pool::frames::check_appended;
 
 /// The open container of a writer: every byte of it, since S3 has no append.
 #[derive(Debug)]
@@ -188,17 +188,7 @@ impl PoolWriter for S3Writer {
 
     fn append(&mut self, frame: &[u8]) -> Result<FrameLocation, PoolError> {
         self.check()?;
-        let invalid = |source| PoolError::InvalidFrame { pool: self.pool.label.clone(), source };
-        let parsed = FrameHeader::parse(frame).map_err(invalid)?;
-        if parsed.frame_len() != frame.len() {
-            return Err(invalid(FrameError::BadLength(format!(
-                "{} bytes given for a frame of {} bytes",
-                frame.len(),
-                parsed.frame_len()
-            ))));
-        }
-        let mut header = [0u8; FRAME_HEADER_LEN];
-        header.copy_from_slice(&frame[..FRAME_HEADER_LEN]);
+        let header = check_appended(&self.pool.label, frame)?;
         self.append_inner(frame, &header).map_err(|e| self.fail(e))
     }
 

@@ -24,17 +24,17 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufWriter, ErrorKind, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{SystemTime, UNIX_EPOCH};
 
+use qsm_codec::FrameHeader;
 use qsm_codec::frame::FRAME_HEADER_LEN;
-use qsm_codec::{FrameDecoder, FrameError, FrameHeader};
-use xxhash_rust::xxh3::xxh3_64;
 
 use crate::container::{
     self, CONTAINER_HEADER_LEN, ContainerHeader, ForwardEnd, IndexBuilder, MAX_FRAME_LEN, ReadAt,
     Sealing, TRAILER_LEN,
 };
+use crate::descriptor::{Descriptor, MAX_LEN, check_target, now_secs, random_bytes};
 use crate::error::{PoolError, read_error, write_error};
+use crate::frames::{Verifier, check_appended, check_frame};
 use crate::{
     AuditReport, ContainerId, ContainerInfo, Damage, FrameLocation, Pool, PoolId, PoolWriter,
     ScanEnd, ScanStop,
@@ -55,18 +55,8 @@ const DESCRIPTOR: &str = "POOL";
 const DESCRIPTOR_TMP: &str = ".POOL.partial";
 const CONTAINERS: &str = "containers";
 const EXTENSION: &str = "qsmc";
-const POOL_MAGIC: [u8; 4] = *b"QSMP";
-const POOL_VERSION: u8 = 1;
-const MAX_NAME_LEN: usize = 255;
-/// Descriptor bytes besides the name: 42 before it, the 4-byte check after it.
-const DESCRIPTOR_FIXED_LEN: usize = 46;
 /// Small frames are gathered into writes of this size; larger ones go to the file directly.
 const WRITE_BUFFER: usize = 128 << 10;
-/// Decode buffers larger than this are not kept between reads, so an occasional huge quantum
-/// does not pin 16 MiB per idle decoder.
-const KEEP_SCRATCH: usize = 4 << 20;
-/// Decoders kept for reuse between reads (about one per reading thread).
-const KEEP_DECODERS: usize = 8;
 /// Container ids whose header was verified by `read_frame`, before the cache starts over.
 const MAX_CHECKED: usize = 1 << 16;
 
@@ -110,14 +100,8 @@ struct Inner {
     open: Mutex<HashSet<ContainerId>>,
     /// Containers whose header `read_frame` has verified, so that most reads are one read.
     checked: Mutex<HashSet<ContainerId>>,
-    /// Decoders and buffers for checksum verification, reused between reads.
-    scratch: Mutex<Vec<Scratch>>,
-}
-
-#[derive(Debug, Default)]
-struct Scratch {
-    decoder: FrameDecoder,
-    raw: Vec<u8>,
+    /// Checksum verification, its decoders reused between reads.
+    verifier: Verifier,
 }
 
 /// A poisoned lock only means another thread panicked while holding it; the sets guarded
@@ -126,108 +110,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-fn random_bytes(buf: &mut [u8]) -> Result<(), PoolError> {
-    // The kernel's generator; reading it needs no dependency.
-    const SOURCE: &str = "/dev/urandom";
-    File::open(SOURCE).and_then(|mut f| f.read_exact(buf)).map_err(|source| PoolError::Io {
-        op: "reading random bytes from",
-        path: SOURCE.into(),
-        source,
-    })
-}
-
-fn now_secs() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
-}
-
-fn check_target(size: u64) -> Result<u64, PoolError> {
-    if !(MIN_TARGET_SIZE..=MAX_TARGET_SIZE).contains(&size) {
-        return Err(PoolError::Invalid(format!(
-            "container target size {size} is out of range ({MIN_TARGET_SIZE} to \
-             {MAX_TARGET_SIZE} bytes)"
-        )));
-    }
-    Ok(size)
-}
-
-fn check_name(name: &str) -> Result<(), PoolError> {
-    if name.is_empty() || name.len() > MAX_NAME_LEN || name.chars().any(char::is_control) {
-        return Err(PoolError::Invalid(format!(
-            "invalid pool name {name:?}: 1 to {MAX_NAME_LEN} bytes without control characters"
-        )));
-    }
-    Ok(())
-}
-
 fn sync_dir(dir: &Path) -> Result<(), PoolError> {
     File::open(dir).and_then(|d| d.sync_all()).map_err(|e| write_error("syncing directory", dir, e))
-}
-
-/// The pool descriptor, `POOL`. Layout in `docs/FORMAT.md`, "Storage-pool containers".
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Descriptor {
-    id: PoolId,
-    target_size: u64,
-    created: u64,
-    name: String,
-}
-
-impl Descriptor {
-    fn to_bytes(&self) -> Vec<u8> {
-        let mut b = Vec::with_capacity(DESCRIPTOR_FIXED_LEN + self.name.len());
-        b.extend_from_slice(&POOL_MAGIC);
-        b.extend_from_slice(&[POOL_VERSION, 0, 0, 0]);
-        b.extend_from_slice(&self.id.0);
-        b.extend_from_slice(&self.target_size.to_le_bytes());
-        b.extend_from_slice(&self.created.to_le_bytes());
-        // check_name keeps the name within 255 bytes.
-        b.extend_from_slice(&(self.name.len() as u16).to_le_bytes());
-        b.extend_from_slice(self.name.as_bytes());
-        let check = xxh3_64(&b) as u32;
-        b.extend_from_slice(&check.to_le_bytes());
-        b
-    }
-
-    fn parse(b: &[u8]) -> Result<Descriptor, String> {
-        if b.len() < DESCRIPTOR_FIXED_LEN || b[0..4] != POOL_MAGIC {
-            return Err("its POOL file is not a pool descriptor (no \"QSMP\" magic)".into());
-        }
-        if b[4] != POOL_VERSION {
-            return Err(format!(
-                "pool descriptor version {} is not supported (this program reads version \
-                 {POOL_VERSION})",
-                b[4]
-            ));
-        }
-        let name_len = usize::from(u16::from_le_bytes([b[40], b[41]]));
-        if b.len() != DESCRIPTOR_FIXED_LEN + name_len {
-            return Err(format!(
-                "the pool descriptor is {} bytes, but its name length says {}: truncated or \
-                 damaged",
-                b.len(),
-                DESCRIPTOR_FIXED_LEN + name_len
-            ));
-        }
-        let (body, check) = b.split_at(b.len() - 4);
-        if xxh3_64(body) as u32 != u32::from_le_bytes([check[0], check[1], check[2], check[3]]) {
-            return Err("the pool descriptor is damaged (check mismatch)".into());
-        }
-        if b[5..8] != [0; 3] {
-            return Err("reserved pool descriptor bytes are not zero".into());
-        }
-        let u64_at = |at: usize| {
-            let mut v = [0u8; 8];
-            v.copy_from_slice(&b[at..at + 8]);
-            u64::from_le_bytes(v)
-        };
-        let mut id = [0u8; 16];
-        id.copy_from_slice(&b[8..24]);
-        let name = std::str::from_utf8(&b[42..42 + name_len])
-            .map_err(|_| "the pool name in the descriptor is not UTF-8".to_string())?;
-        check_name(name).map_err(|e| e.to_string())?;
-        let target_size = check_target(u64_at(24)).map_err(|e| e.to_string())?;
-        Ok(Descriptor { id: PoolId(id), target_size, created: u64_at(32), name: name.into() })
-    }
 }
 
 impl DirPool {
@@ -240,8 +124,7 @@ impl DirPool {
         options: &DirPoolOptions,
     ) -> Result<DirPool, PoolError> {
         let root = path.as_ref();
-        check_name(name)?;
-        let target_size = check_target(options.target_size.unwrap_or(DEFAULT_TARGET_SIZE))?;
+        let descriptor = Descriptor::new(name, options.target_size.unwrap_or(DEFAULT_TARGET_SIZE))?;
         match fs::read_dir(root) {
             Ok(mut entries) => {
                 if entries.next().is_some() {
@@ -273,10 +156,6 @@ impl DirPool {
         let containers = root.join(CONTAINERS);
         fs::create_dir(&containers)
             .map_err(|e| write_error("creating directory", &containers, e))?;
-        let mut id = [0u8; 16];
-        random_bytes(&mut id)?;
-        let descriptor =
-            Descriptor { id: PoolId(id), target_size, created: now_secs(), name: name.into() };
         let tmp = root.join(DESCRIPTOR_TMP);
         let write = |file: &mut File| {
             file.write_all(&descriptor.to_bytes())?;
@@ -326,7 +205,7 @@ impl DirPool {
         let mut bytes = Vec::new();
         // A descriptor is at most 301 bytes; reading one more tells a big file from a
         // descriptor without reading all of it.
-        let limit = (DESCRIPTOR_FIXED_LEN + MAX_NAME_LEN + 1) as u64;
+        let limit = MAX_LEN as u64 + 1;
         match File::open(&path).and_then(|f| f.take(limit).read_to_end(&mut bytes)) {
             Ok(_) => {}
             Err(e) if e.kind() == ErrorKind::NotFound => {
@@ -355,7 +234,7 @@ impl DirPool {
                 fsync: options.fsync,
                 open: Mutex::default(),
                 checked: Mutex::default(),
-                scratch: Mutex::default(),
+                verifier: Verifier::default(),
             }),
         })
     }
@@ -513,7 +392,7 @@ impl Inner {
         }
         out.resize(len as usize, 0);
         c.read_at(loc.offset, out)?;
-        let header = if decode { verify_frame(self, out) } else { check_frame(out) };
+        let header = if decode { self.verifier.verify(out) } else { check_frame(out) };
         header.map_err(|e| corrupt(e.to_string()))
     }
 
@@ -535,31 +414,6 @@ impl Inner {
 /// Checks that `frame` is exactly one valid frame and decodes it to verify its data checksum,
 /// with a decoder and buffer borrowed from the pool.
 /// The frame's header and length, without decoding it.
-fn check_frame(frame: &[u8]) -> Result<FrameHeader, FrameError> {
-    let header = FrameHeader::parse(frame)?;
-    if header.frame_len() != frame.len() {
-        return Err(FrameError::BadLength(format!(
-            "the frame header says {} bytes but the location gives {}",
-            header.frame_len(),
-            frame.len()
-        )));
-    }
-    Ok(header)
-}
-
-fn verify_frame(inner: &Inner, frame: &[u8]) -> Result<FrameHeader, FrameError> {
-    check_frame(frame)?;
-    let mut s = lock(&inner.scratch).pop().unwrap_or_default();
-    let result = s.decoder.verify(frame, &mut s.raw);
-    if s.raw.capacity() <= KEEP_SCRATCH {
-        let mut kept = lock(&inner.scratch);
-        if kept.len() < KEEP_DECODERS {
-            kept.push(s);
-        }
-    }
-    result
-}
-
 impl Pool for DirPool {
     fn id(&self) -> PoolId {
         self.inner.id
@@ -824,7 +678,7 @@ fn audit_frame(
     let len = expected.frame_len() as u64;
     buf.resize(len as usize, 0);
     let result = c.read_at(offset, buf).map_err(|e| e.to_string()).and_then(|()| {
-        let header = verify_frame(inner, buf).map_err(|e| e.to_string())?;
+        let header = inner.verifier.verify(buf).map_err(|e| e.to_string())?;
         if from_index && header != *expected {
             return Err("the frame header differs from its index entry".to_string());
         }
@@ -1040,17 +894,7 @@ impl PoolWriter for DirWriter {
 
     fn append(&mut self, frame: &[u8]) -> Result<FrameLocation, PoolError> {
         self.check()?;
-        let invalid = |source| PoolError::InvalidFrame { pool: self.pool.label.clone(), source };
-        let parsed = FrameHeader::parse(frame).map_err(invalid)?;
-        if parsed.frame_len() != frame.len() {
-            return Err(invalid(FrameError::BadLength(format!(
-                "{} bytes given for a frame of {} bytes",
-                frame.len(),
-                parsed.frame_len()
-            ))));
-        }
-        let mut header = [0u8; FRAME_HEADER_LEN];
-        header.copy_from_slice(&frame[..FRAME_HEADER_LEN]);
+        let header = check_appended(&self.pool.label, frame)?;
         self.append_inner(frame, &header).map_err(|e| self.fail(e))
     }
 
@@ -1069,30 +913,5 @@ impl PoolWriter for DirWriter {
             return Ok(());
         }
         self.seal().map_err(|e| self.fail(e))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn descriptor_round_trips_and_rejects_every_flipped_byte() {
-        let d = Descriptor {
-            id: PoolId([3; 16]),
-            target_size: DEFAULT_TARGET_SIZE,
-            created: 1_795_305_600,
-            name: "BACKUPPOOL".into(),
-        };
-        let b = d.to_bytes();
-        assert_eq!(b.len(), DESCRIPTOR_FIXED_LEN + 10);
-        assert_eq!(Descriptor::parse(&b), Ok(d));
-        for i in 0..b.len() {
-            let mut bad = b.clone();
-            bad[i] ^= 0x01;
-            assert!(Descriptor::parse(&bad).is_err(), "flip in byte {i} accepted");
-        }
-        assert!(Descriptor::parse(&b[..b.len() - 1]).is_err());
-        assert!(Descriptor::parse(&[]).is_err());
     }
 }

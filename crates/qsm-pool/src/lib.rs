@@ -69,8 +69,10 @@
 
 pub mod conformance;
 pub mod container;
+pub mod descriptor;
 mod dir;
 pub mod error;
+pub mod frames;
 pub mod reclaim;
 
 use std::fmt;

@@ -8,6 +8,30 @@ const POSTGRES: bool = true;
 
 include!("suite/network.rs");
 
+/// A second server's data directory `to`, with the settings (catalog, pool) of `from`.
+fn share_settings(from: &Path, to: &Path) {
+    fs::DirBuilder::new().recursive(true).mode(0o700).create(to).unwrap();
+    fs::copy(from.join("server.toml"), to.join("server.toml")).unwrap();
+}
+
+/// A backup of `src` by node alpha through the servers `urls`, slowed down and committing
+/// every 3 files, so that a server can be killed in its middle; its report goes to stdout.
+fn slow_backup(urls: &str, pw: &Path, src: &Path, home: &Path) -> Child {
+    StdCommand::new(assert_cmd::cargo::cargo_bin("qsm"))
+        .env("QSM_SERVER", urls)
+        .env("QSM_NODE", "alpha")
+        .env("QSM_PASSWORD_FILE", pw)
+        .env("QSM_HOME", "/nonexistent/embedded-must-not-be-used")
+        .env("HOME", home)
+        .args(["backup", "--json", "--compression", "off", "--limit-upload", "4MB"])
+        .args(["--txn-group-max", "3"])
+        .arg(src)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 /// Two `qsm server` processes on different ports share one PostgreSQL catalog and one pool;
 /// a client given both addresses loses its server mid-backup and finishes on the other,
 /// resuming after what the lost one committed; everything restores through the survivor.
@@ -20,8 +44,7 @@ fn two_servers_share_a_catalog_and_pool_and_a_backup_fails_over_when_one_dies() 
     let mut first = ServerProc::start_with(&one, false, &["--pool", pool_arg]);
     // The second server: a data directory of its own, the first one's catalog and pool.
     let two = dir.path().join("srv2");
-    fs::DirBuilder::new().recursive(true).mode(0o700).create(&two).unwrap();
-    fs::copy(one.join("server.toml"), two.join("server.toml")).unwrap();
+    share_settings(&one, &two);
     let second = ServerProc::start_with(&two, false, &["--pool", pool_arg]);
 
     // A node registered through one server logs in through the other.
@@ -30,19 +53,7 @@ fn two_servers_share_a_catalog_and_pool_and_a_backup_fails_over_when_one_dies() 
     let src = dir.path().join("src");
     big_tree(&src, 40);
     let both = format!("{},{}", first.url, second.url);
-    let backup = StdCommand::new(assert_cmd::cargo::cargo_bin("qsm"))
-        .env("QSM_SERVER", &both)
-        .env("QSM_NODE", "alpha")
-        .env("QSM_PASSWORD_FILE", &pw)
-        .env("QSM_HOME", "/nonexistent/embedded-must-not-be-used")
-        .env("HOME", dir.path())
-        .args(["backup", "--json", "--compression", "off", "--limit-upload", "4MB"])
-        .args(["--txn-group-max", "3"])
-        .arg(&src)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let backup = slow_backup(&both, &pw, &src, dir.path());
     wait_for("a first commit", || committed_objects(&second, "alpha", &pw) >= 3);
     first.kill();
     let out = backup.wait_with_output().unwrap();
@@ -96,8 +107,7 @@ fn servers_on_postgres_and_an_s3_pool_back_up_fail_over_audit_and_restore() {
     s3_data_dir(&one, &s3, "backups");
     let mut first = ServerProc::start(&one, false);
     let two = dir.path().join("srv2");
-    fs::DirBuilder::new().recursive(true).mode(0o700).create(&two).unwrap();
-    fs::copy(one.join("server.toml"), two.join("server.toml")).unwrap();
+    share_settings(&one, &two);
     let second = ServerProc::start(&two, false);
     assert!(!one.join("pool").exists(), "the pool went to disk, not to S3");
 
@@ -107,18 +117,7 @@ fn servers_on_postgres_and_an_s3_pool_back_up_fail_over_audit_and_restore() {
     tree(&src);
     big_tree(&src.join("big"), 40);
     let both = format!("{},{}", first.url, second.url);
-    let backup = StdCommand::new(assert_cmd::cargo::cargo_bin("qsm"))
-        .env("QSM_SERVER", &both)
-        .env("QSM_NODE", "alpha")
-        .env("QSM_PASSWORD_FILE", &pw)
-        .env("QSM_HOME", "/nonexistent/embedded-must-not-be-used")
-        .env("HOME", dir.path())
-        .args(["backup", "--compression", "off", "--limit-upload", "4MB", "--txn-group-max", "3"])
-        .arg(&src)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let backup = slow_backup(&both, &pw, &src, dir.path());
     wait_for("a first commit", || committed_objects(&second, "alpha", &pw) >= 3);
     first.kill();
     let out = backup.wait_with_output().unwrap();

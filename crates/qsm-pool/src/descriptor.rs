@@ -1,30 +1,41 @@
-//! The pool descriptor, object `PREFIX/POOL`: byte for byte the `POOL` file of a
-//! [`qsm_pool::DirPool`] (layout in `docs/FORMAT.md`, "Storage-pool containers"), so a pool
-//! copied between a directory and a bucket keeps its identity. `qsm-pool` keeps its parser
-//! private; this is a second implementation of the same layout, and a test checks it against
-//! a descriptor `DirPool::create` wrote.
+//! The pool descriptor: a pool's identity (id, name, container target size, creation time),
+//! the `POOL` file of a [`crate::DirPool`] and the `PREFIX/POOL` object of an S3 pool, byte for
+//! byte the same, so a pool copied between a directory and a bucket keeps its identity.
+//! Layout in `docs/FORMAT.md`, "Storage-pool containers".
 
-use qsm_pool::{MAX_TARGET_SIZE, MIN_TARGET_SIZE, PoolError, PoolId};
+use std::fs::File;
+use std::io::Read;
+use std::time::{SystemTime, UNIX_EPOCH};
+
 use xxhash_rust::xxh3::xxh3_64;
+
+use crate::{MAX_TARGET_SIZE, MIN_TARGET_SIZE, PoolError, PoolId};
 
 const POOL_MAGIC: [u8; 4] = *b"QSMP";
 const POOL_VERSION: u8 = 1;
-pub(crate) const MAX_NAME_LEN: usize = 255;
+/// The longest pool name, in bytes.
+pub const MAX_NAME_LEN: usize = 255;
 /// Descriptor bytes besides the name: 42 before it, the 4-byte check after it.
 const FIXED_LEN: usize = 46;
-/// The longest valid descriptor; `open` reads one byte more to tell a descriptor from a big
-/// object without reading all of it.
-pub(crate) const MAX_LEN: usize = FIXED_LEN + MAX_NAME_LEN;
+/// The longest valid descriptor: reading one byte more tells a descriptor from a large
+/// object or file without reading all of it.
+pub const MAX_LEN: usize = FIXED_LEN + MAX_NAME_LEN;
 
+/// A pool's identity.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Descriptor {
-    pub(crate) id: PoolId,
-    pub(crate) target_size: u64,
-    pub(crate) created: u64,
-    pub(crate) name: String,
+pub struct Descriptor {
+    /// The id written into every container header.
+    pub id: PoolId,
+    /// Containers are sealed at about this size.
+    pub target_size: u64,
+    /// Seconds since the epoch.
+    pub created: u64,
+    /// The administrator's name for it.
+    pub name: String,
 }
 
-pub(crate) fn check_name(name: &str) -> Result<(), PoolError> {
+/// Refuses a name no descriptor can hold.
+pub fn check_name(name: &str) -> Result<(), PoolError> {
     if name.is_empty() || name.len() > MAX_NAME_LEN || name.chars().any(char::is_control) {
         return Err(PoolError::Invalid(format!(
             "invalid pool name {name:?}: 1 to {MAX_NAME_LEN} bytes without control characters"
@@ -33,19 +44,46 @@ pub(crate) fn check_name(name: &str) -> Result<(), PoolError> {
     Ok(())
 }
 
-/// The range every pool format accepts; [`crate::S3Pool::create`] narrows it further.
-fn check_target(size: u64) -> Result<u64, String> {
+/// Refuses a target size outside the range every pool format accepts (a backend may narrow
+/// it further).
+pub fn check_target(size: u64) -> Result<u64, PoolError> {
     if !(MIN_TARGET_SIZE..=MAX_TARGET_SIZE).contains(&size) {
-        return Err(format!(
+        return Err(PoolError::Invalid(format!(
             "container target size {size} is out of range ({MIN_TARGET_SIZE} to \
              {MAX_TARGET_SIZE} bytes)"
-        ));
+        )));
     }
     Ok(size)
 }
 
+/// Fills `buf` from the kernel's generator (pool and container ids).
+pub fn random_bytes(buf: &mut [u8]) -> Result<(), PoolError> {
+    // Reading it needs no dependency.
+    const SOURCE: &str = "/dev/urandom";
+    File::open(SOURCE).and_then(|mut f| f.read_exact(buf)).map_err(|source| PoolError::Io {
+        op: "reading random bytes from",
+        path: SOURCE.into(),
+        source,
+    })
+}
+
+/// Seconds since the epoch (0 before it).
+pub fn now_secs() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
 impl Descriptor {
-    pub(crate) fn to_bytes(&self) -> Vec<u8> {
+    /// A new pool's descriptor: a random id, created now.
+    pub fn new(name: &str, target_size: u64) -> Result<Descriptor, PoolError> {
+        check_name(name)?;
+        let target_size = check_target(target_size)?;
+        let mut id = [0u8; 16];
+        random_bytes(&mut id)?;
+        Ok(Descriptor { id: PoolId(id), target_size, created: now_secs(), name: name.into() })
+    }
+
+    /// Its bytes.
+    pub fn to_bytes(&self) -> Vec<u8> {
         let mut b = Vec::with_capacity(FIXED_LEN + self.name.len());
         b.extend_from_slice(&POOL_MAGIC);
         b.extend_from_slice(&[POOL_VERSION, 0, 0, 0]);
@@ -60,9 +98,10 @@ impl Descriptor {
         b
     }
 
-    pub(crate) fn parse(b: &[u8]) -> Result<Descriptor, String> {
+    /// Parses and checks a descriptor; the error says what is wrong with it.
+    pub fn parse(b: &[u8]) -> Result<Descriptor, String> {
         if b.len() < FIXED_LEN || b[0..4] != POOL_MAGIC {
-            return Err("its POOL object is not a pool descriptor (no \"QSMP\" magic)".into());
+            return Err("it is not a pool descriptor (no \"QSMP\" magic)".into());
         }
         if b[4] != POOL_VERSION {
             return Err(format!(
@@ -97,7 +136,7 @@ impl Descriptor {
         let name = std::str::from_utf8(&b[42..42 + name_len])
             .map_err(|_| "the pool name in the descriptor is not UTF-8".to_string())?;
         check_name(name).map_err(|e| e.to_string())?;
-        let target_size = check_target(u64_at(24))?;
+        let target_size = check_target(u64_at(24)).map_err(|e| e.to_string())?;
         Ok(Descriptor { id: PoolId(id), target_size, created: u64_at(32), name: name.into() })
     }
 }
@@ -107,14 +146,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn round_trips_and_rejects_every_flipped_byte() {
+    fn descriptor_round_trips_and_rejects_every_flipped_byte() {
         let d = Descriptor {
             id: PoolId([3; 16]),
-            target_size: 64 << 20,
+            target_size: crate::DEFAULT_TARGET_SIZE,
             created: 1_795_305_600,
-            name: "S3POOL".into(),
+            name: "BACKUPPOOL".into(),
         };
         let b = d.to_bytes();
+        assert_eq!(b.len(), FIXED_LEN + 10);
         assert_eq!(Descriptor::parse(&b), Ok(d));
         for i in 0..b.len() {
             let mut bad = b.clone();
@@ -123,19 +163,5 @@ mod tests {
         }
         assert!(Descriptor::parse(&b[..b.len() - 1]).is_err());
         assert!(Descriptor::parse(&[]).is_err());
-    }
-
-    /// The layout must stay the one `DirPool` writes: parse what it wrote, and write the same.
-    #[test]
-    fn same_layout_as_dir_pool() -> Result<(), Box<dyn std::error::Error>> {
-        use qsm_pool::{DirPool, DirPoolOptions, Pool};
-        let dir = tempfile::tempdir()?;
-        let options = DirPoolOptions { target_size: Some(1 << 20), fsync: false };
-        let pool = DirPool::create(dir.path().join("p"), "DIRPOOL", &options)?;
-        let bytes = std::fs::read(dir.path().join("p").join("POOL"))?;
-        let d = Descriptor::parse(&bytes)?;
-        assert_eq!((d.id, d.name.as_str(), d.target_size), (pool.id(), "DIRPOOL", 1 << 20));
-        assert_eq!(d.to_bytes(), bytes);
-        Ok(())
     }
 }
