@@ -2,12 +2,14 @@
 """bench/load.py: many concurrent clients against one QSM server and against two servers
 sharing one catalog and pool, with expiration running, on SQLite and on PostgreSQL.
 
-    bench/load.py [--clients 1,8,32,64] [--files 100] [--file-kib 40]
+    bench/load.py [--clients 1,8,32,64] [--files 400] [--file-kib 80]
                   [--catalogs sqlite,postgres] [--servers 1,2] [--out bench/out/load]
 
 Each client is a real `qsm backup` process of its own node, backing up a distinct tree
-(`--files` files of `--file-kib` KiB of text-like data, different per client) with the
-default compression, all started at once. Clients are spread round-robin over the servers;
+(`--files` files of `--file-kib` KiB on average, slices of the Silesia corpus of
+`../shared/corpus/` taken at different offsets for each client: real text, executables,
+databases and images, compressible about 3:1 as a whole) with the default compression, all
+started at once. Clients are spread round-robin over the servers;
 with two servers each client is given both addresses (its own first). While they run:
 `qsm admin expire inventory` loops on the first server, and a probe times a small request
 (`qsm admin query session` over the local socket) every 100 ms: its p50/p99 is the
@@ -39,19 +41,39 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QSM = os.path.join(REPO, "target", "release", "qsm")
 PG = "postgres://postgres@127.0.0.1:5432"
 PASSWORD = "load-password"
-WORDS = (
-    "backup restore archive retrieve quantum frame container catalog pool node filespace "
-    "version policy expire reclaim audit journal chunk dedup cipher codec zstd lz4 deflate "
-    "server client session transaction commit inventory incremental selective"
-).split()
+CORPUS = os.path.join(os.path.dirname(REPO), "shared", "corpus")
+SILESIA = ["dickens", "mozilla", "mr", "nci", "ooffice", "osdb", "reymont", "samba", "sao",
+           "webster", "x-ray", "xml"]
 
 
 def sh(*args, **kw):
     return subprocess.run(args, check=True, capture_output=True, text=True, **kw)
 
 
-def make_tree(root, seed, files, kib):
-    """Text-like files (compressible about 3:1, as source trees are), different per seed."""
+def corpus_mix(out):
+    """The Silesia files of the corpus, decompressed and concatenated once (cached in OUT)."""
+    import lzma
+    path = os.path.join(out, "silesia.mix")
+    if os.path.exists(path):
+        with open(path, "rb") as f:
+            return f.read()
+    names = [n for n in SILESIA if os.path.exists(os.path.join(CORPUS, n + ".xz"))]
+    if not names:
+        raise SystemExit(f"no Silesia files in {CORPUS}")
+    parts = []
+    for n in names:
+        with lzma.open(os.path.join(CORPUS, n + ".xz")) as f:
+            parts.append(f.read())
+    mix = b"".join(parts)
+    with open(path + ".tmp", "wb") as f:
+        f.write(mix)
+    os.rename(path + ".tmp", path)
+    return mix
+
+
+def make_tree(root, seed, files, kib, mix):
+    """`files` files of `kib` KiB on average (half to one and a half times), each a slice of
+    the corpus mix at an offset drawn per seed, so every client's tree is different."""
     if os.path.isdir(root):
         return
     rng = random.Random(seed)
@@ -60,14 +82,10 @@ def make_tree(root, seed, files, kib):
     for i in range(files):
         d = os.path.join(tmp, f"d{i % 10}")
         os.makedirs(d, exist_ok=True)
-        words = []
-        size = 0
-        while size < kib * 1024:
-            w = rng.choice(WORDS) if rng.random() < 0.9 else f"{rng.getrandbits(32):08x}"
-            words.append(w)
-            size += len(w) + 1
-        with open(os.path.join(d, f"f{i}.txt"), "w") as f:
-            f.write(" ".join(words))
+        size = int(kib * 1024 * rng.uniform(0.5, 1.5))
+        at = rng.randrange(0, len(mix) - size)
+        with open(os.path.join(d, f"f{i}"), "wb") as f:
+            f.write(mix[at:at + size])
     os.rename(tmp, root)
 
 
@@ -233,6 +251,7 @@ def run_cell(out, catalog_kind, nservers, nclients, trees, pwfile):
             "failed_clients": sum(1 for r in results if not r["ok"]),
             "failed_restores": bad_restores,
             "errors": [r["error"] for r in results if not r["ok"]][:3],
+            "client_walls_s": sorted(round(r["wall"], 2) for r in results),
         }
         return cell_result
     finally:
@@ -244,8 +263,8 @@ def run_cell(out, catalog_kind, nservers, nclients, trees, pwfile):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--clients", default="1,8,32,64")
-    ap.add_argument("--files", type=int, default=100)
-    ap.add_argument("--file-kib", type=int, default=40)
+    ap.add_argument("--files", type=int, default=400)
+    ap.add_argument("--file-kib", type=int, default=80)
     ap.add_argument("--catalogs", default="sqlite,postgres")
     ap.add_argument("--servers", default="1,2")
     ap.add_argument("--out", default=os.path.join(REPO, "bench", "out", "load"))
@@ -257,10 +276,12 @@ def main():
     subprocess.run(["cargo", "build", "--release", "-p", "qsm", "--manifest-path",
                     os.path.join(REPO, "Cargo.toml")], check=True, stdout=sys.stderr)
     trees = []
+    mix = corpus_mix(a.out)
     for c in range(max(counts)):
-        root = os.path.join(a.out, "trees", f"{a.files}x{a.file_kib}k", f"c{c}")
-        make_tree(root, c, a.files, a.file_kib)
+        root = os.path.join(a.out, "trees", f"silesia-{a.files}x{a.file_kib}k", f"c{c}")
+        make_tree(root, c, a.files, a.file_kib, mix)
         trees.append(root)
+    del mix
     pwfile = os.path.join(a.out, "pw")
     with open(pwfile, "w") as f:
         f.write(PASSWORD + "\n")

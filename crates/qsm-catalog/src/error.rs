@@ -87,13 +87,20 @@ pub(crate) fn pg_detail(e: &tokio_postgres::Error) -> String {
 
 impl CatalogError {
     /// Whether the same work may succeed if tried again: a deadlock or serialization failure
-    /// between concurrent transactions, or a connection lost and made again.
+    /// between concurrent transactions, a connection lost and made again, or a new active
+    /// version of a path that another transaction made active at the same time (on
+    /// PostgreSQL two servers can back up one path at once; a transaction deactivates the
+    /// active version before inserting its own, so the unique index `objects_active` fails
+    /// only when a concurrent one inserted first, and run again it replaces that one).
     pub fn is_transient(&self) -> bool {
         match self {
             CatalogError::Pg { source, .. } => match source.code() {
                 Some(code) => {
                     matches!(code.code(), "40001" | "40P01" | "57P01" | "57P02" | "57P03")
                         || code.code().starts_with("08")
+                        || (code.code() == "23505"
+                            && source.as_db_error().and_then(|d| d.constraint())
+                                == Some("objects_active"))
                 }
                 None => source.is_closed(),
             },

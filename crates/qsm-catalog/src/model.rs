@@ -208,7 +208,7 @@ pub struct StoragePool {
     pub id: PoolId,
     /// Unique name.
     pub name: String,
-    /// Backend kind ("dir", later "s3").
+    /// Backend kind ("dir", "s3").
     pub kind: String,
     /// Where it is (a directory, a bucket URL).
     pub location: String,

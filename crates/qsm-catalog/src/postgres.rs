@@ -201,6 +201,12 @@ impl Drop for Lease<'_> {
             let mut idle = lock(&self.pool.idle);
             if keep && idle.len() < MAX_IDLE {
                 idle.push(conn);
+                drop(idle);
+                // A caller waiting for a connection takes this one. Notified under the lock
+                // it waits with, so the wake-up cannot fall between its look at the idle
+                // list and its wait.
+                let _open = lock(&self.pool.open);
+                self.pool.freed.notify_one();
             } else {
                 drop(idle);
                 *lock(&self.pool.open) -= 1;
@@ -258,13 +264,19 @@ impl Connections {
     }
 
     fn get(&self) -> Result<Lease<'_>> {
-        if let Some(conn) = lock(&self.idle).pop() {
-            return Ok(Lease { pool: self, conn: Some(conn) });
-        }
         {
+            // An idle connection, or room for a new one, or a wait for either. A lease
+            // returning its connection notifies under this lock (see its Drop): a connection
+            // that turns idle wakes a waiter at once.
             let mut open = lock(&self.open);
             let deadline = Instant::now() + POOL_WAIT;
-            while *open >= MAX_OPEN {
+            loop {
+                if let Some(conn) = lock(&self.idle).pop() {
+                    return Ok(Lease { pool: self, conn: Some(conn) });
+                }
+                if *open < MAX_OPEN {
+                    break;
+                }
                 let now = Instant::now();
                 if now >= deadline {
                     return Err(CatalogError::Refused(format!(
@@ -277,9 +289,6 @@ impl Connections {
                     .wait_timeout(open, deadline - now)
                     .map(|(g, _)| g)
                     .unwrap_or_else(|p| p.into_inner().0);
-                if let Some(conn) = lock(&self.idle).pop() {
-                    return Ok(Lease { pool: self, conn: Some(conn) });
-                }
             }
             *open += 1;
         }

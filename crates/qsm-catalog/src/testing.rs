@@ -90,3 +90,149 @@ impl Drop for TempDatabase {
 pub fn execute(url: &str, sql: &str) -> Result<(), String> {
     execute_once(url, sql).map_err(|e| e.to_string())
 }
+
+/// A PostgreSQL server of the test's own: a new cluster (`initdb`) in a temporary directory,
+/// listening on a free port of 127.0.0.1 with trust authentication, so that a test can stop
+/// and restart it without disturbing the shared server other tests use. It runs PostgreSQL's
+/// own binaries (installed by `scripts/ensure-postgres.sh` where missing), as user `postgres`
+/// when this process is root, since PostgreSQL refuses to run as root. Stopped (immediately)
+/// and removed when dropped.
+#[derive(Debug)]
+pub struct Cluster {
+    dir: tempfile::TempDir,
+    bin: std::path::PathBuf,
+    port: u16,
+    as_postgres: bool,
+}
+
+impl Cluster {
+    /// Creates the cluster and starts it.
+    pub fn start() -> Result<Cluster, String> {
+        use std::os::unix::fs::MetadataExt;
+        server()?;
+        let bin = std::fs::read_dir("/usr/lib/postgresql")
+            .map_err(|e| format!("/usr/lib/postgresql (PostgreSQL's binaries): {e}"))?
+            .filter_map(|e| e.ok())
+            .map(|e| e.path().join("bin"))
+            .filter(|b| b.join("initdb").exists())
+            .max_by_key(|b| {
+                b.parent()
+                    .and_then(|v| v.file_name())
+                    .and_then(|v| v.to_str())
+                    .and_then(|v| v.parse::<u32>().ok())
+            })
+            .ok_or("no /usr/lib/postgresql/VERSION/bin/initdb")?;
+        let dir = tempfile::Builder::new()
+            .prefix("qsm-pg-")
+            .tempdir()
+            .map_err(|e| format!("a directory for a PostgreSQL cluster: {e}"))?;
+        // The effective user owns /proc/self.
+        let root = std::fs::metadata("/proc/self").map(|m| m.uid() == 0).unwrap_or(false);
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map_err(|e| format!("a free port: {e}"))?
+            .port();
+        let cluster = Cluster { dir, bin, port, as_postgres: root };
+        if root {
+            cluster.run("chown", &["postgres:".as_ref(), cluster.dir.path().as_os_str()], false)?;
+        }
+        let data = cluster.data();
+        cluster.run(
+            "initdb",
+            &[
+                "-D".as_ref(),
+                data.as_os_str(),
+                "-A".as_ref(),
+                "trust".as_ref(),
+                "-U".as_ref(),
+                "postgres".as_ref(),
+                "-E".as_ref(),
+                "UTF8".as_ref(),
+                "--no-sync".as_ref(),
+                "--no-instructions".as_ref(),
+            ],
+            true,
+        )?;
+        let settings = format!(
+            "port = {port}\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '{}'\n\
+             fsync = off\n",
+            cluster.dir.path().display()
+        );
+        let conf = data.join("postgresql.conf");
+        let mut text = std::fs::read_to_string(&conf).map_err(|e| format!("{conf:?}: {e}"))?;
+        text.push_str(&settings);
+        std::fs::write(&conf, text).map_err(|e| format!("{conf:?}: {e}"))?;
+        cluster.resume()?;
+        Ok(cluster)
+    }
+
+    /// The URL of its database `db`.
+    pub fn url(&self, db: &str) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/{db}", self.port)
+    }
+
+    /// Creates database `db` and returns its URL.
+    pub fn create_database(&self, db: &str) -> Result<String, String> {
+        execute(&self.url("postgres"), &format!("CREATE DATABASE {db}"))?;
+        Ok(self.url(db))
+    }
+
+    /// Stops the server as `pg_ctl stop -m fast` does for a restart: every session is
+    /// terminated, open transactions are rolled back, and connections are refused until
+    /// [`Cluster::resume`].
+    pub fn stop(&self) -> Result<(), String> {
+        self.pg_ctl(&["-m", "fast", "-w", "stop"])
+    }
+
+    /// Starts it (again) and waits until it accepts connections.
+    pub fn resume(&self) -> Result<(), String> {
+        self.pg_ctl(&["-w", "start"])
+    }
+
+    fn pg_ctl(&self, args: &[&str]) -> Result<(), String> {
+        let data = self.data();
+        let log = self.dir.path().join("log");
+        let mut all: Vec<&std::ffi::OsStr> =
+            vec!["-D".as_ref(), data.as_os_str(), "-l".as_ref(), log.as_os_str()];
+        all.extend(args.iter().map(std::ffi::OsStr::new));
+        self.run("pg_ctl", &all, true)
+    }
+
+    fn data(&self) -> std::path::PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// Runs `program` (one of PostgreSQL's if `postgres_bin`), as user postgres if root.
+    fn run(
+        &self,
+        program: &str,
+        args: &[&std::ffi::OsStr],
+        postgres_bin: bool,
+    ) -> Result<(), String> {
+        let program = if postgres_bin { self.bin.join(program) } else { program.into() };
+        let mut cmd = if self.as_postgres && postgres_bin {
+            let mut c = std::process::Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(&program);
+            c
+        } else {
+            std::process::Command::new(&program)
+        };
+        cmd.args(args);
+        let out = cmd.output().map_err(|e| format!("running {}: {e}", program.display()))?;
+        if !out.status.success() {
+            return Err(format!(
+                "{} failed ({}): {}",
+                program.display(),
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = self.pg_ctl(&["-m", "immediate", "-w", "stop"]);
+    }
+}

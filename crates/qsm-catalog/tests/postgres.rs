@@ -91,7 +91,9 @@ fn concurrent_writers_keep_reference_counts_exact() {
         for w in 0..threads {
             let cat = &cats[w % 2];
             s.spawn(move || {
-                let fs = cat.filespace(node, &format!("/fs{w}")).unwrap();
+                // Writers 0 and 3, 1 and 4, 2 and 5 share a filespace (through different
+                // catalog connections): new versions of one path race.
+                let fs = cat.filespace(node, &format!("/fs{}", w % 3)).unwrap();
                 for i in 0..per {
                     let chunks = (0..4u8)
                         .map(|k| {
@@ -118,7 +120,8 @@ fn concurrent_writers_keep_reference_counts_exact() {
                         retain_until: None,
                         chunks,
                     };
-                    // A deadlock between two writers is reported as transient: retry it.
+                    // A deadlock between two writers, or two versions of one path made active
+                    // at once, is reported as transient: retry it.
                     loop {
                         let mut t = cat.begin().unwrap();
                         match t.insert_object(&object, i as i64).and_then(|_| t.commit()) {
@@ -133,6 +136,14 @@ fn concurrent_writers_keep_reference_counts_exact() {
     });
     let report = cats[1].check().unwrap();
     assert!(report.problems.is_empty(), "{:?}", report.problems);
+    // Every path has exactly one active version: the racing writers were serialised.
+    for f in 0..3 {
+        let fs = cats[0].filespace(node, &format!("/fs{f}")).unwrap();
+        for i in 0..5 {
+            let versions = cats[0].versions(fs, format!("/f{i}").as_bytes()).unwrap();
+            assert_eq!(versions.iter().filter(|v| v.active).count(), 1, "/fs{f}/f{i}");
+        }
+    }
 }
 
 /// SQLite to PostgreSQL and back: every row, id and digest survives, and the copies work.
@@ -164,4 +175,32 @@ fn a_catalog_copies_between_backends_and_verifies() {
     let snap = dir.path().join("snap.db");
     pg.snapshot(&snap).unwrap();
     assert_eq!(digest(&SqliteCatalog::open(&snap).unwrap()).unwrap(), digest(&pg).unwrap());
+}
+
+/// With every connection of the pool in use, a caller waits, and gets the first one returned
+/// at once, not when its wait times out (60 s): a load of many sessions must not stall.
+#[test]
+fn a_caller_waiting_for_a_connection_gets_the_next_one_returned() {
+    let db = TempDatabase::new().unwrap();
+    let cat = PostgresCatalog::open(&db.url).unwrap();
+    // 32 transactions: every connection the pool opens.
+    let mut held: Vec<_> = (0..32).map(|_| cat.begin().unwrap()).collect();
+    std::thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            let started = std::time::Instant::now();
+            let t = cat.begin().unwrap();
+            drop(t);
+            started.elapsed()
+        });
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        assert!(!waiter.is_finished(), "a 33rd connection was opened");
+        // Rolled back: its connection goes back to the idle list.
+        held.pop();
+        let waited = waiter.join().unwrap();
+        assert!(
+            waited < std::time::Duration::from_secs(20),
+            "woken only by the timeout: {waited:?}"
+        );
+    });
+    drop(held);
 }

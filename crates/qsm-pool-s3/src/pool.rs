@@ -499,6 +499,10 @@ impl Pool for S3Pool {
         &self.inner.name
     }
 
+    fn kind(&self) -> &'static str {
+        "s3"
+    }
+
     fn writer(&self) -> Result<Box<dyn PoolWriter>, PoolError> {
         Ok(Box::new(S3Writer::new(Arc::clone(&self.inner))?))
     }

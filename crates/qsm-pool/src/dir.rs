@@ -423,6 +423,10 @@ impl Pool for DirPool {
         &self.inner.name
     }
 
+    fn kind(&self) -> &'static str {
+        "dir"
+    }
+
     fn writer(&self) -> Result<Box<dyn PoolWriter>, PoolError> {
         let mut writer = DirWriter {
             pool: Arc::clone(&self.inner),

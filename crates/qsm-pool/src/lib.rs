@@ -211,6 +211,9 @@ pub trait Pool: Send + Sync + fmt::Debug {
     /// The pool's name, as the administrator gave it.
     fn name(&self) -> &str;
 
+    /// The kind of storage it is on, as the catalog records it ("dir", "s3").
+    fn kind(&self) -> &'static str;
+
     /// A writer with a new open container of its own. Several writers append concurrently.
     fn writer(&self) -> Result<Box<dyn PoolWriter>, PoolError>;
 

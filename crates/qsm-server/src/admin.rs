@@ -520,7 +520,7 @@ impl Admin for AdminService {
                             }
                         ),
                         stopped: cancel.load(Ordering::Relaxed).then(|| "cancelled".to_owned()),
-                        value: (done.len() as u64, orphans.len() as u64),
+                        value: (done.len() as u64, orphans.len() as u64, shared),
                     })
                 },
             )?;
@@ -528,6 +528,7 @@ impl Admin for AdminService {
                 process: ran.process as u64,
                 containers: ran.value.0,
                 orphans: ran.value.1,
+                orphans_skipped: ran.value.2,
                 stopped: ran.stopped.unwrap_or_default(),
                 seconds: ran.seconds,
             }))

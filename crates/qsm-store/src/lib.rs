@@ -139,7 +139,7 @@ impl Store {
             }
             Some(p) => p.id,
             // The pool's own id (its Display form, 32 hex digits) ties the record to the pool.
-            None => catalog.define_pool(pool.name(), "dir", &pool.id().to_string())?,
+            None => catalog.define_pool(pool.name(), pool.kind(), &pool.id().to_string())?,
         };
         Ok(Store {
             catalog,

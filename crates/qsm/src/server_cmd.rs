@@ -881,15 +881,19 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
             if json {
                 println!(
                     "{}",
-                    serde_json::json!({"process": r.process, "containers": r.containers, "orphans": r.orphans, "stopped": (!r.stopped.is_empty()).then_some(&r.stopped), "seconds": r.seconds})
+                    serde_json::json!({"process": r.process, "containers": r.containers, "orphans": r.orphans, "orphans_skipped": r.orphans_skipped, "stopped": (!r.stopped.is_empty()).then_some(&r.stopped), "seconds": r.seconds})
                 );
             } else {
+                let orphans = if r.orphans_skipped {
+                    "orphan removal skipped (servers may share the pool)".to_owned()
+                } else {
+                    format!("{} orphan containers removed", r.orphans)
+                };
                 println!(
-                    "Process {}: reclaim stgpool {}: {} containers reclaimed, {} orphan containers removed, {:.1} s.",
+                    "Process {}: reclaim stgpool {}: {} containers reclaimed, {orphans}, {:.1} s.",
                     r.process,
                     if r.stopped.is_empty() { "ended" } else { r.stopped.as_str() },
                     r.containers,
-                    r.orphans,
                     r.seconds
                 );
             }

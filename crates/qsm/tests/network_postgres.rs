@@ -5,6 +5,8 @@
 
 /// Whether the servers of this run keep their catalog on PostgreSQL.
 const POSTGRES: bool = true;
+/// Whether their pool is in an S3 bucket (with a PostgreSQL catalog only).
+const S3: bool = false;
 
 include!("suite/network.rs");
 
@@ -158,4 +160,125 @@ fn servers_on_postgres_and_an_s3_pool_back_up_fail_over_audit_and_restore() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("no-such-bucket"), "{err}");
     assert!(!err.contains("qsm-test-secret"), "the secret key was printed: {err}");
+}
+
+/// A data directory whose `server.toml` names the catalog `url` (and nothing else).
+fn catalog_data_dir(data: &Path, url: &str) {
+    fs::DirBuilder::new().recursive(true).mode(0o700).create(data).unwrap();
+    fs::write(data.join("server.toml"), format!("catalog = {url:?}\n")).unwrap();
+}
+
+/// PostgreSQL restarted (`pg_ctl stop -m fast`, down two seconds, started again) in the
+/// middle of a backup: the server's sessions lose their connections and open transactions,
+/// waits for the database, retries the transaction it lost, and the backup completes;
+/// everything restores and the audit is clean.
+#[test]
+fn a_postgresql_restart_during_a_backup_is_ridden_out_and_loses_nothing() {
+    let cluster = qsm_catalog::testing::Cluster::start().unwrap();
+    let url = cluster.create_database("qsm_restart").unwrap();
+    let dir = TempDir::new().unwrap();
+    let data = dir.path().join("srv");
+    catalog_data_dir(&data, &url);
+    let server = ServerProc::start(&data, false);
+    register(&server, "alpha", "alpha-password");
+    let pw = password_file(dir.path(), "pw", "alpha-password");
+    let src = dir.path().join("src");
+    tree(&src);
+    big_tree(&src.join("big"), 40);
+    let backup = slow_backup(&server.url, &pw, &src, dir.path());
+    wait_for("a first commit", || committed_objects(&server, "alpha", &pw) >= 3);
+    cluster.stop().unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    cluster.resume().unwrap();
+    let out = backup.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report[0]["failed"], 0, "{report}");
+
+    let again = json(client(&server, "alpha", &pw).arg("backup").arg(&src));
+    assert_eq!(backed_up(&again), 0, "everything was committed: {again}");
+    let audit = json(admin(&server).args(["audit", "stgpool"]));
+    assert!(audit["damaged"].as_array().unwrap().is_empty(), "{audit}");
+    let restored = dir.path().join("restored");
+    client(&server, "alpha", &pw)
+        .arg("restore")
+        .arg(&src)
+        .arg("--to")
+        .arg(&restored)
+        .assert()
+        .success();
+    assert_same(&src, &restored);
+}
+
+/// The S3 server stopped in the middle of a backup: the backup fails with an error naming
+/// the pool's endpoint, what was committed before stays, and once S3 is back the next backup
+/// sends the rest and everything restores. Wrong credentials keep the server from starting,
+/// named, without the secret.
+#[test]
+fn s3_stopped_mid_backup_or_wrong_credentials_are_clear_errors_and_lose_nothing() {
+    use qsm_pool_s3::test_server::TestServer;
+    let dir = TempDir::new().unwrap();
+    let root = dir.path().join("s3");
+    fs::create_dir(&root).unwrap();
+    let start_s3 = |addr: &str| {
+        TestServer::start(&root, addr.parse().unwrap(), "qsm-test-key", "qsm-test-secret").unwrap()
+    };
+    let s3 = start_s3("127.0.0.1:0");
+    let addr = s3.addr().to_string();
+    s3.create_bucket("backups").unwrap();
+    let data = dir.path().join("srv");
+    s3_data_dir(&data, &s3, "backups");
+    let server = ServerProc::start(&data, false);
+    register(&server, "alpha", "alpha-password");
+    let pw = password_file(dir.path(), "pw", "alpha-password");
+    let src = dir.path().join("src");
+    tree(&src);
+    big_tree(&src.join("big"), 40);
+    let backup = slow_backup(&server.url, &pw, &src, dir.path());
+    wait_for("a first commit", || committed_objects(&server, "alpha", &pw) >= 3);
+    let committed = committed_objects(&server, "alpha", &pw);
+    drop(s3);
+    let out = backup.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a backup without its pool succeeded: {err}");
+    eprintln!("the backup that lost S3 said:\n{err}");
+    assert!(err.contains(&addr) || err.contains("S3"), "the pool is not named: {err}");
+
+    // S3 back on the same address: what was committed is still there, the rest is sent.
+    let s3 = start_s3(&addr);
+    assert!(committed_objects(&server, "alpha", &pw) >= committed);
+    let rest = json(client(&server, "alpha", &pw).arg("backup").arg(&src));
+    assert!(backed_up(&rest) > 0, "{rest}");
+    let audit = json(admin(&server).args(["audit", "stgpool"]));
+    assert!(audit["damaged"].as_array().unwrap().is_empty(), "{audit}");
+    let restored = dir.path().join("restored");
+    client(&server, "alpha", &pw)
+        .arg("restore")
+        .arg(&src)
+        .arg("--to")
+        .arg(&restored)
+        .assert()
+        .success();
+    assert_same(&src, &restored);
+
+    // Wrong credentials: the server refuses to start, naming the bucket, never the secret.
+    let wrong = dir.path().join("srv-wrong");
+    backend(&wrong);
+    let catalog = fs::read_to_string(wrong.join("server.toml")).unwrap();
+    let mut config = s3.pool_config("backups", "qsm");
+    config.secret_key = Some("not-the-secret-key".into());
+    let pool = toml::to_string(&config).unwrap();
+    fs::write(wrong.join("server.toml"), format!("{catalog}[s3]\n{pool}")).unwrap();
+    let out = StdCommand::new(assert_cmd::cargo::cargo_bin("qsm"))
+        .arg("server")
+        .arg("--data-dir")
+        .arg(&wrong)
+        .args(["--listen", "127.0.0.1:0", "--plaintext"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("backups"), "{err}");
+    assert!(!err.contains("not-the-secret-key"), "the secret key was printed: {err}");
 }

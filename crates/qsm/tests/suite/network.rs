@@ -71,9 +71,11 @@ impl Drop for ServerProc {
     }
 }
 
-/// Gives a new data directory the catalog backend of this run: with [`POSTGRES`], a
-/// throw-away PostgreSQL database named in `DATA_DIR/server.toml`, which every `qsm server
-/// --data-dir` command then reads (the server, `restore-db`, a second server).
+/// Gives a new data directory the backends of this run, in `DATA_DIR/server.toml`, which
+/// every `qsm server --data-dir` command then reads (the server, `restore-db`, a second
+/// server): with [`POSTGRES`], a throw-away PostgreSQL database as the catalog; with [`S3`],
+/// also a pool in a bucket of an S3 server started for this data directory (its objects in
+/// the sibling directory `DATA_DIR-s3`).
 fn backend(data: &Path) {
     static DATABASES: std::sync::Mutex<Vec<qsm_catalog::testing::TempDatabase>> =
         std::sync::Mutex::new(Vec::new());
@@ -86,8 +88,81 @@ fn backend(data: &Path) {
         .create(data)
         .unwrap();
     let db = qsm_catalog::testing::TempDatabase::new().unwrap();
-    fs::write(data.join("server.toml"), format!("catalog = {:?}\n", db.url)).unwrap();
+    let mut settings = format!("catalog = {:?}\n", db.url);
+    if S3 {
+        let s3 = s3_server(data);
+        s3.create_bucket(S3_BUCKET).unwrap();
+        let pool = toml::to_string(&s3.pool_config(S3_BUCKET, S3_PREFIX)).unwrap();
+        settings.push_str(&format!("[s3]\n{pool}"));
+    }
+    fs::write(data.join("server.toml"), settings).unwrap();
     DATABASES.lock().unwrap().push(db);
+}
+
+/// The bucket and key prefix of the S3 pools of this run.
+const S3_BUCKET: &str = "backups";
+const S3_PREFIX: &str = "qsm";
+
+/// The S3 server of the data directory `data`, started on first use; it runs until the test
+/// process ends, its objects in `DATA_DIR-s3` (removed with the test's directory).
+fn s3_server(data: &Path) -> std::sync::Arc<qsm_pool_s3::test_server::TestServer> {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
+    static SERVERS: Mutex<Option<HashMap<PathBuf, Arc<qsm_pool_s3::test_server::TestServer>>>> =
+        Mutex::new(None);
+    let mut servers = SERVERS.lock().unwrap();
+    let servers = servers.get_or_insert_with(HashMap::new);
+    servers
+        .entry(data.to_path_buf())
+        .or_insert_with(|| {
+            let mut root = data.as_os_str().to_owned();
+            root.push("-s3");
+            fs::create_dir_all(&root).unwrap();
+            Arc::new(
+                qsm_pool_s3::test_server::TestServer::start(
+                    root,
+                    "127.0.0.1:0".parse().unwrap(),
+                    "qsm-suite-key",
+                    "qsm-suite-secret",
+                )
+                .unwrap(),
+            )
+        })
+        .clone()
+}
+
+/// The file holding container `id` of `server`'s pool: in its pool directory, or the S3
+/// server's object.
+fn container_file(server: &ServerProc, id: u64) -> PathBuf {
+    let name = format!("{id:016x}");
+    if S3 {
+        s3_server(&server.data).object_file(S3_BUCKET, &format!("{S3_PREFIX}/containers/{name}"))
+    } else {
+        server.data.join("pool/containers").join(&name[..2]).join(format!("{name}.qsmc"))
+    }
+}
+
+/// Every container file of `server`'s pool, with its length.
+fn container_files(server: &ServerProc) -> Vec<(u64, PathBuf)> {
+    let top = if S3 {
+        s3_server(&server.data).object_file(S3_BUCKET, &format!("{S3_PREFIX}/containers"))
+    } else {
+        server.data.join("pool/containers")
+    };
+    let mut found = Vec::new();
+    let mut stack = vec![top];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(d).unwrap().filter_map(|e| e.ok()) {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                found.push((e.metadata().unwrap().len(), p));
+            }
+        }
+    }
+    assert!(!found.is_empty(), "no containers in {}'s pool", server.data.display());
+    found
 }
 
 /// The catalog of `server`, opened directly (whichever backend it is on).
@@ -685,10 +760,9 @@ fn dedup_and_encryption_mixed_across_nodes_and_chunk_ids_do_not_cross_nodes() {
     for v in cat.versions(fs_id, b"docs/secret.txt").unwrap() {
         for c in cat.object_chunks(v.id).unwrap() {
             alpha_ids.push(c.hash.expect("encrypted chunks carry their id"));
-            let name = format!("{:016x}.qsmc", c.location.container.0);
+            let file = container_file(&server, c.location.container.0);
             let container =
-                fs::read(server.data.join("pool/containers").join(&name[..2]).join(&name))
-                    .unwrap_or_else(|e| panic!("container {name}: {e}"));
+                fs::read(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
             let at = c.location.offset as usize;
             let frame = &container[at..at + c.location.stored_len as usize];
             assert!(!frame.windows(marker.len()).any(|w| w == marker.as_bytes()));
@@ -1283,9 +1357,18 @@ fn the_catalog_is_backed_up_online_restored_offline_and_audit_reports_what_it_lo
     if POSTGRES {
         // A shared catalog: another server's containers look like orphans, none is removed.
         assert_eq!(reclaimed["orphans"].as_u64().unwrap(), 0, "{reclaimed}");
+        assert_eq!(reclaimed["orphans_skipped"], true, "{reclaimed}");
+        admin(&server)
+            .args(["reclaim", "stgpool"])
+            .assert()
+            .success()
+            .stdout(predicate::str::contains("orphan removal skipped"));
     } else {
         assert!(reclaimed["orphans"].as_u64().unwrap() > 0, "{reclaimed}");
+        assert_eq!(reclaimed["orphans_skipped"], false, "{reclaimed}");
     }
+    let pools = json(admin(&server).args(["query", "stgpool"]));
+    assert_eq!(pools[0]["kind"], if S3 { "s3" } else { "dir" }, "{pools}");
     let hist = json(admin(&server).args(["query", "volhist"]));
     let kinds: Vec<_> = hist.as_array().unwrap().iter().map(|e| e["kind"].clone()).collect();
     assert_eq!(kinds, ["dbbackup", "dbrestore"], "{hist}");
@@ -1314,18 +1397,7 @@ fn audit_finds_a_corrupt_chunk_and_the_next_backup_repairs_it() {
     assert!(clean["chunks_read"].as_u64().unwrap() >= 5, "{clean}");
 
     // Flip bytes in the middle of the biggest container: inside b.bin's chunks.
-    let mut containers = Vec::new();
-    let mut stack = vec![data.join("pool/containers")];
-    while let Some(d) = stack.pop() {
-        for e in fs::read_dir(d).unwrap().filter_map(|e| e.ok()) {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                containers.push((e.metadata().unwrap().len(), p));
-            }
-        }
-    }
+    let mut containers = container_files(&server);
     containers.sort();
     let (len, victim) = containers.last().unwrap().clone();
     let mut bytes = fs::read(&victim).unwrap();
