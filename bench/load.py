@@ -3,7 +3,8 @@
 sharing one catalog and pool, with expiration running, on SQLite and on PostgreSQL.
 
     bench/load.py [--clients 1,8,32,64] [--files 400] [--file-kib 80]
-                  [--catalogs sqlite,postgres] [--servers 1,2] [--out bench/out/load]
+                  [--catalogs sqlite,postgres] [--pools dir,s3] [--servers 1,2]
+                  [--repeat 3] [--out bench/out/load]
 
 Each client is a real `qsm backup` process of its own node, backing up a distinct tree
 (`--files` files of `--file-kib` KiB on average, slices of the Silesia corpus of
@@ -19,11 +20,17 @@ a version lost or corrupt counts as an error.
 
 Reported per cell: wall time, aggregate throughput (MB of original data / wall), median and
 minimum per-client throughput, probe latency p50/p99, server CPU (user+sys of all server
-processes, and as a share of the machine's cores), peak server RSS, failed clients and failed
-restores. Writes OUT/load.md and OUT/load.json; prints the table.
+processes, and as a share of the machine's cores), the CPU of the storage back ends
+(PostgreSQL's processes, the S3 test server), peak server RSS, failed clients and failed
+restores; the clients' own CPU is the rest of the machine. Each cell runs `--repeat` times
+from scratch (new catalog, pool and servers); the table shows the run of median aggregate
+throughput with the minimum and maximum of all runs, and failures summed over all runs. Writes OUT/load.md and OUT/load.json; prints the table.
 
 PostgreSQL: the one on 127.0.0.1:5432 (scripts/ensure-postgres.sh starts or installs it), a
-fresh database `qsm_bench_load` per cell.
+fresh database `qsm_bench_load` per cell. Pools: a directory (`dir`, shared by both servers
+of a two-server cell), or a bucket (`s3`) of the S3 test server (s3s-fs, the
+`s3-test-server` example of qsm-pool-s3) started per cell on 127.0.0.1, its objects on the
+same disk. Two servers need the PostgreSQL catalog; SQLite cells run one.
 """
 
 import argparse
@@ -39,6 +46,7 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QSM = os.path.join(REPO, "target", "release", "qsm")
+S3_SERVER = os.path.join(REPO, "target", "release", "examples", "s3-test-server")
 PG = "postgres://postgres@127.0.0.1:5432"
 PASSWORD = "load-password"
 CORPUS = os.path.join(os.path.dirname(REPO), "shared", "corpus")
@@ -101,6 +109,26 @@ def proc_cpu(pid):
     return (int(fields[11]) + int(fields[12])) / tick
 
 
+def backends_cpu(s3):
+    """user+sys seconds of the storage back ends: every PostgreSQL process (with its reaped
+    children's, so backends that ended count) and the S3 test server."""
+    total = 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                text = f.read()
+        except OSError:
+            continue
+        comm = text[text.index("(") + 1:text.rindex(")")]
+        fields = text.rsplit(")", 1)[1].split()
+        if comm == "postgres" or (s3 is not None and int(pid) == s3.proc.pid):
+            total += sum(int(x) for x in fields[11:15]) / tick
+    return total
+
+
 def proc_hwm_mb(pid):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -109,12 +137,43 @@ def proc_hwm_mb(pid):
     return 0.0
 
 
+class S3:
+    """The S3 test server over ROOT, with one bucket `load`."""
+
+    def __init__(self, root):
+        os.makedirs(root, exist_ok=True)
+        self.log = open(root + ".log", "w")
+        self.proc = subprocess.Popen(
+            [S3_SERVER, "--root", root, "--access-key", "load-key", "--secret-key",
+             "load-secret", "--bucket", "load"], stdout=subprocess.PIPE, stderr=self.log,
+            text=True)
+        first = self.proc.stdout.readline()
+        if "listening on" not in first:
+            raise SystemExit(f"the S3 test server did not start: see {root}.log")
+        self.endpoint = first.split()[-1]
+
+    def settings(self):
+        return (f'[s3]\nendpoint = "{self.endpoint}"\nallow_http = true\nbucket = "load"\n'
+                f'prefix = "qsm"\nregion = "us-east-1"\naccess_key = "load-key"\n'
+                f'secret_key = "load-secret"\n')
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait()
+
+
 class Server:
     def __init__(self, data, pool, catalog):
+        """`pool`: a directory, or an S3 server whose bucket holds the pool."""
         os.makedirs(data, mode=0o700, exist_ok=True)
         self.data = data
         args = [QSM, "server", "--data-dir", data, "--listen", "127.0.0.1:0", "--plaintext",
-                "--pool", pool, "--max-sessions", "512"]
+                "--max-sessions", "512"]
+        if isinstance(pool, S3):
+            with open(os.path.join(data, "server.toml"), "w") as f:
+                f.write(pool.settings())
+        else:
+            args += ["--pool", pool]
         if catalog:
             args += ["--catalog", catalog]
         self.log = open(os.path.join(data, "server.log"), "w")
@@ -151,8 +210,8 @@ def probe_once(server):
     return (time.perf_counter() - t) * 1000
 
 
-def run_cell(out, catalog_kind, nservers, nclients, trees, pwfile):
-    cell = os.path.join(out, f"{catalog_kind}-{nservers}s-{nclients}c")
+def run_cell(out, catalog_kind, pool_kind, nservers, nclients, trees, pwfile):
+    cell = os.path.join(out, f"{catalog_kind}-{pool_kind}-{nservers}s-{nclients}c")
     shutil.rmtree(cell, ignore_errors=True)
     os.makedirs(cell)
     catalog = None
@@ -163,7 +222,8 @@ def run_cell(out, catalog_kind, nservers, nclients, trees, pwfile):
         subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-qc",
                         f"CREATE DATABASE {db}"], check=True)
         catalog = f"{PG}/{db}"
-    pool = os.path.join(cell, "pool")
+    pool_dir = os.path.join(cell, "pool")
+    pool = S3(pool_dir) if pool_kind == "s3" else pool_dir
     servers = [Server(os.path.join(cell, "srv0"), pool, catalog)]
     if nservers > 1:
         # A catalog on PostgreSQL is shared; SQLite is one server's.
@@ -179,6 +239,8 @@ def run_cell(out, catalog_kind, nservers, nclients, trees, pwfile):
             if r.returncode != 0:
                 raise SystemExit(f"register-node n{c}: {r.stderr}")
         cpu0 = {s.proc.pid: proc_cpu(s.proc.pid) for s in servers}
+        s3 = pool if isinstance(pool, S3) else None
+        backend0 = backends_cpu(s3)
         stop = threading.Event()
         latencies, expirations = [], [0]
 
@@ -222,6 +284,7 @@ def run_cell(out, catalog_kind, nservers, nclients, trees, pwfile):
         for t in threads:
             t.join()
         cpu = sum(proc_cpu(s.proc.pid) - cpu0[s.proc.pid] for s in servers)
+        backend_cpu = backends_cpu(s3) - backend0
         rss = max(proc_hwm_mb(s.proc.pid) for s in servers)
         # Every client's data comes back intact.
         bad_restores = 0
@@ -239,7 +302,8 @@ def run_cell(out, catalog_kind, nservers, nclients, trees, pwfile):
         total = sum(r["bytes"] for r in results)
         per = [r["bytes"] / r["wall"] / 1e6 for r in results if r["ok"]]
         cell_result = {
-            "catalog": catalog_kind, "servers": nservers, "clients": nclients,
+            "catalog": catalog_kind, "pool": pool_kind, "servers": nservers,
+            "clients": nclients,
             "wall_s": wall, "mb": total / 1e6, "aggregate_mb_s": total / 1e6 / wall,
             "per_client_median_mb_s": statistics.median(per) if per else 0.0,
             "per_client_min_mb_s": min(per) if per else 0.0,
@@ -247,7 +311,7 @@ def run_cell(out, catalog_kind, nservers, nclients, trees, pwfile):
             "probe_p50_ms": percentile(latencies, 50), "probe_p99_ms": percentile(latencies, 99),
             "probes": len(latencies), "expirations": expirations[0],
             "server_cpu_s": cpu, "server_cpu_pct": 100 * cpu / wall / os.cpu_count(),
-            "server_rss_mb": rss,
+            "server_rss_mb": rss, "backend_cpu_s": backend_cpu,
             "failed_clients": sum(1 for r in results if not r["ok"]),
             "failed_restores": bad_restores,
             "errors": [r["error"] for r in results if not r["ok"]][:3],
@@ -257,7 +321,9 @@ def run_cell(out, catalog_kind, nservers, nclients, trees, pwfile):
     finally:
         for s in servers:
             s.stop()
-        shutil.rmtree(pool, ignore_errors=True)
+        if isinstance(pool, S3):
+            pool.stop()
+        shutil.rmtree(pool_dir, ignore_errors=True)
 
 
 def main():
@@ -266,6 +332,8 @@ def main():
     ap.add_argument("--files", type=int, default=400)
     ap.add_argument("--file-kib", type=int, default=80)
     ap.add_argument("--catalogs", default="sqlite,postgres")
+    ap.add_argument("--pools", default="dir")
+    ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--servers", default="1,2")
     ap.add_argument("--out", default=os.path.join(REPO, "bench", "out", "load"))
     a = ap.parse_args()
@@ -275,6 +343,10 @@ def main():
         subprocess.run(["bash", os.path.join(REPO, "scripts", "ensure-postgres.sh")], check=True)
     subprocess.run(["cargo", "build", "--release", "-p", "qsm", "--manifest-path",
                     os.path.join(REPO, "Cargo.toml")], check=True, stdout=sys.stderr)
+    if "s3" in a.pools:
+        subprocess.run(["cargo", "build", "--release", "-p", "qsm-pool-s3", "--features",
+                        "test-server", "--example", "s3-test-server", "--manifest-path",
+                        os.path.join(REPO, "Cargo.toml")], check=True, stdout=sys.stderr)
     trees = []
     mix = corpus_mix(a.out)
     for c in range(max(counts)):
@@ -288,46 +360,58 @@ def main():
     os.chmod(pwfile, 0o600)
     cells = []
     for kind in a.catalogs.split(","):
-        for ns in [int(x) for x in a.servers.split(",")]:
-            if ns > 1 and kind == "sqlite":
-                continue
-            for n in counts:
-                r = run_cell(a.out, kind, ns, n, trees, pwfile)
-                cells.append(r)
-                print(f"{kind} {ns} server(s) {n} clients: {r['aggregate_mb_s']:.1f} MB/s, "
-                      f"{r['failed_clients']} failed, {r['failed_restores']} bad restores",
-                      file=sys.stderr)
+        for pool_kind in a.pools.split(","):
+            for ns in [int(x) for x in a.servers.split(",")]:
+                if ns > 1 and kind == "sqlite":
+                    continue
+                for n in counts:
+                    runs = [run_cell(a.out, kind, pool_kind, ns, n, trees, pwfile)
+                            for _ in range(max(1, a.repeat))]
+                    runs.sort(key=lambda x: x["aggregate_mb_s"])
+                    r = dict(runs[len(runs) // 2])
+                    r["aggregate_runs"] = [x["aggregate_mb_s"] for x in runs]
+                    for k in ("failed_clients", "failed_restores"):
+                        r[k] = sum(x[k] for x in runs)
+                    r["errors"] = [e for x in runs for e in x["errors"]][:3]
+                    cells.append(r)
+                    print(f"{kind} {pool_kind} {ns} server(s) {n} clients: "
+                          f"{r['aggregate_mb_s']:.1f} MB/s, {r['failed_clients']} failed, "
+                          f"{r['failed_restores']} bad restores", file=sys.stderr)
     uname = os.uname()
     lines = [
         f"Machine: {os.cpu_count()} cores, {uname.sysname} {uname.release}; "
         f"each client {a.files} files x {a.file_kib} KiB "
-        f"({tree_bytes(trees[0]) / 1e6:.1f} MB), default compression.",
+        f"({tree_bytes(trees[0]) / 1e6:.1f} MB), default compression (auto: zstd-3); "
+        f"median of {max(1, a.repeat)} runs per cell.",
         "",
-        "| catalog | servers | clients | wall s | aggregate MB/s | per client MB/s (median / min) "
-        "| probe p50 / p99 ms (idle) | server CPU s (% of machine) | server RSS MB "
+        "| catalog | pool | servers | clients | wall s | aggregate MB/s (min-max) | per client MB/s (median / min) "
+        "| probe p50 / p99 ms (idle) | server CPU s (% of machine) | PostgreSQL + S3 CPU s "
+        "| server RSS MB "
         "| expirations | failed clients | bad restores |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in cells:
         lines.append(
-            f"| {r['catalog']} | {r['servers']} | {r['clients']} | {r['wall_s']:.1f} "
-            f"| {r['aggregate_mb_s']:.1f} | {r['per_client_median_mb_s']:.2f} / "
+            f"| {r['catalog']} | {r['pool']} | {r['servers']} | {r['clients']} "
+            f"| {r['wall_s']:.1f} "
+            f"| {r['aggregate_mb_s']:.0f} ({min(r['aggregate_runs']):.0f}-"
+            f"{max(r['aggregate_runs']):.0f}) | {r['per_client_median_mb_s']:.2f} / "
             f"{r['per_client_min_mb_s']:.2f} | {r['probe_p50_ms']:.0f} / {r['probe_p99_ms']:.0f} "
             f"({r['probe_idle_ms']:.0f}) | {r['server_cpu_s']:.1f} ({r['server_cpu_pct']:.0f}%) "
+            f"| {r['backend_cpu_s']:.1f} "
             f"| {r['server_rss_mb']:.0f} | {r['expirations']} | {r['failed_clients']} "
             f"| {r['failed_restores']} |")
     # The target: 32 clients at >= 80% of the best aggregate of their configuration.
-    for kind in sorted({r["catalog"] for r in cells}):
-        for ns in sorted({r["servers"] for r in cells if r["catalog"] == kind}):
-            group = [r for r in cells if r["catalog"] == kind and r["servers"] == ns]
-            best = max(r["aggregate_mb_s"] for r in group)
-            at32 = [r for r in group if r["clients"] == 32]
-            if at32 and best > 0:
-                lines.append("")
-                lines.append(
-                    f"{kind}, {ns} server(s): 32 clients reach "
-                    f"{100 * at32[0]['aggregate_mb_s'] / best:.0f}% of the best aggregate "
-                    f"({best:.1f} MB/s).")
+    for key in sorted({(r["catalog"], r["pool"], r["servers"]) for r in cells}):
+        group = [r for r in cells if (r["catalog"], r["pool"], r["servers"]) == key]
+        best = max(r["aggregate_mb_s"] for r in group)
+        at32 = [r for r in group if r["clients"] == 32]
+        if at32 and best > 0:
+            lines.append("")
+            lines.append(
+                f"{key[0]} catalog, {key[1]} pool, {key[2]} server(s): 32 clients reach "
+                f"{100 * at32[0]['aggregate_mb_s'] / best:.0f}% of the best aggregate "
+                f"({best:.1f} MB/s).")
     table = "\n".join(lines) + "\n"
     with open(os.path.join(a.out, "load.md"), "w") as f:
         f.write(table)
@@ -337,7 +421,7 @@ def main():
     failed = sum(r["failed_clients"] + r["failed_restores"] for r in cells)
     for r in cells:
         for e in r["errors"]:
-            print(f"error ({r['catalog']}, {r['servers']}s, {r['clients']}c): {e}",
+            print(f"error ({r['catalog']}, {r['pool']}, {r['servers']}s, {r['clients']}c): {e}",
                   file=sys.stderr)
     sys.exit(1 if failed else 0)
 

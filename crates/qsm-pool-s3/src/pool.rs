@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
+use object_store::aws::AmazonS3;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
 use qsm_codec::FrameHeader;
@@ -480,6 +481,26 @@ fn no_header_end(size: u64) -> ScanEnd {
     }
 }
 
+/// Container `id` (object `path` of `size` bytes) as listed, or `None` if it is gone. Best
+/// effort, as DirPool: one whose trailer cannot be read is listed as unsealed, and scanning or
+/// auditing it says why.
+async fn info(
+    store: Arc<AmazonS3>,
+    id: ContainerId,
+    path: Path,
+    size: u64,
+) -> Option<ContainerInfo> {
+    if size < MIN_SEALED_LEN {
+        return Some(ContainerInfo { id, size, sealed: false });
+    }
+    let range = size - TRAILER_LEN as u64..size;
+    match client::get_range(store, path, range).await {
+        Ok((t, _)) => Some(ContainerInfo { id, size, sealed: trailer_ok(&t, size, id) }),
+        Err(e) if is_not_found(&e) => None,
+        Err(_) => Some(ContainerInfo { id, size, sealed: false }),
+    }
+}
+
 /// Whether the `TRAILER_LEN` bytes `t` end a sealed container `id` of `size` bytes.
 fn trailer_ok(t: &[u8], size: u64, id: ContainerId) -> bool {
     let mut trailer = [0u8; TRAILER_LEN];
@@ -561,22 +582,7 @@ impl Pool for S3Pool {
         // left out.
         let checked = inner.client.run("listing containers in", &dir, async move {
             futures::stream::iter(found)
-                .map(|(id, path, size)| {
-                    let store = Arc::clone(&store);
-                    async move {
-                        if size < MIN_SEALED_LEN {
-                            return Some(ContainerInfo { id, size, sealed: false });
-                        }
-                        let range = size - TRAILER_LEN as u64..size;
-                        match client::get_range(store, path, range).await {
-                            Ok((t, _)) => {
-                                Some(ContainerInfo { id, size, sealed: trailer_ok(&t, size, id) })
-                            }
-                            Err(e) if is_not_found(&e) => None,
-                            Err(_) => Some(ContainerInfo { id, size, sealed: false }),
-                        }
-                    }
-                })
+                .map(|(id, path, size)| info(Arc::clone(&store), id, path, size))
                 .buffer_unordered(LIST_CONCURRENCY)
                 .filter_map(|info| async move { info })
                 .collect::<Vec<_>>()
@@ -585,6 +591,23 @@ impl Pool for S3Pool {
         let mut out = checked;
         out.sort_by_key(|info| info.id);
         Ok(out)
+    }
+
+    fn container(&self, id: ContainerId) -> Result<Option<ContainerInfo>, PoolError> {
+        let inner = &self.inner;
+        let key = inner.container_key(id);
+        let store = Arc::clone(&inner.client.store);
+        let path = key.clone();
+        let head =
+            inner.client.run("reading container", &key, async move { store.head(&path).await })?;
+        let size = match head {
+            Ok(meta) => meta.size,
+            Err(e) if is_not_found(&e) => return Ok(None),
+            Err(e) => return Err(inner.client.error("reading container", &key, e)),
+        };
+        let store = Arc::clone(&inner.client.store);
+        let path = key.clone();
+        inner.client.run("reading container", &key, info(store, id, path, size))
     }
 
     fn scan(

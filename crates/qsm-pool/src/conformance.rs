@@ -270,6 +270,11 @@ pub fn synced_frames_readable_while_open(f: &mut dyn PoolFactory) -> Result<(), 
         listed.iter().any(|c| c.id == id && !c.sealed),
         "the open container {id:016x} is not listed as unsealed: {listed:?}"
     );
+    let one = p.container(id)?;
+    ensure!(
+        listed.iter().any(|c| Some(c) == one.as_ref()),
+        "container({id:016x}) gives {one:?}, the listing {listed:?}"
+    );
     let (scanned, end) = scan_all(&*p, id)?;
     let scanned: Vec<FrameLocation> = scanned.iter().map(|(loc, _)| *loc).collect();
     ensure!(scanned == locs, "scan of the open container gives {scanned:?}, expected {locs:?}");
@@ -282,6 +287,11 @@ pub fn synced_frames_readable_while_open(f: &mut dyn PoolFactory) -> Result<(), 
     ensure!(
         listed.iter().any(|c| c.id == id && c.sealed),
         "the finished container {id:016x} is not listed as sealed: {listed:?}"
+    );
+    let one = p.container(id)?;
+    ensure!(
+        listed.iter().any(|c| Some(c) == one.as_ref()),
+        "container({id:016x}) gives {one:?}, the listing {listed:?}"
     );
     check_reads(&*p, &frames[..10], &locs)
 }
@@ -459,6 +469,8 @@ pub fn delete_container(f: &mut dyn PoolFactory) -> Result<(), Failure> {
     not_found(p.scan(gone, &mut |_, _| Ok(())).map(|_| ()), "scan")?;
     not_found(p.audit(gone).map(|_| ()), "audit")?;
     not_found(p.delete(gone), "delete")?;
+    let one = p.container(gone)?;
+    ensure!(one.is_none(), "container({gone:016x}) of a deleted container gives {one:?}");
     check_reads(&*p, &frames[3..6], &kept_locs)
 }
 

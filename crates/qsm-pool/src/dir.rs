@@ -297,6 +297,18 @@ impl Inner {
         }
     }
 
+    /// Whether container `id` ends with a well-formed trailer. Best effort: a container that
+    /// cannot be read is listed as unsealed, and scanning or auditing it reports why, so that
+    /// one bad file does not hide the others from a listing.
+    fn has_trailer(&self, id: ContainerId) -> bool {
+        self.open_container(id).is_ok_and(|mut c| {
+            let mut t = [0u8; TRAILER_LEN];
+            c.size >= container::MIN_SEALED_LEN
+                && c.read_at(c.size - TRAILER_LEN as u64, &mut t).is_ok()
+                && container::parse_trailer(&t, c.size, id).is_ok()
+        })
+    }
+
     fn open_container(&self, id: ContainerId) -> Result<ContainerFile, PoolError> {
         let path = self.container_path(id);
         let file = match File::open(&path) {
@@ -496,20 +508,23 @@ impl Pool for DirPool {
                     Err(e) if e.kind() == ErrorKind::NotFound => continue,
                     Err(e) => return Err(read_error("listing containers in", &sub_path, e)),
                 };
-                // Best effort: a container that cannot be read is listed as unsealed, and
-                // scanning or auditing it reports why, so that one bad file does not hide the
-                // others from a listing.
-                let sealed = self.inner.open_container(id).is_ok_and(|mut c| {
-                    let mut t = [0u8; TRAILER_LEN];
-                    c.size >= container::MIN_SEALED_LEN
-                        && c.read_at(c.size - TRAILER_LEN as u64, &mut t).is_ok()
-                        && container::parse_trailer(&t, c.size, id).is_ok()
-                });
-                out.push(ContainerInfo { id, size, sealed });
+                out.push(ContainerInfo { id, size, sealed: self.inner.has_trailer(id) });
             }
         }
         out.sort_by_key(|info| info.id);
         Ok(out)
+    }
+
+    fn container(&self, id: ContainerId) -> Result<Option<ContainerInfo>, PoolError> {
+        let path = self.inner.container_path(id);
+        match fs::metadata(&path) {
+            Ok(m) if m.is_file() => {
+                Ok(Some(ContainerInfo { id, size: m.len(), sealed: self.inner.has_trailer(id) }))
+            }
+            Ok(_) => Ok(None),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(read_error("reading container", &path, e)),
+        }
     }
 
     fn scan(

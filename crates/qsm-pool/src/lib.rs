@@ -243,6 +243,12 @@ pub trait Pool: Send + Sync + fmt::Debug {
     /// Every container of the pool, sorted by id.
     fn containers(&self) -> Result<Vec<ContainerInfo>, PoolError>;
 
+    /// Container `id` as [`Pool::containers`] would list it, or `None` if it does not exist.
+    /// Backends answer from the one container (a stat, a HEAD), not by listing the pool.
+    fn container(&self, id: ContainerId) -> Result<Option<ContainerInfo>, PoolError> {
+        Ok(self.containers()?.into_iter().find(|c| c.id == id))
+    }
+
     /// Visits every frame of container `id`, in offset order, from the container alone: from its
     /// index when sealed, else by a forward scan over the frame headers that stops at the first
     /// incomplete or invalid frame (which is how a crashed writer's tail is handled). Payloads

@@ -180,6 +180,7 @@ impl Store {
             limits,
             touched: BTreeMap::new(),
             mine,
+            recorded: HashSet::new(),
             current: None,
             appended: HashMap::new(),
         })
@@ -428,6 +429,8 @@ pub struct Batch<'s> {
     touched: BTreeMap<u64, u64>,
     /// Every container this batch's writer opened (it rolls over at the target size).
     mine: HashSet<u64>,
+    /// The containers this batch's commits recorded in the catalog.
+    recorded: HashSet<u64>,
     /// The object whose frames are being appended, if any.
     current: Option<NewObject>,
     /// Shared chunks appended but not yet committed in an object, by keyed id, so later
@@ -655,6 +658,7 @@ impl Batch<'_> {
             }
         }
         let committed = Committed { objects, bytes: self.bytes };
+        self.recorded.extend(self.touched.keys());
         self.pending.clear();
         self.deactivations.clear();
         self.touched.clear();
@@ -692,21 +696,11 @@ impl Batch<'_> {
         if let Some(writer) = self.writer.take() {
             let container = writer.container();
             writer.finish()?;
-            // Record the seal only for a container the catalog knows (one that received frames).
-            let known = self
-                .store
-                .catalog
-                .containers(self.store.pool_record)?
-                .iter()
-                .any(|c| c.id.0 == container);
-            let size = self
-                .store
-                .pool
-                .containers()?
-                .iter()
-                .find(|c| c.id == container)
-                .map_or(0, |c| c.size);
-            if known {
+            // Record the seal only for a container the catalog knows (one whose frames a
+            // commit recorded); its size from the pool's one container, never a listing of the
+            // pool (on S3 a listing reads every container's trailer).
+            if self.recorded.contains(&container) {
+                let size = self.store.pool.container(container)?.map_or(0, |c| c.size);
                 let mut t = self.store.catalog.begin()?;
                 t.set_container(ContainerId(container), size, true)?;
                 t.commit()?;
