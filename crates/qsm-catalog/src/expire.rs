@@ -32,6 +32,35 @@ pub const NO_LIMIT: u32 = u32::MAX;
 
 const DAY: i64 = 86_400;
 
+/// Where a page of expirable rows ends, in the order of the index both backends page by:
+/// (path, state, id). The first page starts after `(empty, -1, -1)`.
+pub(crate) type ExpiryCursor = (Vec<u8>, i64, i64);
+
+/// Visits a filespace's expirable rows as `page(after)` returns them, up to `page_size` at a
+/// time, each page starting after the last row of the one before; `visit` runs between
+/// pages, so a backend reads each page on its own snapshot and holds nothing while it runs.
+pub(crate) fn for_each_in_pages(
+    page_size: usize,
+    mut page: impl FnMut(&ExpiryCursor) -> Result<Vec<ExpiryRow>>,
+    visit: &mut dyn FnMut(&ExpiryRow) -> Result<()>,
+) -> Result<()> {
+    let mut after: ExpiryCursor = (Vec::new(), -1, -1);
+    loop {
+        let rows = page(&after)?;
+        let full = rows.len() == page_size;
+        if let Some(last) = rows.last() {
+            let state = if last.archive { crate::migrations::STATE_ARCHIVE } else { 0 };
+            after = (last.path.clone(), state, last.id.0);
+        }
+        for row in &rows {
+            visit(row)?;
+        }
+        if !full {
+            return Ok(());
+        }
+    }
+}
+
 /// One version as expiration sees it: no chunk list, no attributes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExpiryRow {

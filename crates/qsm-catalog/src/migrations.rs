@@ -220,6 +220,15 @@ ALTER TABLE filespaces ADD COLUMN generation BIGINT NOT NULL DEFAULT 0;
 /// The newest schema version this program knows.
 pub const LATEST: u32 = MIGRATIONS.len() as u32;
 
+/// The columns of `objects` every object query reads, in the order both backends decode.
+pub(crate) const OBJECT_COLUMNS: &str = "id, filespace_id, state, path, object_type, size, \
+     mtime_ns, ctime_ns, mode, uid, gid, inserted, deactivated, mgmt_class_id, description, \
+     retain_until, link_target, chunk_list, ino, damaged";
+
+// Object states (0 = inactive backup is written as a literal in the UPDATEs).
+pub(crate) const STATE_ACTIVE: i64 = 1;
+pub(crate) const STATE_ARCHIVE: i64 = 2;
+
 /// The SQL of migration `version` (1-based) in `dialect`.
 pub fn sql(version: u32, dialect: Dialect) -> Option<String> {
     let i = usize::try_from(version).ok()?.checked_sub(1)?;

@@ -40,7 +40,7 @@ use tokio_postgres::{Client, NoTls, Row, Statement};
 use crate::chunk_list;
 use crate::copy::{self, Kind, RawTables, Value};
 use crate::error::{CatalogError, Result};
-use crate::migrations::{self, Dialect, LATEST};
+use crate::migrations::{self, Dialect, LATEST, OBJECT_COLUMNS, STATE_ACTIVE, STATE_ARCHIVE};
 use crate::model::*;
 use crate::{Catalog, Txn};
 
@@ -57,12 +57,7 @@ const MAX_PROBLEMS: usize = 1000;
 /// The advisory lock migrations hold ("QSM" in ASCII).
 const MIGRATION_LOCK: i64 = 0x0051_534d;
 
-const OBJECT_COLUMNS: &str = "id, filespace_id, state, path, object_type, size, mtime_ns, \
-     ctime_ns, mode, uid, gid, inserted, deactivated, mgmt_class_id, description, \
-     retain_until, link_target, chunk_list, ino, damaged";
 const CHUNK_COLUMNS: &str = "id, container_id, frame_offset, stored_len, raw_len, codec, refcount";
-const STATE_ACTIVE: i64 = 1;
-const STATE_ARCHIVE: i64 = 2;
 
 type Params<'a> = &'a [&'a (dyn ToSql + Sync)];
 
@@ -402,7 +397,7 @@ impl PostgresCatalog {
     fn expirable_page(
         &self,
         filespace: FilespaceId,
-        after: &(Vec<u8>, i64, i64),
+        after: &crate::expire::ExpiryCursor,
     ) -> Result<Vec<crate::expire::ExpiryRow>> {
         let op = "listing expirable versions";
         self.read(|c| {
@@ -1375,21 +1370,11 @@ impl Catalog for PostgresCatalog {
         filespace: FilespaceId,
         visit: &mut dyn FnMut(&crate::expire::ExpiryRow) -> Result<()>,
     ) -> Result<()> {
-        let mut after: (Vec<u8>, i64, i64) = (Vec::new(), -1, -1);
-        loop {
-            let page = self.expirable_page(filespace, &after)?;
-            let full = page.len() == PAGE as usize;
-            if let Some(last) = page.last() {
-                let state = if last.archive { STATE_ARCHIVE } else { 0 };
-                after = (last.path.clone(), state, last.id.0);
-            }
-            for row in &page {
-                visit(row)?;
-            }
-            if !full {
-                return Ok(());
-            }
-        }
+        crate::expire::for_each_in_pages(
+            PAGE as usize,
+            |after| self.expirable_page(filespace, after),
+            visit,
+        )
     }
 
     fn versions(&self, filespace: FilespaceId, path: &[u8]) -> Result<Vec<ObjectVersion>> {

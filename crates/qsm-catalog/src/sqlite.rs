@@ -27,13 +27,7 @@ const EXPIRY_PAGE: usize = 10_000;
 /// Problems listed by a consistency check before the rest are only counted.
 const MAX_PROBLEMS: usize = 1000;
 
-const OBJECT_COLUMNS: &str = "id, filespace_id, state, path, object_type, size, mtime_ns, \
-     ctime_ns, mode, uid, gid, inserted, deactivated, mgmt_class_id, description, \
-     retain_until, link_target, chunk_list, ino, damaged";
-
-// Object states (0 = inactive backup is written as a literal in the UPDATEs).
-const STATE_ACTIVE: i64 = 1;
-const STATE_ARCHIVE: i64 = 2;
+use crate::migrations::{OBJECT_COLUMNS, STATE_ACTIVE, STATE_ARCHIVE};
 
 /// The SQLite catalog.
 #[derive(Debug)]
@@ -263,7 +257,7 @@ impl SqliteCatalog {
     fn expirable_page(
         &self,
         filespace: FilespaceId,
-        after: &(Vec<u8>, i64, i64),
+        after: &crate::expire::ExpiryCursor,
     ) -> Result<Vec<crate::expire::ExpiryRow>> {
         let op = "listing expirable versions";
         self.with_reader(|c| {
@@ -1212,21 +1206,11 @@ impl Catalog for SqliteCatalog {
         // which paths still have an active version as of its own reading. Pages follow the
         // partial index of non-active rows, (path, state, rowid), so they never skip or repeat
         // a row; `visit` runs between pages, outside any read.
-        let mut after: (Vec<u8>, i64, i64) = (Vec::new(), -1, -1);
-        loop {
-            let page = self.expirable_page(filespace, &after)?;
-            let full = page.len() == EXPIRY_PAGE;
-            if let Some(last) = page.last() {
-                let state = if last.archive { STATE_ARCHIVE } else { 0 };
-                after = (last.path.clone(), state, last.id.0);
-            }
-            for row in &page {
-                visit(row)?;
-            }
-            if !full {
-                return Ok(());
-            }
-        }
+        crate::expire::for_each_in_pages(
+            EXPIRY_PAGE,
+            |after| self.expirable_page(filespace, after),
+            visit,
+        )
     }
 
     fn versions(&self, filespace: FilespaceId, path: &[u8]) -> Result<Vec<ObjectVersion>> {

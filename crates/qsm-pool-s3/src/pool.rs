@@ -15,15 +15,16 @@ use qsm_pool::container::{
     Sealing, TRAILER_LEN,
 };
 use qsm_pool::{
-    AuditReport, ContainerId, ContainerInfo, DEFAULT_TARGET_SIZE, Damage, FrameLocation,
-    MIN_TARGET_SIZE, Pool, PoolError, PoolId, PoolWriter, ScanEnd, ScanStop,
+    AuditReport, ContainerId, ContainerInfo, DEFAULT_TARGET_SIZE, FrameLocation, MIN_TARGET_SIZE,
+    Pool, PoolError, PoolId, PoolWriter, ScanEnd, ScanStop,
 };
 
 use crate::client::{self, Client, is_not_found};
 use crate::config::S3PoolConfig;
 use crate::writer::S3Writer;
+use qsm_pool::audit::ReadErrors;
+pub(crate) use qsm_pool::descriptor::now_secs;
 use qsm_pool::descriptor::{self, Descriptor};
-pub(crate) use qsm_pool::descriptor::{now_secs, random_bytes};
 use qsm_pool::frames::{Verifier, check_frame};
 
 /// The largest container target size of an S3 pool: a writer holds its whole open container
@@ -432,37 +433,6 @@ impl Inner {
             visit(loc, header)
         })
     }
-
-    /// Reads and verifies one frame for an audit, recording the result in `report`.
-    fn audit_frame(
-        &self,
-        c: &mut ObjectReader<'_>,
-        offset: u64,
-        expected: &FrameHeader,
-        from_index: bool,
-        buf: &mut Vec<u8>,
-        report: &mut AuditReport,
-    ) -> Result<(), PoolError> {
-        let len = expected.frame_len() as u64;
-        buf.resize(len as usize, 0);
-        // Unlike a disk's bad sector, a failed GET says nothing about the stored bytes, so it
-        // ends the audit instead of being reported as damage.
-        c.read_at(offset, buf)?;
-        let result = self.verifier.verify(buf).map_err(|e| e.to_string()).and_then(|header| {
-            if from_index && header != *expected {
-                return Err("the frame header differs from its index entry".to_string());
-            }
-            Ok(())
-        });
-        match result {
-            Ok(()) => {
-                report.frames_ok += 1;
-                report.bytes_ok += len;
-            }
-            Err(detail) => report.damaged.push(Damage { offset, len, detail }),
-        }
-        Ok(())
-    }
 }
 
 /// The end of a scan of a container too short to hold its header.
@@ -653,7 +623,7 @@ impl Pool for S3Pool {
         let inner = &self.inner;
         let mut c = inner.open_reader(id)?;
         let size = c.size;
-        let mut report = AuditReport {
+        let report = AuditReport {
             container: id,
             frames_ok: 0,
             bytes_ok: 0,
@@ -663,68 +633,9 @@ impl Pool for S3Pool {
         if inner.check_reader_header(&mut c)?.is_none() {
             return Ok(report);
         }
-        let mut buf = Vec::new();
-        let mut trailer_damage = None;
-        match container::read_sealing(&mut c, id)? {
-            Sealing::Sealed(entries) => {
-                let mut end = CONTAINER_HEADER_LEN as u64;
-                for e in &entries {
-                    end = e.offset + e.header.frame_len() as u64;
-                    inner.audit_frame(&mut c, e.offset, &e.header, true, &mut buf, &mut report)?;
-                }
-                let frames = entries.len() as u64;
-                report.end = ScanEnd { frames, end, size, stop: ScanStop::Sealed, trailer_damage };
-                return Ok(report);
-            }
-            Sealing::Unsealed => {}
-            Sealing::Damaged(e) => {
-                report.damaged.push(Damage {
-                    offset: e.offset,
-                    len: size.saturating_sub(e.offset),
-                    detail: format!(
-                        "trailer or index damaged, frames found by scanning: {}",
-                        e.detail
-                    ),
-                });
-                trailer_damage = Some(format!("at byte offset {}: {}", e.offset, e.detail));
-            }
-        }
-        // Forward scan; after a damaged frame header, resume at the next valid one so that
-        // one damaged frame does not hide the rest of the container.
-        let mut frames = 0;
-        let mut start = CONTAINER_HEADER_LEN as u64;
-        let end = loop {
-            let mut found = Vec::new();
-            let fwd = inner.forward(&mut c, start, &mut |loc, header| {
-                found.push((loc.offset, *header));
-                Ok(())
-            })?;
-            frames += fwd.frames;
-            for (offset, header) in &found {
-                inner.audit_frame(&mut c, *offset, header, false, &mut buf, &mut report)?;
-            }
-            let Some(detail) = fwd.stop.clone().filter(|_| !fwd.at_index) else { break fwd };
-            match container::find_next_frame(&mut c, fwd.end + 1)? {
-                Some(next) => {
-                    report.damaged.push(Damage {
-                        offset: fwd.end,
-                        len: next - fwd.end,
-                        detail: format!(
-                            "{detail}; the scan resumed at the next valid frame, offset {next}"
-                        ),
-                    });
-                    start = next;
-                }
-                None => break fwd,
-            }
-        };
-        report.damaged.sort_by_key(|d| d.offset);
-        let stop = match end.stop {
-            None => ScanStop::EndOfFile,
-            Some(detail) => ScanStop::Stopped { detail },
-        };
-        report.end = ScanEnd { frames, end: end.end, size, stop, trailer_damage };
-        Ok(report)
+        // Unlike a disk's bad sector, a failed GET says nothing about the stored bytes, so it
+        // ends the audit instead of being reported as damage.
+        qsm_pool::audit::audit_frames(&mut c, id, &inner.verifier, ReadErrors::Fail, report)
     }
 
     fn delete(&self, id: ContainerId) -> Result<(), PoolError> {

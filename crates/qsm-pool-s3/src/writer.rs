@@ -6,10 +6,11 @@ use bytes::Bytes;
 use object_store::path::Path;
 use qsm_codec::frame::FRAME_HEADER_LEN;
 use qsm_pool::container::{CONTAINER_HEADER_LEN, ContainerHeader, IndexBuilder};
-use qsm_pool::{ContainerId, FrameLocation, PoolError, PoolWriter};
+use qsm_pool::descriptor::random_container_id;
+use qsm_pool::{ContainerId, FirstError, FrameLocation, PoolError, PoolWriter};
 
 use crate::client;
-use crate::pool::{Inner, lock, now_secs, random_bytes};
+use crate::pool::{Inner, lock, now_secs};
 use qsm_pool::frames::check_appended;
 
 /// The open container of a writer: every byte of it, since S3 has no append.
@@ -40,34 +41,23 @@ pub(crate) struct S3Writer {
     /// The id of the last container opened, for `container()` when none is open.
     last: ContainerId,
     /// The first error; after it the writer refuses to work.
-    failed: Option<String>,
+    failed: FirstError,
 }
 
 impl S3Writer {
     pub(crate) fn new(pool: Arc<Inner>) -> Result<S3Writer, PoolError> {
-        let mut writer = S3Writer { pool, open: None, last: 0, failed: None };
+        let mut writer = S3Writer { pool, open: None, last: 0, failed: FirstError::default() };
         writer.open_new()?;
         Ok(writer)
     }
 
     fn check(&self) -> Result<(), PoolError> {
-        match &self.failed {
-            Some(detail) => Err(PoolError::WriterFailed {
-                pool: self.pool.label.clone(),
-                container: self.container(),
-                detail: detail.clone(),
-            }),
-            None => Ok(()),
-        }
+        self.failed.check(&self.pool.label, self.container())
     }
 
-    /// Records the first error, which poisons the writer: after a failed upload, which
-    /// frames the store holds is not known, so nothing more goes through this writer.
+    /// Records the first error, which poisons the writer.
     fn fail(&mut self, e: PoolError) -> PoolError {
-        if self.failed.is_none() {
-            self.failed = Some(e.to_string());
-        }
-        e
+        self.failed.record(e)
     }
 
     /// Starts a container with a fresh random id, in memory only: nothing is uploaded before
@@ -76,11 +66,8 @@ impl S3Writer {
     fn open_new(&mut self) -> Result<(), PoolError> {
         let pool = Arc::clone(&self.pool);
         for _ in 0..16 {
-            let mut b = [0u8; 8];
-            random_bytes(&mut b)?;
-            let id = u64::from_le_bytes(b);
-            // 0 is left free for callers that need a "no container" value.
-            if id == 0 || !lock(&pool.open).insert(id) {
+            let id = random_container_id()?;
+            if !lock(&pool.open).insert(id) {
                 continue;
             }
             let header = ContainerHeader { pool: pool.id, container: id, created: now_secs() };

@@ -67,6 +67,19 @@ pub fn random_bytes(buf: &mut [u8]) -> Result<(), PoolError> {
     })
 }
 
+/// A random container id for a new container; never 0, which is left free for callers that
+/// need a "no container" value. The backend still makes sure it is new in its pool.
+pub fn random_container_id() -> Result<crate::ContainerId, PoolError> {
+    loop {
+        let mut b = [0u8; 8];
+        random_bytes(&mut b)?;
+        let id = u64::from_le_bytes(b);
+        if id != 0 {
+            return Ok(id);
+        }
+    }
+}
+
 /// Seconds since the epoch (0 before it).
 pub fn now_secs() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())

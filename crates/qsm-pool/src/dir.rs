@@ -28,15 +28,16 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use qsm_codec::FrameHeader;
 use qsm_codec::frame::FRAME_HEADER_LEN;
 
+use crate::audit::ReadErrors;
 use crate::container::{
     self, CONTAINER_HEADER_LEN, ContainerHeader, ForwardEnd, IndexBuilder, MAX_FRAME_LEN, ReadAt,
     Sealing, TRAILER_LEN,
 };
-use crate::descriptor::{Descriptor, MAX_LEN, check_target, now_secs, random_bytes};
+use crate::descriptor::{Descriptor, MAX_LEN, check_target, now_secs, random_container_id};
 use crate::error::{PoolError, read_error, write_error};
 use crate::frames::{Verifier, check_appended, check_frame};
 use crate::{
-    AuditReport, ContainerId, ContainerInfo, Damage, FrameLocation, Pool, PoolId, PoolWriter,
+    AuditReport, ContainerId, ContainerInfo, FirstError, FrameLocation, Pool, PoolId, PoolWriter,
     ScanEnd, ScanStop,
 };
 
@@ -445,7 +446,7 @@ impl Pool for DirPool {
             open: None,
             last: 0,
             dirs_to_sync: Vec::new(),
-            failed: None,
+            failed: FirstError::default(),
         };
         writer.open_new()?;
         Ok(Box::new(writer))
@@ -570,7 +571,7 @@ impl Pool for DirPool {
         let inner = &self.inner;
         let mut c = inner.open_container(id)?;
         let size = c.size;
-        let mut report = AuditReport {
+        let report = AuditReport {
             container: id,
             frames_ok: 0,
             bytes_ok: 0,
@@ -580,68 +581,7 @@ impl Pool for DirPool {
         if inner.check_header(&mut c, id, None)?.is_none() {
             return Ok(report);
         }
-        let mut buf = Vec::new();
-        let mut trailer_damage = None;
-        match container::read_sealing(&mut c, id)? {
-            Sealing::Sealed(entries) => {
-                let mut end = CONTAINER_HEADER_LEN as u64;
-                for e in &entries {
-                    end = e.offset + e.header.frame_len() as u64;
-                    audit_frame(inner, &mut c, e.offset, &e.header, true, &mut buf, &mut report);
-                }
-                let frames = entries.len() as u64;
-                report.end = ScanEnd { frames, end, size, stop: ScanStop::Sealed, trailer_damage };
-                return Ok(report);
-            }
-            Sealing::Unsealed => {}
-            Sealing::Damaged(e) => {
-                report.damaged.push(Damage {
-                    offset: e.offset,
-                    len: size.saturating_sub(e.offset),
-                    detail: format!(
-                        "trailer or index damaged, frames found by scanning: {}",
-                        e.detail
-                    ),
-                });
-                trailer_damage = Some(format!("at byte offset {}: {}", e.offset, e.detail));
-            }
-        }
-        // Forward scan; after a damaged frame header, resume at the next valid one so that
-        // one damaged frame does not hide the rest of the container.
-        let mut frames = 0;
-        let mut start = CONTAINER_HEADER_LEN as u64;
-        let end = loop {
-            let mut found = Vec::new();
-            let fwd = inner.forward(&mut c, id, start, &mut |loc, header| {
-                found.push((loc.offset, *header));
-                Ok(())
-            })?;
-            frames += fwd.frames;
-            for (offset, header) in &found {
-                audit_frame(inner, &mut c, *offset, header, false, &mut buf, &mut report);
-            }
-            let Some(detail) = fwd.stop.clone().filter(|_| !fwd.at_index) else { break fwd };
-            match container::find_next_frame(&mut c, fwd.end + 1)? {
-                Some(next) => {
-                    report.damaged.push(Damage {
-                        offset: fwd.end,
-                        len: next - fwd.end,
-                        detail: format!(
-                            "{detail}; the scan resumed at the next valid frame, offset {next}"
-                        ),
-                    });
-                    start = next;
-                }
-                None => break fwd,
-            }
-        };
-        report.damaged.sort_by_key(|d| d.offset);
-        let stop = match end.stop {
-            None => ScanStop::EndOfFile,
-            Some(detail) => ScanStop::Stopped { detail },
-        };
-        report.end = ScanEnd { frames, end: end.end, size, stop, trailer_damage };
-        Ok(report)
+        crate::audit::audit_frames(&mut c, id, &inner.verifier, ReadErrors::Damage, report)
     }
 
     fn delete(&self, id: ContainerId) -> Result<(), PoolError> {
@@ -683,35 +623,6 @@ fn no_header_end(size: u64) -> ScanEnd {
     }
 }
 
-/// Reads and verifies one frame for an audit, recording the result in `report`. Read errors
-/// (a bad sector) count as damage of that frame: the audit goes on.
-fn audit_frame(
-    inner: &Inner,
-    c: &mut ContainerFile,
-    offset: u64,
-    expected: &FrameHeader,
-    from_index: bool,
-    buf: &mut Vec<u8>,
-    report: &mut AuditReport,
-) {
-    let len = expected.frame_len() as u64;
-    buf.resize(len as usize, 0);
-    let result = c.read_at(offset, buf).map_err(|e| e.to_string()).and_then(|()| {
-        let header = inner.verifier.verify(buf).map_err(|e| e.to_string())?;
-        if from_index && header != *expected {
-            return Err("the frame header differs from its index entry".to_string());
-        }
-        Ok(())
-    });
-    match result {
-        Ok(()) => {
-            report.frames_ok += 1;
-            report.bytes_ok += len;
-        }
-        Err(detail) => report.damaged.push(Damage { offset, len, detail }),
-    }
-}
-
 /// An open container of a writer.
 #[derive(Debug)]
 struct OpenContainer {
@@ -749,42 +660,25 @@ struct DirWriter {
     /// sync.
     dirs_to_sync: Vec<PathBuf>,
     /// The first error; after it the writer refuses to work.
-    failed: Option<String>,
+    failed: FirstError,
 }
 
 impl DirWriter {
     fn check(&self) -> Result<(), PoolError> {
-        match &self.failed {
-            Some(detail) => Err(PoolError::WriterFailed {
-                pool: self.pool.label.clone(),
-                container: self.container(),
-                detail: detail.clone(),
-            }),
-            None => Ok(()),
-        }
+        self.failed.check(&self.pool.label, self.container())
     }
 
-    /// Records the first error, which poisons the writer: after a failed write or sync, what
-    /// reached the disk is unknown (after a failed fsync even the page cache cannot be
-    /// trusted), so nothing more is written through this writer.
+    /// Records the first error, which poisons the writer (after a failed fsync even the page
+    /// cache cannot be trusted).
     fn fail(&mut self, e: PoolError) -> PoolError {
-        if self.failed.is_none() {
-            self.failed = Some(e.to_string());
-        }
-        e
+        self.failed.record(e)
     }
 
     /// Creates a container with a fresh random id and writes its header.
     fn open_new(&mut self) -> Result<(), PoolError> {
         let pool = Arc::clone(&self.pool);
         for _ in 0..16 {
-            let mut b = [0u8; 8];
-            random_bytes(&mut b)?;
-            let id = u64::from_le_bytes(b);
-            // 0 is left free for callers that need a "no container" value.
-            if id == 0 {
-                continue;
-            }
+            let id = random_container_id()?;
             let path = pool.container_path(id);
             let Some(dir) = path.parent().map(Path::to_path_buf) else { continue };
             match fs::create_dir(&dir) {

@@ -67,6 +67,7 @@
 //! scans and audits may run at any time, also on containers that are being written: they see
 //! at least the frames synced so far.
 
+pub mod audit;
 pub mod conformance;
 pub mod container;
 pub mod descriptor;
@@ -290,6 +291,34 @@ pub trait PoolWriter: Send + fmt::Debug {
     /// container that never received a frame is removed instead. Dropping a writer without
     /// calling this leaves its container unsealed, as a crash would.
     fn finish(self: Box<Self>) -> Result<(), PoolError>;
+}
+
+/// A writer's first error, which poisons it: after a failed write, upload or sync, what the
+/// storage holds is not known, so nothing more goes through that writer. Every backend's
+/// writer keeps one.
+#[derive(Debug, Default)]
+pub struct FirstError(Option<String>);
+
+impl FirstError {
+    /// `Ok` until an error was recorded, then [`PoolError::WriterFailed`] naming it.
+    pub fn check(&self, pool: &str, container: ContainerId) -> Result<(), PoolError> {
+        match &self.0 {
+            Some(detail) => Err(PoolError::WriterFailed {
+                pool: pool.to_owned(),
+                container,
+                detail: detail.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Records `e` if it is the first, and returns it.
+    pub fn record(&mut self, e: PoolError) -> PoolError {
+        if self.0.is_none() {
+            self.0 = Some(e.to_string());
+        }
+        e
+    }
 }
 
 /// The audit of one container in [`audit_pool`]: its report, or why it could not be audited.

@@ -16,22 +16,25 @@ fn share_settings(from: &Path, to: &Path) {
     fs::copy(from.join("server.toml"), to.join("server.toml")).unwrap();
 }
 
-/// A backup of `src` by node alpha through the servers `urls`, slowed down and committing
-/// every 3 files, so that a server can be killed in its middle; its report goes to stdout.
-fn slow_backup(urls: &str, pw: &Path, src: &Path, home: &Path) -> Child {
-    StdCommand::new(assert_cmd::cargo::cargo_bin("qsm"))
-        .env("QSM_SERVER", urls)
-        .env("QSM_NODE", "alpha")
-        .env("QSM_PASSWORD_FILE", pw)
-        .env("QSM_HOME", "/nonexistent/embedded-must-not-be-used")
-        .env("HOME", home)
-        .args(["backup", "--json", "--compression", "off", "--limit-upload", "4MB"])
-        .args(["--txn-group-max", "3"])
-        .arg(src)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
+/// A slow backup of `src` by alpha given the addresses of `first`, then `second`; `first` is
+/// killed once three objects are committed. The backup must finish on `second` and say so;
+/// returns its JSON report.
+fn backup_failing_over(
+    first: &mut ServerProc,
+    second: &ServerProc,
+    pw: &Path,
+    src: &Path,
+    home: &Path,
+) -> serde_json::Value {
+    let both = format!("{},{}", first.url, second.url);
+    let backup = slow_backup(&both, pw, src, home);
+    wait_for("a first commit", || committed_objects(second, "alpha", pw) >= 3);
+    first.kill();
+    let out = backup.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("resuming on another server"), "{err}");
+    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 /// Two `qsm server` processes on different ports share one PostgreSQL catalog and one pool;
@@ -54,40 +57,24 @@ fn two_servers_share_a_catalog_and_pool_and_a_backup_fails_over_when_one_dies() 
     let pw = password_file(dir.path(), "pw", "alpha-password");
     let src = dir.path().join("src");
     big_tree(&src, 40);
-    let both = format!("{},{}", first.url, second.url);
-    let backup = slow_backup(&both, &pw, &src, dir.path());
-    wait_for("a first commit", || committed_objects(&second, "alpha", &pw) >= 3);
-    first.kill();
-    let out = backup.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
-    assert!(err.contains("resuming on another server"), "{err}");
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let report = backup_failing_over(&mut first, &second, &pw, &src, dir.path());
     let sent = report[0]["backed_up"].as_u64().unwrap();
     assert!(sent < 41, "the second server was sent everything again: {report}");
 
     let restored = dir.path().join("restored");
-    client(&second, "alpha", &pw)
-        .arg("restore")
-        .arg(&src)
-        .arg("--to")
-        .arg(&restored)
-        .assert()
-        .success();
-    assert_same(&src, &restored);
+    restores_intact(&second, "alpha", &pw, &src, &restored);
     // The restarted first server sees the versions the second one stored.
     let first = ServerProc::start_with(&one, false, &["--pool", pool_arg]);
     let listed = json(client(&first, "alpha", &pw).args(["query", "backup"]).arg(&src));
     assert!(listed.as_array().unwrap().len() >= 41, "{listed}");
 }
 
-/// A server whose data directory names a PostgreSQL catalog and an S3 pool on the S3 server
-/// `s3` (bucket `bucket`), besides the catalog `backend` already wrote there.
-fn s3_data_dir(data: &Path, s3: &qsm_pool_s3::test_server::TestServer, bucket: &str) {
+/// A server data directory naming a PostgreSQL catalog (as `backend` writes it) and the S3
+/// pool `pool`.
+fn s3_data_dir(data: &Path, pool: &qsm_pool_s3::S3PoolConfig) {
     backend(data);
     let catalog = fs::read_to_string(data.join("server.toml")).unwrap();
-    let pool = toml::to_string(&s3.pool_config(bucket, "qsm")).unwrap();
-    fs::write(data.join("server.toml"), format!("{catalog}[s3]\n{pool}")).unwrap();
+    fs::write(data.join("server.toml"), catalog + &s3_settings(pool)).unwrap();
 }
 
 /// Two servers on one PostgreSQL catalog and one S3 pool (a real S3-protocol server, s3s-fs,
@@ -106,7 +93,7 @@ fn servers_on_postgres_and_an_s3_pool_back_up_fail_over_audit_and_restore() {
     .unwrap();
     s3.create_bucket("backups").unwrap();
     let one = dir.path().join("srv1");
-    s3_data_dir(&one, &s3, "backups");
+    s3_data_dir(&one, &s3.pool_config("backups", "qsm"));
     let mut first = ServerProc::start(&one, false);
     let two = dir.path().join("srv2");
     share_settings(&one, &two);
@@ -118,14 +105,7 @@ fn servers_on_postgres_and_an_s3_pool_back_up_fail_over_audit_and_restore() {
     let src = dir.path().join("src");
     tree(&src);
     big_tree(&src.join("big"), 40);
-    let both = format!("{},{}", first.url, second.url);
-    let backup = slow_backup(&both, &pw, &src, dir.path());
-    wait_for("a first commit", || committed_objects(&second, "alpha", &pw) >= 3);
-    first.kill();
-    let out = backup.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
-    assert!(err.contains("resuming on another server"), "{err}");
+    backup_failing_over(&mut first, &second, &pw, &src, dir.path());
 
     // Every chunk read back from S3 and verified.
     let audit = json(admin(&second).args(["audit", "stgpool"]));
@@ -137,27 +117,12 @@ fn servers_on_postgres_and_an_s3_pool_back_up_fail_over_audit_and_restore() {
     let changed = json(client(&second, "alpha", &pw).arg("backup").arg(&src));
     assert_eq!(backed_up(&changed), 1, "{changed}");
     let restored = dir.path().join("restored");
-    client(&second, "alpha", &pw)
-        .arg("restore")
-        .arg(&src)
-        .arg("--to")
-        .arg(&restored)
-        .assert()
-        .success();
-    assert_same(&src, &restored);
+    restores_intact(&second, "alpha", &pw, &src, &restored);
 
     // A bucket that does not exist: the server refuses to start and says which.
     let three = dir.path().join("srv3");
-    s3_data_dir(&three, &s3, "no-such-bucket");
-    let out = StdCommand::new(assert_cmd::cargo::cargo_bin("qsm"))
-        .arg("server")
-        .arg("--data-dir")
-        .arg(&three)
-        .args(["--listen", "127.0.0.1:0", "--plaintext"])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    s3_data_dir(&three, &s3.pool_config("no-such-bucket", "qsm"));
+    let err = server_refusal(&three);
     assert!(err.contains("no-such-bucket"), "{err}");
     assert!(!err.contains("qsm-test-secret"), "the secret key was printed: {err}");
 }
@@ -201,14 +166,7 @@ fn a_postgresql_restart_during_a_backup_is_ridden_out_and_loses_nothing() {
     let audit = json(admin(&server).args(["audit", "stgpool"]));
     assert!(audit["damaged"].as_array().unwrap().is_empty(), "{audit}");
     let restored = dir.path().join("restored");
-    client(&server, "alpha", &pw)
-        .arg("restore")
-        .arg(&src)
-        .arg("--to")
-        .arg(&restored)
-        .assert()
-        .success();
-    assert_same(&src, &restored);
+    restores_intact(&server, "alpha", &pw, &src, &restored);
 }
 
 /// The S3 server stopped in the middle of a backup: the backup fails with an error naming
@@ -228,7 +186,7 @@ fn s3_stopped_mid_backup_or_wrong_credentials_are_clear_errors_and_lose_nothing(
     let addr = s3.addr().to_string();
     s3.create_bucket("backups").unwrap();
     let data = dir.path().join("srv");
-    s3_data_dir(&data, &s3, "backups");
+    s3_data_dir(&data, &s3.pool_config("backups", "qsm"));
     let server = ServerProc::start(&data, false);
     register(&server, "alpha", "alpha-password");
     let pw = password_file(dir.path(), "pw", "alpha-password");
@@ -242,7 +200,6 @@ fn s3_stopped_mid_backup_or_wrong_credentials_are_clear_errors_and_lose_nothing(
     let out = backup.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "a backup without its pool succeeded: {err}");
-    eprintln!("the backup that lost S3 said:\n{err}");
     assert!(err.contains(&addr) || err.contains("S3"), "the pool is not named: {err}");
 
     // S3 back on the same address: what was committed is still there, the rest is sent.
@@ -253,32 +210,14 @@ fn s3_stopped_mid_backup_or_wrong_credentials_are_clear_errors_and_lose_nothing(
     let audit = json(admin(&server).args(["audit", "stgpool"]));
     assert!(audit["damaged"].as_array().unwrap().is_empty(), "{audit}");
     let restored = dir.path().join("restored");
-    client(&server, "alpha", &pw)
-        .arg("restore")
-        .arg(&src)
-        .arg("--to")
-        .arg(&restored)
-        .assert()
-        .success();
-    assert_same(&src, &restored);
+    restores_intact(&server, "alpha", &pw, &src, &restored);
 
     // Wrong credentials: the server refuses to start, naming the bucket, never the secret.
     let wrong = dir.path().join("srv-wrong");
-    backend(&wrong);
-    let catalog = fs::read_to_string(wrong.join("server.toml")).unwrap();
     let mut config = s3.pool_config("backups", "qsm");
     config.secret_key = Some("not-the-secret-key".into());
-    let pool = toml::to_string(&config).unwrap();
-    fs::write(wrong.join("server.toml"), format!("{catalog}[s3]\n{pool}")).unwrap();
-    let out = StdCommand::new(assert_cmd::cargo::cargo_bin("qsm"))
-        .arg("server")
-        .arg("--data-dir")
-        .arg(&wrong)
-        .args(["--listen", "127.0.0.1:0", "--plaintext"])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    s3_data_dir(&wrong, &config);
+    let err = server_refusal(&wrong);
     assert!(err.contains("backups"), "{err}");
     assert!(!err.contains("not-the-secret-key"), "the secret key was printed: {err}");
 }

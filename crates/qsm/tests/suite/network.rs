@@ -92,11 +92,28 @@ fn backend(data: &Path) {
     if S3 {
         let s3 = s3_server(data);
         s3.create_bucket(S3_BUCKET).unwrap();
-        let pool = toml::to_string(&s3.pool_config(S3_BUCKET, S3_PREFIX)).unwrap();
-        settings.push_str(&format!("[s3]\n{pool}"));
+        settings.push_str(&s3_settings(&s3.pool_config(S3_BUCKET, S3_PREFIX)));
     }
     fs::write(data.join("server.toml"), settings).unwrap();
     DATABASES.lock().unwrap().push(db);
+}
+
+/// The `[s3]` table of a `server.toml` for the pool `config`.
+fn s3_settings(config: &qsm_pool_s3::S3PoolConfig) -> String {
+    format!("[s3]\n{}", toml::to_string(config).unwrap())
+}
+
+/// Runs `qsm server --data-dir DATA`, which must refuse to start, and returns what it said.
+fn server_refusal(data: &Path) -> String {
+    let out = StdCommand::new(assert_cmd::cargo::cargo_bin("qsm"))
+        .arg("server")
+        .arg("--data-dir")
+        .arg(data)
+        .args(["--listen", "127.0.0.1:0", "--plaintext"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "the server in {} started", data.display());
+    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 /// The bucket and key prefix of the S3 pools of this run.
@@ -106,13 +123,13 @@ const S3_PREFIX: &str = "qsm";
 /// The S3 server of the data directory `data`, started on first use; it runs until the test
 /// process ends, its objects in `DATA_DIR-s3` (removed with the test's directory).
 fn s3_server(data: &Path) -> std::sync::Arc<qsm_pool_s3::test_server::TestServer> {
-    use std::collections::HashMap;
+    use std::collections::BTreeMap;
     use std::sync::{Arc, Mutex};
-    static SERVERS: Mutex<Option<HashMap<PathBuf, Arc<qsm_pool_s3::test_server::TestServer>>>> =
-        Mutex::new(None);
-    let mut servers = SERVERS.lock().unwrap();
-    let servers = servers.get_or_insert_with(HashMap::new);
-    servers
+    static SERVERS: Mutex<BTreeMap<PathBuf, Arc<qsm_pool_s3::test_server::TestServer>>> =
+        Mutex::new(BTreeMap::new());
+    SERVERS
+        .lock()
+        .unwrap()
         .entry(data.to_path_buf())
         .or_insert_with(|| {
             let mut root = data.as_os_str().to_owned();
@@ -220,6 +237,13 @@ fn tree(root: &Path) {
     fs::write(root.join("docs/deep/b.bin"), data).unwrap();
     fs::write(root.join("empty"), b"").unwrap();
     std::os::unix::fs::symlink("docs/a.txt", root.join("link")).unwrap();
+}
+
+/// Restores `src` as `node` through `server` into `to`, and checks that it came back
+/// identical.
+fn restores_intact(server: &ServerProc, node: &str, pw: &Path, src: &Path, to: &Path) {
+    client(server, node, pw).arg("restore").arg(src).arg("--to").arg(to).assert().success();
+    assert_same(src, to);
 }
 
 fn assert_same(a: &Path, b: &Path) {
@@ -462,6 +486,24 @@ fn big_tree(root: &Path, files: usize) {
     }
 }
 
+/// A backup of `src` by node alpha through the servers `urls`, slowed down and committing
+/// every 3 files, so that a server can be killed in its middle; its report goes to stdout.
+fn slow_backup(urls: &str, pw: &Path, src: &Path, home: &Path) -> Child {
+    StdCommand::new(assert_cmd::cargo::cargo_bin("qsm"))
+        .env("QSM_SERVER", urls)
+        .env("QSM_NODE", "alpha")
+        .env("QSM_PASSWORD_FILE", pw)
+        .env("QSM_HOME", "/nonexistent/embedded-must-not-be-used")
+        .env("HOME", home)
+        .args(["backup", "--json", "--compression", "off", "--limit-upload", "4MB"])
+        .args(["--txn-group-max", "3"])
+        .arg(src)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
     let start = Instant::now();
     while !f() {
@@ -486,29 +528,9 @@ fn sigkill_of_the_server_or_the_client_mid_backup_loses_nothing_committed() {
     let pw = password_file(dir.path(), "pw", "alpha-password");
     let src = dir.path().join("src");
     big_tree(&src, 40);
-    let slow_backup = |server: &ServerProc| -> Child {
-        let mut c = StdCommand::new(assert_cmd::cargo::cargo_bin("qsm"));
-        c.env("QSM_SERVER", &server.url)
-            .env("QSM_NODE", "alpha")
-            .env("QSM_PASSWORD_FILE", &pw)
-            .args([
-                "backup",
-                "--compression",
-                "off",
-                "--limit-upload",
-                "4MB",
-                "--txn-group-max",
-                "3",
-            ])
-            .arg(&src)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
-    };
 
     // The server dies: the client says so and fails; what was committed stays.
-    let client_proc = slow_backup(&server);
+    let client_proc = slow_backup(&server.url, &pw, &src, dir.path());
     wait_for("a first commit", || committed_objects(&server, "alpha", &pw) >= 3);
     server.kill();
     let out = client_proc.wait_with_output().unwrap();
@@ -520,7 +542,7 @@ fn sigkill_of_the_server_or_the_client_mid_backup_loses_nothing_committed() {
     assert!(kept >= 3, "committed objects lost: {kept}");
 
     // The client dies: the server drops only the open transaction.
-    let mut client_proc = slow_backup(&server);
+    let mut client_proc = slow_backup(&server.url, &pw, &src, dir.path());
     wait_for("more commits", || committed_objects(&server, "alpha", &pw) > kept);
     client_proc.kill().unwrap();
     client_proc.wait().unwrap();
@@ -532,14 +554,7 @@ fn sigkill_of_the_server_or_the_client_mid_backup_loses_nothing_committed() {
     let sent = report[0]["backed_up"].as_u64().unwrap();
     assert!(sent < 41, "everything was sent again: {report}");
     let restored = dir.path().join("restored");
-    client(&server, "alpha", &pw)
-        .arg("restore")
-        .arg(&src)
-        .arg("--to")
-        .arg(&restored)
-        .assert()
-        .success();
-    assert_same(&src, &restored);
+    restores_intact(&server, "alpha", &pw, &src, &restored);
     server.kill();
 }
 
@@ -918,8 +933,7 @@ fn dedup_and_encryption_mixed_across_nodes_and_chunk_ids_do_not_cross_nodes() {
     // Gamma's files are now beta's plaintext chunks, one of them the id the sealed junk was
     // planted under: they restore byte for byte.
     let out = dir.path().join("out-gamma-shared");
-    client(&server, "gamma", &pw).arg("restore").arg(&src).arg("--to").arg(&out).assert().success();
-    assert_same(&src, &out);
+    restores_intact(&server, "gamma", &pw, &src, &out);
 }
 
 /// Issue 7: `qsm admin expire inventory` through a real server, with the default policy
@@ -1007,8 +1021,7 @@ fn expire_inventory_removes_what_policy_no_longer_keeps() {
     );
     // What policy keeps restores: the active version, and the kept archive.
     let out = dir.path().join("out");
-    client(&server, "alpha", &pw).arg("restore").arg(&src).arg("--to").arg(&out).assert().success();
-    assert_same(&src, &out);
+    restores_intact(&server, "alpha", &pw, &src, &out);
     let kept = dir.path().join("kept");
     client(&server, "alpha", &pw)
         .args(["retrieve", "-d", "kept"])
@@ -1024,8 +1037,7 @@ fn expire_inventory_removes_what_policy_no_longer_keeps() {
     assert!(reclaimed["containers"].as_u64().unwrap() > 0, "{reclaimed}");
     admin(&server).args(["reclaim", "stgpool", "--threshold", "0"]).assert().code(1);
     let out = dir.path().join("out-after-reclaim");
-    client(&server, "alpha", &pw).arg("restore").arg(&src).arg("--to").arg(&out).assert().success();
-    assert_same(&src, &out);
+    restores_intact(&server, "alpha", &pw, &src, &out);
     let kept = dir.path().join("kept-after-reclaim");
     client(&server, "alpha", &pw)
         .args(["retrieve", "-d", "kept"])
@@ -1273,19 +1285,8 @@ fn the_catalog_is_backed_up_online_restored_offline_and_audit_reports_what_it_lo
     tree(&src);
     client(&server, "alpha", &pw).arg("backup").arg(&src).assert().success();
     // One server per data directory.
-    let second = StdCommand::new(assert_cmd::cargo::cargo_bin("qsm"))
-        .arg("server")
-        .arg("--data-dir")
-        .arg(&data)
-        .args(["--listen", "127.0.0.1:0", "--plaintext"])
-        .output()
-        .unwrap();
-    assert!(!second.status.success());
-    assert!(
-        String::from_utf8_lossy(&second.stderr).contains("another qsm server"),
-        "{}",
-        String::from_utf8_lossy(&second.stderr)
-    );
+    let err = server_refusal(&data);
+    assert!(err.contains("another qsm server"), "{err}");
 
     let copy = json(admin(&server).args(["backup", "db"]));
     let path = PathBuf::from(copy["path"].as_str().unwrap());
@@ -1348,8 +1349,7 @@ fn the_catalog_is_backed_up_online_restored_offline_and_audit_reports_what_it_lo
     let again = json(client(&server, "alpha", &pw).arg("backup").arg(&src));
     assert_eq!(backed_up(&again), 2, "the file and its directory: {again}");
     let out = dir.path().join("out");
-    client(&server, "alpha", &pw).arg("restore").arg(&src).arg("--to").arg(&out).assert().success();
-    assert_same(&src, &out);
+    restores_intact(&server, "alpha", &pw, &src, &out);
     // Released: reclamation runs and deletes the unknown containers.
     let released = json(admin(&server).args(["audit", "stgpool", "--release-unknown"]));
     assert_eq!(released["released"], true, "{released}");
@@ -1436,8 +1436,7 @@ fn audit_finds_a_corrupt_chunk_and_the_next_backup_repairs_it() {
         "the bad frame is dead: {pools}"
     );
     let out = dir.path().join("out");
-    client(&server, "alpha", &pw).arg("restore").arg(&src).arg("--to").arg(&out).assert().success();
-    assert_same(&src, &out);
+    restores_intact(&server, "alpha", &pw, &src, &out);
 }
 
 /// Include rules bind files to a management class of the node's domain, whose copy group then
