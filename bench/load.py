@@ -210,7 +210,10 @@ def probe_once(server):
     return (time.perf_counter() - t) * 1000
 
 
-def run_cell(out, catalog_kind, pool_kind, nservers, nclients, trees, pwfile):
+def run_cell(out, catalog_kind, pool_kind, nservers, nclients, trees, pwfile, compression=None,
+             verify=True):
+    """One cell: servers, NCLIENTS concurrent backups (with `--compression COMPRESSION` when
+    given), and, when VERIFY, every client's restore compared with its tree."""
     cell = os.path.join(out, f"{catalog_kind}-{pool_kind}-{nservers}s-{nclients}c")
     shutil.rmtree(cell, ignore_errors=True)
     os.makedirs(cell)
@@ -267,7 +270,8 @@ def run_cell(out, catalog_kind, pool_kind, nservers, nclients, trees, pwfile):
                        QSM_PASSWORD_FILE=pwfile, HOME=cell,
                        QSM_HOME=os.path.join(cell, "no-embedded"))
             t0 = time.perf_counter()
-            p = subprocess.Popen([QSM, "backup", "--json", trees[c]], env=env,
+            extra = ["--compression", compression] if compression else []
+            p = subprocess.Popen([QSM, "backup", "--json", *extra, trees[c]], env=env,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             clients.append((c, p, t0))
         results = []
@@ -288,7 +292,7 @@ def run_cell(out, catalog_kind, pool_kind, nservers, nclients, trees, pwfile):
         rss = max(proc_hwm_mb(s.proc.pid) for s in servers)
         # Every client's data comes back intact.
         bad_restores = 0
-        for c in range(nclients):
+        for c in range(nclients if verify else 0):
             target = os.path.join(cell, "restored", f"c{c}")
             env = dict(os.environ, QSM_SERVER=servers[c % nservers].url, QSM_NODE=f"n{c}",
                        QSM_PASSWORD_FILE=pwfile, HOME=cell,

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# bench/run.sh: the benchmark suite (issue 9). Builds QSM in release mode, installs the peer
+# tools, prepares the data, runs the experiments, and writes docs/benchmarks/EXPERIMENT.md
+# with tables, an SVG plot per table, the machine and the exact commands.
+#
+#   bench/run.sh [--quick | --full] [--runs N] [EXPERIMENT...]
+#
+# Experiments (default: all): adsm-fig1 adsm-fig23 tsm-ssd ts7700 ceph peers.
+# --quick (the default) takes under 15 minutes on 2 cores once built and installed; --full
+# uses the papers' sizes and takes hours. Every figure is the median of N (default 3) runs
+# after an untimed warm-up. Scratch data lives in bench/out/suite (git-ignored).
+#
+# Installs, idempotently: restic, borgbackup, xz-utils (apt-get); rustic and bupstash
+# (cargo install --locked, from crates.io; skipped with a note if they do not build, or with
+# QSM_BENCH_NO_CARGO_PEERS=1). Nothing here runs in CI.
+set -euo pipefail
+export LC_ALL=C
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+case " $* " in *" -h "* | *" --help "*) exec python3 "$REPO/bench/suite/run.py" --help ;; esac
+
+need=()
+command -v restic >/dev/null || need+=(restic)
+command -v borg >/dev/null || need+=(borgbackup)
+command -v xz >/dev/null || need+=(xz-utils)
+command -v dpkg-deb >/dev/null || need+=(dpkg)
+# bupstash (built from crates.io below) links the system libsodium.
+[ -f /usr/include/sodium.h ] || need+=(libsodium-dev)
+command -v pkg-config >/dev/null || need+=(pkg-config)
+if [ ${#need[@]} -gt 0 ]; then
+	echo "installing ${need[*]} (apt-get)" >&2
+	apt-get update -qq && apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+export PATH="$HOME/.cargo/bin:$PATH"
+if [ -z "${QSM_BENCH_NO_CARGO_PEERS:-}" ]; then
+	for crate in rustic-rs:rustic bupstash:bupstash; do
+		command -v "${crate#*:}" >/dev/null && continue
+		echo "building ${crate%%:*} from crates.io (once; cargo install --locked)" >&2
+		cargo install --locked -q "${crate%%:*}" >&2 ||
+			echo "note: ${crate%%:*} did not build here; the peers run goes on without it" >&2
+	done
+fi
+
+cd "$REPO"
+cargo build --release -q -p qsm
+cargo build --release -q -p qsm-catalog --example expire_bench
+cargo build --release -q -p qsm-server --example dbbackup_bench
+exec python3 "$REPO/bench/suite/run.py" "$@"
