@@ -23,6 +23,7 @@ command -v restic >/dev/null || need+=(restic)
 command -v borg >/dev/null || need+=(borgbackup)
 command -v xz >/dev/null || need+=(xz-utils)
 command -v dpkg-deb >/dev/null || need+=(dpkg)
+[ -x /usr/bin/time ] || need+=(time) # GNU time: each tool's peak memory
 # bupstash (built from crates.io below) links the system libsodium.
 [ -f /usr/include/sodium.h ] || need+=(libsodium-dev)
 command -v pkg-config >/dev/null || need+=(pkg-config)

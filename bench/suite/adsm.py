@@ -196,17 +196,24 @@ def _write(doc, cmds, results):
 def fig23(settings):
     cmds = Commands()
     work = os.path.join(OUT, "adsm-fig23")
+    # The paper's rows: one file size each (10 x 256M to 80 x 32M, 2.5 GB), and small files.
+    # Here each row holds 3 x 256 MiB (--quick: a quarter), a third of the files of each kind.
     scale = 4 if settings.quick else 1
-    big = os.path.join(data.DATA, f"fig23-big-{scale}")
-    if not os.path.isdir(big):
-        tmp = fresh(big + ".tmp")
-        for kind, size in (("text", mib(256)), ("executables", mib(128)),
-                           ("compressed", mib(64)), ("text", mib(32))):
-            src = data.large_file(kind, size // scale)
-            os.link(src, os.path.join(tmp, os.path.basename(src)))
-        os.rename(tmp, big)
+    total = 3 * mib(256) // scale
+    sets = []
+    for size in (mib(256) // scale, mib(128) // scale, mib(64) // scale, mib(32) // scale):
+        count = total // size
+        row = os.path.join(data.DATA, "fig23", f"{size >> 20}Mx{count}")
+        if not os.path.isdir(row):
+            tmp = fresh(row + ".tmp")
+            for kind in data.KINDS:
+                part = data.files_of(kind, size, count // 3, os.path.join(data.DATA, "fig23"))
+                for f in sorted(os.listdir(part)):
+                    os.link(os.path.join(part, f), os.path.join(tmp, f"{kind}-{f}"))
+            os.rename(tmp, row)
+        sets.append((f"{count} x {size >> 20} MiB", row))
     small = data.kernel_tree(QUICK_SAMPLE if settings.quick else 1)
-    sets = [("big files", big), ("small files", small)]
+    sets.append(("small files", small))
     doc = Document("adsm-fig23", "ADSM Figures 2 and 3: backup and restore of big and small "
                    "files", settings, "bench/run.sh adsm-fig23")
     rows, plots = [], {}
@@ -237,28 +244,28 @@ def fig23(settings):
             plots[name, mode] = (b, rs)
             log(f"fig23 {name} {mode}: backup {b.median:.2f} s, restore {rs.median:.2f} s")
     doc.text(f"""
-Two data sets: big files ({', '.join(sorted(os.listdir(big)))}, MiB; --quick divides the
-paper's 256/128/64/32 MiB by {scale}) and small files (the Linux kernel's source files, the
-one file in {QUICK_SAMPLE} spread over the tree in --quick, all in --full). Each mode backs a set up with `qsm backup
---selective` to a fresh `qsm server` on 127.0.0.1 (plaintext TCP, unlimited), then restores
-it with `qsm restore --to` into an empty directory; the restore is compared with the source.
+As in the paper, each row is one file size ({', '.join(n for n, _ in sets[:-1])}: a third of
+the files text, a third executables, a third already compressed; --quick takes a quarter of
+the paper's sizes and 3 x 256 MiB / 4 per row, --full 768 MiB per row) and one row of small
+files (the Linux kernel's source files: one in {QUICK_SAMPLE} spread over the tree in --quick,
+all in --full). Each mode backs a set up with `qsm backup --selective` to a fresh `qsm server`
+on 127.0.0.1 (plaintext TCP, unlimited), then restores it with `qsm restore --to` into an
+empty directory; the restore is compared with the source.
 {copy_floor_text(small)}
 CPU: client / server, user+sys over wall, as a share of the machine's {CORES} cores.
 """)
     doc.table(["data", "compression", "backup", "MB/s", "CPU client / server", "restore",
                "MB/s", "CPU client / server"], rows, "ll" + "r" * 6)
-    for name, _ in sets:
-        doc.plot(plot.bars(f"{name}: backup and restore time", "compression", "seconds",
-                           [m for m, _ in MODES],
-                           [("backup", [(plots[name, m][0].median, plots[name, m][0].min,
-                                         plots[name, m][0].max) for m, _ in MODES]),
-                            ("restore", [(plots[name, m][1].median, plots[name, m][1].min,
-                                          plots[name, m][1].max) for m, _ in MODES])]),
-                 f"{name}: backup and restore time")
+    for i, title in ((0, "Backup"), (1, "Restore")):
+        doc.plot(plot.bars(f"{title} time (Figure {2 + i})", "data", "seconds",
+                           [n for n, _ in sets],
+                           [(m, [(plots[n, m][i].median, plots[n, m][i].min, plots[n, m][i].max)
+                                 for n, _ in sets]) for m, _ in MODES]),
+                 f"{title.lower()} time per data set and compression")
     doc.write("""
-- Figure 2 of the paper is the big-file set, Figure 3 the small-file set; both report time
-  and CPU utilisation with compression off, in software on one thread, and (the paper's
-  hardware path) here on all cores.
+- Figure 2 of the paper is the backup, Figure 3 the restore; both report time and CPU
+  utilisation with compression off, in software on one thread, and (the paper's hardware
+  path) here on all cores.
 - Each mode: a fresh server; one warm-up backup, then the timed ones (each a selective
   backup, so every run sends everything); one warm-up restore, then the timed ones.
 """, cmds.seen)

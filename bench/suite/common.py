@@ -16,6 +16,7 @@ EXAMPLES = os.path.join(REPO, "target", "release", "examples")
 OUT = os.path.join(REPO, "bench", "out", "suite")
 DOCS = os.path.join(REPO, "docs", "benchmarks")
 CORPUS = os.environ.get("QSM_CORPUS", os.path.join(os.path.dirname(REPO), "shared", "corpus"))
+GNU_TIME = "/usr/bin/time"
 # A tmpfs, the stand-in for a separate fast disk (an SSD) where an experiment asks for one.
 TMPFS = "/dev/shm"
 
@@ -37,11 +38,16 @@ class CommandFailed(Exception):
 
 
 def run(args, env=None, cwd=None, stdout_to=None, check=True, stdin=None):
-    """Runs ARGS and measures it with wait4(2): its own rusage, not the whole suite's."""
+    """Runs ARGS and measures it with wait4(2): its own rusage, not the whole suite's. The
+    peak memory comes from GNU time (`/usr/bin/time -f %M`): a child forked from this
+    process reports this process's own peak as its ru_maxrss, exec or not."""
     out = open(stdout_to, "wb") if stdout_to else subprocess.PIPE
     full_env = dict(os.environ, **(env or {}))
+    rss_file = os.path.join(OUT, f".rss-{os.getpid()}")
+    os.makedirs(OUT, exist_ok=True)
     started = time.perf_counter()
-    p = subprocess.Popen(args, env=full_env, cwd=cwd, stdout=out, stderr=subprocess.PIPE,
+    p = subprocess.Popen([GNU_TIME, "-q", "-f", "%M", "-o", rss_file, *args], env=full_env,
+                         cwd=cwd, stdout=out, stderr=subprocess.PIPE,
                          stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL)
     if stdin is not None:
         p.stdin.write(stdin.encode())
@@ -57,7 +63,12 @@ def run(args, env=None, cwd=None, stdout_to=None, check=True, stdin=None):
     if check and p.returncode != 0:
         raise CommandFailed(f"{' '.join(map(str, args))} exited {p.returncode}: "
                             f"{stderr.decode(errors='replace').strip()[-600:]}")
-    return Run(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024,
+    try:
+        with open(rss_file) as f:
+            rss_kb = int(f.read().split()[-1])
+    except (OSError, ValueError, IndexError):
+        rss_kb = 0
+    return Run(wall, usage.ru_utime + usage.ru_stime, rss_kb / 1024,
                stdout.decode(errors="replace"))
 
 

@@ -107,7 +107,7 @@ class Borg(Tool):
 
     def restore(self, repo, src, target):
         os.makedirs(target, exist_ok=True)
-        return ["sh", "-c", f'cd "{target}" && borg extract "{repo}::b2"'], target + src
+        return ["borg", "extract", f"{repo}::b2"], target + src
 
 
 class Bupstash(Tool):
@@ -159,7 +159,8 @@ def _cycle(tool, src, work, cmds, seed):
         size = disk_usage(repo)
         target = restore_target(tool.tool)
         argv, where = tool.restore(repo, src, target)
-        rest = run(cmds.note(argv), env=env)
+        # Borg extracts into its working directory.
+        rest = run(cmds.note(argv), env=env, cwd=target if tool.tool == "borg" else None)
         if not same_tree(src, where):
             raise SystemExit(f"{tool.name}: the restore in {where} differs from {src}")
     finally:

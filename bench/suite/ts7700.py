@@ -49,8 +49,15 @@ def ratios(settings, cmds, doc):
     real = [n for n in names if n not in ("A00 (random)", "RECS4")]
     rows = [[n, f"{os.path.getsize(inputs[n]) / 1e6:.2f}"] + [cell(table[n, c]) for c in codecs]
             for n in names]
+    # The real files together (all original bytes over all stored bytes), which large
+    # compressible files dominate, and the plain mean of their ratios.
+    sizes = {n: os.path.getsize(inputs[n]) for n in real}
+    together = {c: sum(sizes.values()) / sum(sizes[n] / table[n, c] for n in real)
+                for c in codecs}
     mean = {c: sum(table[n, c] for n in real) / len(real) for c in codecs}
-    rows.append(["**mean of the real files**", ""] + [f"{mean[c]:.2f}" for c in codecs])
+    rows.append(["**real files together**", f"{sum(sizes.values()) / 1e6:.2f}"]
+                + [f"{together[c]:.2f}" for c in codecs])
+    rows.append(["**mean of their ratios**", ""] + [f"{mean[c]:.2f}" for c in codecs])
     doc.text(f"""
 ## Compression ratio of every codec and level
 
@@ -66,8 +73,9 @@ run to run, so each is measured once. {'--quick runs a subset of the levels; --f
                        names, [(c, [table[n, c] for n in names]) for c in shown]),
              "ratio of six settings on every input")
     recs4 = table["RECS4", "zstd:3"]
-    doc.text(f"RECS4 against the mean of the real files at zstd:3: {recs4:.2f} against "
-             f"{mean['zstd:3']:.2f} (the study built RECS4 to sit near the average).")
+    doc.text(f"RECS4 at zstd:3: {recs4:.2f}, against {together['zstd:3']:.2f} for the real "
+             f"files together and {mean['zstd:3']:.2f} for the mean of their ratios (the "
+             "study built RECS4 to sit near the average of its 18 workloads).")
     return table
 
 
