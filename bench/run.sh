@@ -7,7 +7,8 @@
 #
 # Experiments (default: all): adsm-fig1 adsm-fig23 tsm-ssd ts7700 ceph peers.
 # --quick (the default) takes under 15 minutes on 2 cores once built and installed; --full
-# uses the papers' sizes and takes hours. Every figure is the median of N (default 3) runs
+# uses the papers' sizes, takes hours and writes EXPERIMENT-full.md beside the quick one.
+# Every figure is the median of N (default 3) runs
 # after an untimed warm-up. Scratch data lives in bench/out/suite (git-ignored).
 #
 # Installs, idempotently: restic, borgbackup, xz-utils (apt-get); rustic and bupstash

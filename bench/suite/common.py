@@ -157,6 +157,8 @@ class Document:
     with its plot (NAME-K.svg), and the commands that reproduce it."""
 
     def __init__(self, name, title, settings, command):
+        # --full writes NAME-full.md beside --quick's NAME.md, so both can be kept.
+        name = name if settings.quick else f"{name}-full"
         self.name, self.title, self.settings = name, title, settings
         self.command = command
         self.parts = []
