@@ -25,6 +25,7 @@ use qsm_codec::{Compression, FrameEncoder};
 use qsm_crypt::{ChunkId, ChunkIdKey};
 use qsm_store::TxnLimits;
 
+use crate::adaptive::Controller;
 use crate::chunker::ChunkSizes;
 use crate::dedup::DedupCache;
 use crate::error::{ClientError, Result};
@@ -37,8 +38,11 @@ use crate::throttle::Throttle;
 /// How to back up.
 #[derive(Debug, Clone)]
 pub struct BackupOptions {
-    /// Codec setting for every quantum.
+    /// Codec setting for every quantum (the starting one when `adaptive`).
     pub compression: Compression,
+    /// Choose the setting per quantum from the pipeline's bottleneck (`--compression auto`,
+    /// see [`crate::adaptive`]); otherwise every quantum uses `compression`.
+    pub adaptive: bool,
     /// Worker threads (`None`: one per core).
     pub threads: Option<usize>,
     /// Transaction limits.
@@ -72,6 +76,7 @@ impl Default for BackupOptions {
     fn default() -> Self {
         BackupOptions {
             compression: Compression::AUTO,
+            adaptive: true,
             threads: None,
             limits: TxnLimits::default(),
             full: false,
@@ -146,6 +151,8 @@ pub struct BackupSummary {
     pub journal: Option<String>,
     /// Whether the change journal replaced the scan.
     pub journal_used: bool,
+    /// The codec settings used, and (adaptive) what limited the backup.
+    pub compression: crate::adaptive::Report,
 }
 
 /// What the walk has found so far, for progress displays while it runs.
@@ -303,6 +310,12 @@ fn run(
     let stop = AtomicBool::new(false);
     let stop = &stop;
     let threads = options.threads.unwrap_or_else(qsm_codec::engine::default_threads);
+    let controller = if options.adaptive {
+        Controller::adaptive(threads)
+    } else {
+        Controller::fixed(setting)
+    };
+    let controller = &controller;
     let is_archive = archive.is_some();
     let scan = ScanProgress::default();
     let scan = &scan;
@@ -368,12 +381,43 @@ fn run(
         // is committed (chunks of an abandoned object never are).
         let mut ended = Ended { shared, sealed: keys.is_some(), ..Ended::default() };
         let mut store_error = None;
+        // Every stage reports its busy time to the controller, which picks each quantum's
+        // setting from them (adaptive), or only counts what was used (fixed).
         let result = qsm_codec::pipeline::run(
             threads,
-            |_, piece: &mut Piece| reader.next(piece),
-            || Ok(FrameEncoder::new(setting)?),
-            |encoder, _, piece| piece.encode(encoder, ids_ref, sealer),
+            |_, piece: &mut Piece| {
+                let started = Instant::now();
+                let more = reader.next(piece)?;
+                if piece.has_data() {
+                    controller.read(
+                        controller.now(),
+                        piece.raw_len,
+                        started.elapsed().as_secs_f64(),
+                    );
+                }
+                Ok(more)
+            },
+            || Ok(Encoders::new(controller)),
+            |encoders, _, piece| {
+                // Chosen when the quantum is compressed, not when it is read: the reader runs
+                // a dozen quanta ahead, and the decision should be as fresh as possible.
+                piece.rung = controller.choose(controller.now());
+                let started = Instant::now();
+                piece.encode(encoders.get(piece.rung)?, ids_ref, sealer)?;
+                if let Some(h) = &piece.header {
+                    controller.compressed(
+                        controller.now(),
+                        piece.rung,
+                        piece.raw_len,
+                        h.frame_len(),
+                        h.is_raw(),
+                        started.elapsed().as_secs_f64(),
+                    );
+                }
+                Ok(())
+            },
             |_, piece| {
+                let started = Instant::now();
                 piece
                     .commit_to(batch.as_mut(), fs, &archive, &classes, &mut ended, &mut summary)
                     .map_err(|e| {
@@ -382,6 +426,13 @@ fn run(
                 })?;
                 if let (Some(t), Some(h)) = (throttle.as_mut(), piece.header.as_ref()) {
                     t.pass(h.frame_len() as u64);
+                }
+                if let Some(h) = &piece.header {
+                    controller.sent(
+                        controller.now(),
+                        h.frame_len(),
+                        started.elapsed().as_secs_f64(),
+                    );
                 }
                 if last_progress.elapsed() >= PROGRESS_INTERVAL {
                     last_progress = Instant::now();
@@ -458,6 +509,7 @@ fn run(
     }
     summary.seconds = started.elapsed().as_secs_f64();
     summary.cpu_seconds = cpu_seconds() - cpu_start;
+    summary.compression = controller.report();
     Ok(summary)
 }
 
@@ -760,6 +812,32 @@ enum Fate {
     Known,
 }
 
+/// A worker's encoders, one per rung of the controller's ladder, made when first used.
+struct Encoders {
+    ladder: Vec<Compression>,
+    made: Vec<Option<FrameEncoder>>,
+}
+
+impl Encoders {
+    fn new(controller: &Controller) -> Encoders {
+        let ladder: Vec<Compression> = controller.ladder().iter().map(|r| r.compression).collect();
+        let made = ladder.iter().map(|_| None).collect();
+        Encoders { ladder, made }
+    }
+
+    fn get(&mut self, rung: usize) -> std::result::Result<&mut FrameEncoder, qsm_codec::Error> {
+        let setting = *self
+            .ladder
+            .get(rung)
+            .ok_or_else(|| qsm_codec::Error::Invalid(format!("no compression rung {rung}")))?;
+        let slot = &mut self.made[rung];
+        if slot.is_none() {
+            *slot = Some(FrameEncoder::new(setting)?);
+        }
+        slot.as_mut().ok_or_else(|| qsm_codec::Error::Invalid("encoder missing".into()))
+    }
+}
+
 /// One quantum of one object on its way through the pipeline, with the object's metadata on
 /// its first quantum. Buffers are reused from piece to piece.
 #[derive(Default)]
@@ -779,6 +857,8 @@ struct Piece {
     last: bool,
     /// The file failed while being read: the object is dropped with this warning.
     failed: Option<String>,
+    /// The controller's rung for this quantum.
+    rung: usize,
     /// Not an object: the active version of this path (or, when set, of everything below
     /// it) is to be marked inactive.
     gone: Option<(Vec<u8>, bool)>,

@@ -9,6 +9,7 @@
 //! in process, created on first use, so `qsm backup DIR` works with no set-up. The network
 //! server of issue 4 will offer the same operations over the wire.
 
+pub mod adaptive;
 pub mod backup;
 pub mod chunker;
 pub mod dedup;

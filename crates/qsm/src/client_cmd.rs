@@ -388,6 +388,8 @@ fn backup_options(
     let mut options = BackupOptions::default();
     let compression = compression.or(config.compression.as_deref()).unwrap_or("auto");
     options.compression = Compression::parse(compression)?;
+    // Bare `auto` adapts per quantum; `auto:LEVEL` or a codec is a fixed setting.
+    options.adaptive = compression.trim().eq_ignore_ascii_case("auto");
     options.threads = threads.or(config.threads);
     if options.threads == Some(0) {
         bail!("--threads must be at least 1");
@@ -504,6 +506,21 @@ impl From<&BackupSummary> for BackupReport {
             key_fingerprint: s.key_fingerprint.clone(),
             journal: s.journal.clone(),
             journal_used: s.journal_used,
+            compression: s.compression.describe(),
+            compression_mix: s
+                .compression
+                .rungs
+                .iter()
+                .filter(|r| r.quanta > 0)
+                .map(|r| CompressionUse {
+                    setting: r.setting.clone(),
+                    quanta: r.quanta,
+                    raw_quanta: r.raw_quanta,
+                    bytes_in: r.bytes_in,
+                    bytes_out: r.bytes_out,
+                })
+                .collect(),
+            bottleneck: s.compression.bottleneck.map(|b| b.name()),
             warnings: s.warnings.clone(),
         }
     }
@@ -534,6 +551,9 @@ fn print_backup(s: &BackupSummary) {
         s.seconds,
         mb(s.bytes_read) / s.seconds.max(1e-9),
     );
+    if s.compression.rungs.iter().any(|r| r.quanta > 0) {
+        println!("  compression: {}", s.compression.describe());
+    }
     if s.asked > 0 || s.dedup_chunks > 0 || s.cache_note.is_some() {
         println!(
             "  dedup: {} of {} chunks ({:.1} MB) already stored, not sent; {} found in the local cache, {} ids asked of the server",
@@ -635,7 +655,21 @@ struct BackupReport {
     key_fingerprint: Option<String>,
     journal: Option<String>,
     journal_used: bool,
+    /// "network-bound at 9.8 Mbit/s: zstd:9 on 71% of quanta, ...".
+    compression: String,
+    compression_mix: Vec<CompressionUse>,
+    /// read, cpu or network (adaptive compression only).
+    bottleneck: Option<&'static str>,
     warnings: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct CompressionUse {
+    setting: String,
+    quanta: u64,
+    raw_quanta: u64,
+    bytes_in: u64,
+    bytes_out: u64,
 }
 
 /// The filespace containing `path`, and the path below it.

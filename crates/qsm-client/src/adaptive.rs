@@ -1,0 +1,655 @@
+//! Adaptive compression (`--compression auto`): per quantum, the codec setting that keeps the
+//! slowest stage of the backup pipeline as fast as possible.
+//!
+//! A backup is a pipeline: the reader cuts files into quanta (rate `R`, bytes of input per
+//! second of its busy time), `W` workers compress them (each at `C(s)` bytes per second for
+//! setting `s`, which falls when other processes take the cores), and the sender hands frames
+//! to the server (rate `L`, frame bytes per second of its busy time: the link, a
+//! `--limit-upload`, or a server pushing back). Setting `s` shrinks data by `r(s)`, so the
+//! pipeline runs at
+//!
+//! ```text
+//! T(s) = min(R, W * C(s), L * r(s))
+//! ```
+//!
+//! The ADSM study's finding follows: on a slow link `L * r(s)` is the minimum and a heavier
+//! setting wins; on a fast one `W * C(s)` is, and a lighter one (or none) wins. The controller
+//! measures `R` and `L` all the time and `C` and `r` for the setting in use, predicts the other
+//! settings from a profile of each relative to the current one (first from measurements on the
+//! Silesia corpus, then learned by trying a neighbouring setting on one quantum in
+//! [`EXPLORE_EVERY`] and [`EXPLORE_INTERVAL`]), and moves to the setting of the highest predicted `T`, with hysteresis.
+//! Measurements decay with a time constant of [`TAU`] seconds, so a change of link, data or CPU
+//! load is followed within about a second.
+//!
+//! Frames are self-describing, so quanta of one file may use different settings at no cost to
+//! restore. Every compressing rung probes for incompressible data first and stores it raw.
+
+use std::sync::Mutex;
+use std::time::Instant;
+
+use qsm_codec::Compression;
+use qsm_codec::codecs::{Lz4, Zstd};
+
+/// One rung of the ladder: a setting, and its speed (MB/s on one core) and ratio on the
+/// Silesia corpus in 1 MiB quanta (docs/PERFORMANCE.md §1 and docs/benchmarks/ts7700.md), the
+/// prior from which its profile starts.
+#[derive(Debug, Clone, Copy)]
+pub struct Rung {
+    /// The setting.
+    pub compression: Compression,
+    /// Compression speed on one core, MB/s of input (prior).
+    pub speed: f64,
+    /// Compression ratio (prior).
+    pub ratio: f64,
+}
+
+const fn zstd(level: i32, speed: f64, ratio: f64) -> Rung {
+    Rung { compression: Compression { codec: &Zstd, level, skip_incompressible: true }, speed, ratio }
+}
+
+/// The ladder, lightest first.
+pub const LADDER: [Rung; 9] = [
+    // Copying and checksumming only.
+    Rung { compression: Compression::NONE, speed: 5000.0, ratio: 1.0 },
+    Rung {
+        compression: Compression { codec: &Lz4, level: 0, skip_incompressible: true },
+        speed: 384.0,
+        ratio: 2.63,
+    },
+    zstd(-1, 410.0, 3.17),
+    zstd(1, 365.0, 3.87),
+    zstd(3, 258.0, 4.19),
+    zstd(6, 120.0, 4.45),
+    zstd(9, 62.0, 4.57),
+    zstd(12, 25.0, 4.70),
+    zstd(19, 4.0, 4.96),
+];
+
+/// Where the ladder starts: zstd-3, the static `auto`.
+pub const START: usize = 4;
+/// Time constant of the measurements' decay, seconds.
+pub const TAU: f64 = 0.5;
+/// Decisions are taken at most this often, seconds.
+pub const DECIDE_EVERY: f64 = 0.05;
+/// After a move, stay at least this long, seconds, so the new setting is measured.
+pub const DWELL: f64 = 0.2;
+/// A move needs a predicted gain of this factor (hysteresis).
+pub const GAIN: f64 = 1.05;
+/// One quantum in this many at most tries a neighbouring rung, to learn its profile...
+pub const EXPLORE_EVERY: u64 = 16;
+/// ...and at most one in this many seconds, so that on a fast pipeline (thousands of quanta a
+/// second) trying a much slower neighbour costs next to nothing.
+pub const EXPLORE_INTERVAL: f64 = 0.25;
+
+/// A decaying sum of bytes over seconds of busy time: a rate that follows changes within
+/// about [`TAU`].
+#[derive(Debug, Clone, Copy, Default)]
+struct Rate {
+    bytes: f64,
+    out: f64,
+    seconds: f64,
+    last: f64,
+}
+
+impl Rate {
+    fn add(&mut self, now: f64, bytes: f64, out: f64, seconds: f64) {
+        let keep = (-(now - self.last).max(0.0) / TAU).exp();
+        self.bytes = self.bytes * keep + bytes;
+        self.out = self.out * keep + out;
+        self.seconds = self.seconds * keep + seconds;
+        self.last = now;
+    }
+
+    /// Bytes per second, once there is enough to say.
+    fn rate(&self) -> Option<f64> {
+        (self.seconds > 1e-6 && self.bytes > 0.0).then(|| self.bytes / self.seconds)
+    }
+
+    /// Input over output bytes.
+    fn ratio(&self) -> Option<f64> {
+        (self.out > 0.0).then(|| (self.bytes / self.out).max(1.0))
+    }
+}
+
+/// What limits the backup, as the controller sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bottleneck {
+    /// Reading files (the disk, or the walk).
+    Read,
+    /// Compressing (the cores).
+    Cpu,
+    /// Sending (the link, or the server).
+    Network,
+}
+
+/// What one setting did in a backup.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RungUse {
+    /// The setting, as `qsm codecs` names it (`zstd:9`, `lz4`, `none`).
+    pub setting: String,
+    /// Quanta encoded with it.
+    pub quanta: u64,
+    /// Of those, stored raw (incompressible, or no saving).
+    pub raw_quanta: u64,
+    /// Bytes in and frame bytes out.
+    pub bytes_in: u64,
+    /// See `bytes_in`.
+    pub bytes_out: u64,
+}
+
+/// The mix of settings a backup used, and why.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    /// Per setting used, in ladder order.
+    pub rungs: Vec<RungUse>,
+    /// The stage that limited the backup for most of its bytes (adaptive only).
+    pub bottleneck: Option<Bottleneck>,
+    /// The sending rate measured last, bytes per second of sending.
+    pub send_rate: Option<f64>,
+    /// Whether the setting was chosen adaptively.
+    pub adaptive: bool,
+}
+
+impl Report {
+    /// One line for people: "network-bound at 9.8 Mbit/s: zstd:9 on 71% of quanta, ...".
+    pub fn describe(&self) -> String {
+        let total: u64 = self.rungs.iter().map(|r| r.quanta).sum();
+        let mut used: Vec<&RungUse> = self.rungs.iter().filter(|r| r.quanta > 0).collect();
+        used.sort_by(|a, b| b.quanta.cmp(&a.quanta));
+        let mix = used
+            .iter()
+            .map(|r| {
+                let raw = if r.raw_quanta > 0 && r.setting != "none" {
+                    format!(" ({} stored raw)", r.raw_quanta)
+                } else {
+                    String::new()
+                };
+                format!("{} on {:.0}% of quanta{raw}", r.setting, 100.0 * r.quanta as f64 / total.max(1) as f64)
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        if !self.adaptive || total == 0 {
+            return mix;
+        }
+        let why = match (self.bottleneck, self.send_rate) {
+            (Some(Bottleneck::Network), Some(rate)) => {
+                format!("network-bound at {}", format_rate(rate))
+            }
+            (Some(Bottleneck::Network), None) => "network-bound".to_owned(),
+            (Some(Bottleneck::Cpu), _) => "CPU-bound".to_owned(),
+            (Some(Bottleneck::Read), _) => "read-bound".to_owned(),
+            (None, _) => "too short to measure".to_owned(),
+        };
+        format!("{why}: {mix}")
+    }
+}
+
+fn format_rate(bytes_per_second: f64) -> String {
+    let bits = bytes_per_second * 8.0;
+    if bits >= 1e9 {
+        format!("{:.1} Gbit/s", bits / 1e9)
+    } else {
+        format!("{:.1} Mbit/s", bits / 1e6)
+    }
+}
+
+#[derive(Debug)]
+struct State {
+    /// Index into the ladder of the setting in use.
+    current: usize,
+    /// Per rung: measured rates and ratios (decaying).
+    measured: Vec<Rate>,
+    /// Per rung: speed relative to the reference profile, and `(ratio - 1)` relative to it.
+    speed_factor: Vec<f64>,
+    gain_factor: Vec<f64>,
+    read: Rate,
+    send: Rate,
+    last_decision: f64,
+    last_move: f64,
+    quanta: u64,
+    explore_up: bool,
+    last_explore: f64,
+    uses: Vec<RungUse>,
+    /// Bytes read while each stage was the predicted bottleneck.
+    limited: [f64; 3],
+    /// Bytes read since the last decision.
+    unaccounted: f64,
+}
+
+/// The controller: one per backup, shared by the reader (which reports how long reading
+/// took), the workers (which ask for a setting per quantum as they start it, and report how
+/// long compressing took) and the sender (how long sending took).
+#[derive(Debug)]
+pub struct Controller {
+    ladder: Vec<Rung>,
+    workers: f64,
+    adaptive: bool,
+    started: Instant,
+    state: Mutex<State>,
+}
+
+impl Controller {
+    /// Adaptive over [`LADDER`], with `workers` compressing threads.
+    pub fn adaptive(workers: usize) -> Controller {
+        Controller::new(LADDER.to_vec(), START, workers, true)
+    }
+
+    /// Always `setting` (a fixed `--compression`), reporting its use the same way.
+    pub fn fixed(setting: Compression) -> Controller {
+        let rung = Rung { compression: setting, speed: 1.0, ratio: 1.0 };
+        Controller::new(vec![rung], 0, 1, false)
+    }
+
+    fn new(ladder: Vec<Rung>, start: usize, workers: usize, adaptive: bool) -> Controller {
+        let reference = ladder[start.min(ladder.len() - 1)];
+        let speed_factor = ladder.iter().map(|r| r.speed / reference.speed).collect();
+        let gain_factor = ladder
+            .iter()
+            .map(|r| (r.ratio - 1.0) / (reference.ratio - 1.0).max(1e-9))
+            .collect();
+        let uses = ladder
+            .iter()
+            .map(|r| RungUse { setting: setting_name(&r.compression), ..RungUse::default() })
+            .collect();
+        let state = State {
+            current: start.min(ladder.len() - 1),
+            measured: vec![Rate::default(); ladder.len()],
+            speed_factor,
+            gain_factor,
+            read: Rate::default(),
+            send: Rate::default(),
+            last_decision: 0.0,
+            last_move: f64::NEG_INFINITY,
+            quanta: 0,
+            explore_up: true,
+            last_explore: 0.0,
+            uses,
+            limited: [0.0; 3],
+            unaccounted: 0.0,
+        };
+        Controller {
+            ladder,
+            workers: workers.max(1) as f64,
+            adaptive,
+            started: Instant::now(),
+            state: Mutex::new(state),
+        }
+    }
+
+    /// The settings, indexed as [`Controller::choose`] answers.
+    pub fn ladder(&self) -> &[Rung] {
+        &self.ladder
+    }
+
+    /// Seconds since the controller started (its clock).
+    pub fn now(&self) -> f64 {
+        self.started.elapsed().as_secs_f64()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        // A panic elsewhere while holding the lock leaves numbers, never broken invariants.
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The rung for the quantum a worker is about to compress.
+    pub fn choose(&self, now: f64) -> usize {
+        if !self.adaptive {
+            return 0;
+        }
+        let mut s = self.lock();
+        s.quanta += 1;
+        if now - s.last_decision >= DECIDE_EVERY {
+            s.last_decision = now;
+            self.decide(&mut s, now);
+        }
+        let current = s.current;
+        // Now and then a neighbour, so its profile stays true for this data.
+        if s.quanta >= EXPLORE_EVERY && now - s.last_explore >= EXPLORE_INTERVAL {
+            s.quanta = 0;
+            s.last_explore = now;
+            s.explore_up = !s.explore_up;
+            let up = current + 1 < self.ladder.len();
+            let down = current > 0;
+            return match (s.explore_up, up, down) {
+                (true, true, _) | (false, true, false) => current + 1,
+                (_, _, true) => current - 1,
+                _ => current,
+            };
+        }
+        current
+    }
+
+    /// The reader spent `seconds` producing `bytes` of input.
+    pub fn read(&self, now: f64, bytes: usize, seconds: f64) {
+        let mut s = self.lock();
+        s.read.add(now, bytes as f64, 0.0, seconds);
+        s.unaccounted += bytes as f64;
+    }
+
+    /// A worker compressed `bytes` into a frame of `frame` bytes with rung `rung` in `seconds`
+    /// (`raw`: stored raw).
+    pub fn compressed(&self, now: f64, rung: usize, bytes: usize, frame: usize, raw: bool, seconds: f64) {
+        let mut s = self.lock();
+        let Some(u) = s.uses.get_mut(rung) else { return };
+        u.quanta += 1;
+        u.raw_quanta += u64::from(raw);
+        u.bytes_in += bytes as u64;
+        u.bytes_out += frame as u64;
+        if self.adaptive {
+            s.measured[rung].add(now, bytes as f64, frame as f64, seconds);
+            if rung != s.current {
+                self.learn(&mut s, rung);
+            }
+        }
+    }
+
+    /// The sender spent `seconds` sending `frame` bytes (and committing what they end).
+    pub fn sent(&self, now: f64, frame: usize, seconds: f64) {
+        self.lock().send.add(now, frame as f64, 0.0, seconds);
+    }
+
+    /// What was used, and why.
+    pub fn report(&self) -> Report {
+        let s = self.lock();
+        let bottleneck = if self.adaptive && s.limited.iter().any(|&b| b > 0.0) {
+            let i = (0..3).max_by(|&a, &b| s.limited[a].total_cmp(&s.limited[b])).unwrap_or(1);
+            Some([Bottleneck::Read, Bottleneck::Cpu, Bottleneck::Network][i])
+        } else {
+            None
+        };
+        Report { rungs: s.uses.clone(), bottleneck, send_rate: s.send.rate(), adaptive: self.adaptive }
+    }
+
+    /// The setting in use now (for tests and progress).
+    pub fn current(&self) -> usize {
+        self.lock().current
+    }
+
+    /// The current data's reference speed and compressibility gain, from the rung in use.
+    fn reference(&self, s: &State) -> Option<(f64, f64)> {
+        let m = &s.measured[s.current];
+        let speed = m.rate()? / s.speed_factor[s.current];
+        let ratio = m.ratio()?;
+        let gain = (ratio - 1.0) / s.gain_factor[s.current].max(1e-9);
+        Some((speed, gain))
+    }
+
+    /// A neighbour was tried: its profile relative to the rung in use, learned slowly.
+    fn learn(&self, s: &mut State, rung: usize) {
+        let Some((speed, gain)) = self.reference(s) else { return };
+        let m = &s.measured[rung];
+        if let Some(rate) = m.rate() {
+            let f = rate / speed;
+            s.speed_factor[rung] = 0.7 * s.speed_factor[rung] + 0.3 * f;
+        }
+        // With nothing to gain (incompressible data) the ratio says nothing of the profile.
+        if let Some(ratio) = m.ratio()
+            && gain > 0.05
+        {
+            let f = (ratio - 1.0) / gain;
+            s.gain_factor[rung] = 0.7 * s.gain_factor[rung] + 0.3 * f;
+        }
+    }
+
+    /// Predicted pipeline rate with rung `i`, and which stage limits it; `headroom` scales
+    /// the compressing stage down (below 1: keep that much of it spare).
+    fn predict(&self, s: &State, i: usize, speed: f64, gain: f64, headroom: f64) -> (f64, Bottleneck) {
+        let read = s.read.rate().unwrap_or(f64::INFINITY);
+        let cpu = headroom * self.workers * speed * s.speed_factor[i];
+        let send = s.send.rate().map_or(f64::INFINITY, |l| l * (1.0 + gain * s.gain_factor[i]));
+        if read <= cpu && read <= send {
+            (read, Bottleneck::Read)
+        } else if cpu <= send {
+            (cpu, Bottleneck::Cpu)
+        } else {
+            (send, Bottleneck::Network)
+        }
+    }
+
+    fn decide(&self, s: &mut State, now: f64) {
+        let Some((speed, gain)) = self.reference(s) else { return };
+        let (here, limit) = self.predict(s, s.current, speed, gain, 1.0);
+        s.limited[limit as usize] += std::mem::take(&mut s.unaccounted);
+        if now - s.last_move < DWELL {
+            return;
+        }
+        let n = self.ladder.len();
+        let rates: Vec<f64> = (0..n).map(|i| self.predict(s, i, speed, gain, 1.0).0).collect();
+        let best = rates.iter().copied().fold(0.0, f64::max);
+        // Where several rungs tie (reading or the link limits them all), the one that stores
+        // least, as long as it keeps a sixth of the cores spare: an estimate that is a little
+        // off must not make the cores the bottleneck.
+        let tied = (0..n)
+            .filter(|&i| self.predict(s, i, speed, gain, 0.85).0 >= best / 1.02)
+            .max_by(|&a, &b| s.gain_factor[a].total_cmp(&s.gain_factor[b]));
+        let fastest = (0..n).max_by(|&a, &b| rates[a].total_cmp(&rates[b]));
+        let Some(pick) = tied.or(fastest) else { return };
+        let faster = rates[pick] > here * GAIN;
+        let smaller = rates[pick] >= here / 1.02
+            && s.gain_factor[pick] > s.gain_factor[s.current] * 1.02 + 1e-9;
+        if pick != s.current && (faster || smaller) {
+            s.current = pick;
+            s.last_move = now;
+        }
+    }
+}
+
+fn setting_name(c: &Compression) -> String {
+    if c.codec.levels() == qsm_codec::LevelRange::NONE {
+        c.codec.name().to_owned()
+    } else {
+        format!("{}:{}", c.codec.name(), c.level)
+    }
+}
+
+impl Bottleneck {
+    /// A name for summaries.
+    pub fn name(self) -> &'static str {
+        match self {
+            Bottleneck::Read => "read",
+            Bottleneck::Cpu => "cpu",
+            Bottleneck::Network => "network",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MB: f64 = 1e6;
+    const Q: f64 = 1048576.0;
+
+    /// A pipeline with known stage rates: per rung, the speed of one worker and the ratio.
+    #[derive(Clone)]
+    struct Sim {
+        read: f64,
+        workers: usize,
+        speed: Vec<f64>,
+        ratio: Vec<f64>,
+        link: f64,
+    }
+
+    impl Sim {
+        /// Silesia-like data on a machine `cpu` times as fast as the priors' one.
+        fn silesia(cpu: f64, link: f64) -> Sim {
+            Sim {
+                read: 2000.0 * MB,
+                workers: 2,
+                speed: LADDER.iter().map(|r| r.speed * MB * cpu).collect(),
+                ratio: LADDER.iter().map(|r| r.ratio).collect(),
+                link,
+            }
+        }
+
+        fn rate(&self, i: usize) -> f64 {
+            self.read.min(self.workers as f64 * self.speed[i]).min(self.link * self.ratio[i])
+        }
+
+        fn best(&self) -> (usize, f64) {
+            (0..self.speed.len())
+                .map(|i| (i, self.rate(i)))
+                .fold((0, 0.0), |a, b| if b.1 > a.1 { b } else { a })
+        }
+
+        /// Runs `bytes` through the controller from time `t`; returns the end time and the
+        /// rung of every quantum.
+        fn run(&self, c: &Controller, mut t: f64, bytes: f64) -> (f64, Vec<usize>) {
+            let mut chosen = Vec::new();
+            let mut left = bytes;
+            while left > 0.0 {
+                let q = left.min(Q);
+                left -= q;
+                let i = c.choose(t);
+                let (read, enc) = (q / self.read, q / self.speed[i]);
+                let out = q / self.ratio[i];
+                let send = out / self.link;
+                c.read(t, q as usize, read);
+                c.compressed(t, i, q as usize, out as usize, self.ratio[i] <= 1.0, enc);
+                c.sent(t, out as usize, send);
+                t += read.max(enc / self.workers as f64).max(send);
+                chosen.push(i);
+            }
+            (t, chosen)
+        }
+    }
+
+    fn mostly(chosen: &[usize]) -> usize {
+        let mut counts = vec![0; LADDER.len()];
+        for &i in chosen {
+            counts[i] += 1;
+        }
+        (0..counts.len()).max_by_key(|&i| counts[i]).unwrap_or(0)
+    }
+
+    fn moves(chosen: &[usize]) -> usize {
+        // Exploration quanta are single steps away and back: count lasting changes only.
+        let lasting: Vec<usize> = chosen
+            .windows(3)
+            .filter(|w| !(w[0] == w[2] && w[1] != w[0]))
+            .map(|w| w[1])
+            .collect();
+        lasting.windows(2).filter(|w| w[0] != w[1]).count()
+    }
+
+    fn name(i: usize) -> String {
+        setting_name(&LADDER[i].compression)
+    }
+
+    #[test]
+    fn converges_to_the_best_rung_for_the_bottleneck() {
+        for (link, cpu) in [
+            (1.25 * MB, 1.0), // 10 Mbit/s
+            (12.5 * MB, 1.0), // 100 Mbit/s
+            (125.0 * MB, 1.0), // 1 Gbit/s
+            (1e12, 1.0),      // unlimited: reading limits
+            (12.5 * MB, 0.3), // 100 Mbit/s on a slow (or loaded) machine
+            (125.0 * MB, 3.0), // 1 Gbit/s on a fast machine
+        ] {
+            let sim = Sim::silesia(cpu, link);
+            let c = Controller::adaptive(sim.workers);
+            let (t, _) = sim.run(&c, 0.0, 64.0 * Q.max(sim.best().1 * 3.0));
+            let (_, chosen) = sim.run(&c, t, 200.0 * Q);
+            let (best, rate) = sim.best();
+            let got = mostly(&chosen);
+            assert!(
+                sim.rate(got) >= 0.95 * rate,
+                "link {link}, cpu {cpu}: settled on {} ({:.1} MB/s), best {} ({:.1} MB/s)",
+                name(got),
+                sim.rate(got) / MB,
+                name(best),
+                rate / MB
+            );
+        }
+    }
+
+    #[test]
+    fn does_not_oscillate_once_settled() {
+        for link in [1.25 * MB, 12.5 * MB, 40.0 * MB, 125.0 * MB, 1e12] {
+            let sim = Sim::silesia(1.0, link);
+            let c = Controller::adaptive(sim.workers);
+            let (t, _) = sim.run(&c, 0.0, 64.0 * Q);
+            let (_, chosen) = sim.run(&c, t, 400.0 * Q);
+            assert!(moves(&chosen) <= 2, "link {link}: {} moves in 400 quanta: {chosen:?}", moves(&chosen));
+        }
+    }
+
+    #[test]
+    fn follows_a_change_of_link_mid_backup() {
+        let slow = Sim::silesia(1.0, 1.25 * MB);
+        let fast = Sim { link: 1e12, ..slow.clone() };
+        let c = Controller::adaptive(2);
+        let (t, _) = slow.run(&c, 0.0, 40.0 * Q);
+        let heavy = c.current();
+        assert!(heavy >= 6, "on 10 Mbit/s a heavy rung, got {}", name(heavy));
+        // The link becomes fast: within a second of backup the setting is light again.
+        let (t, _) = fast.run(&c, t, 2000.0 * Q);
+        let light = c.current();
+        assert!(fast.rate(light) >= 0.95 * fast.best().1, "after the change: {}", name(light));
+        // And back.
+        slow.run(&c, t, 40.0 * Q);
+        assert!(c.current() >= 6, "back on 10 Mbit/s: {}", name(c.current()));
+    }
+
+    #[test]
+    fn learns_data_unlike_the_priors() {
+        // Executables: zstd gains less over lz4 than on Silesia, and every codec is slower.
+        let mut sim = Sim::silesia(0.5, 25.0 * MB);
+        sim.ratio = vec![1.0, 2.0, 2.2, 2.4, 2.5, 2.6, 2.65, 2.7, 2.8];
+        let c = Controller::adaptive(sim.workers);
+        let (t, _) = sim.run(&c, 0.0, 200.0 * Q);
+        let (_, chosen) = sim.run(&c, t, 200.0 * Q);
+        let got = mostly(&chosen);
+        assert!(sim.rate(got) >= 0.95 * sim.best().1, "settled on {}, best {}", name(got), name(sim.best().0));
+    }
+
+    #[test]
+    fn incompressible_data_is_not_worth_cpu() {
+        // Every rung's probe stores the data raw at once: all equally fast, nothing saved.
+        let sim = Sim {
+            read: 1000.0 * MB,
+            workers: 2,
+            speed: vec![5000.0 * MB; LADDER.len()],
+            ratio: vec![1.0; LADDER.len()],
+            link: 12.5 * MB,
+        };
+        let c = Controller::adaptive(2);
+        let (t, _) = sim.run(&c, 0.0, 64.0 * Q);
+        let (end, _) = sim.run(&c, t, 100.0 * Q);
+        let rate = 100.0 * Q / (end - t);
+        assert!(rate >= 0.9 * sim.best().1, "{:.1} MB/s against {:.1}", rate / MB, sim.best().1 / MB);
+    }
+
+    #[test]
+    fn auto_is_within_five_percent_of_the_best_fixed_setting() {
+        for link in [1.25 * MB, 12.5 * MB, 125.0 * MB, 1e12] {
+            let sim = Sim::silesia(1.0, link);
+            // At least 5 s of backup: the first second or so is spent finding the rung.
+            let bytes = (256.0 * Q).max(5.0 * sim.best().1);
+            let c = Controller::adaptive(sim.workers);
+            let (auto, _) = sim.run(&c, 0.0, bytes);
+            let best_fixed = bytes / sim.best().1;
+            assert!(auto <= 1.05 * best_fixed, "link {link}: auto {auto:.2} s, best fixed {best_fixed:.2} s");
+        }
+    }
+
+    #[test]
+    fn a_fixed_setting_is_reported_as_used() {
+        let c = Controller::fixed(Compression::NONE);
+        assert_eq!(c.choose(0.0), 0);
+        c.compressed(0.0, 0, 100, 128, true, 0.001);
+        let r = c.report();
+        assert_eq!(r.rungs.len(), 1);
+        assert_eq!((r.rungs[0].quanta, r.rungs[0].bytes_in), (1, 100));
+        assert_eq!(r.describe(), "none on 100% of quanta");
+    }
+
+    #[test]
+    fn the_report_names_the_bottleneck_and_the_mix() {
+        let sim = Sim::silesia(1.0, 1.25 * MB);
+        let c = Controller::adaptive(2);
+        sim.run(&c, 0.0, 64.0 * Q);
+        let text = c.report().describe();
+        assert!(text.starts_with("network-bound at 10.0 Mbit/s: zstd:"), "{text}");
+    }
+}
