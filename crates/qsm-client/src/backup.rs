@@ -310,11 +310,8 @@ fn run(
     let stop = AtomicBool::new(false);
     let stop = &stop;
     let threads = options.threads.unwrap_or_else(qsm_codec::engine::default_threads);
-    let controller = if options.adaptive {
-        Controller::adaptive(threads)
-    } else {
-        Controller::fixed(setting)
-    };
+    let controller =
+        if options.adaptive { Controller::adaptive(threads) } else { Controller::fixed(setting) };
     let controller = &controller;
     let is_archive = archive.is_some();
     let scan = ScanProgress::default();
