@@ -226,10 +226,13 @@ struct State {
     uses: Vec<RungUse>,
     /// Bytes read while each stage was the predicted bottleneck.
     limited: [f64; 3],
-    /// Bytes read since the last decision.
+    /// Bytes compressed since the last decision.
     unaccounted: f64,
     /// Seconds the sender has been busy, in all.
     send_busy: f64,
+    /// Frames compressed and frames sent, in all.
+    compressed: u64,
+    sent: u64,
 }
 
 /// The controller: one per backup, shared by the reader (which reports how long reading
@@ -283,6 +286,8 @@ impl Controller {
             limited: [0.0; 3],
             unaccounted: 0.0,
             send_busy: 0.0,
+            compressed: 0,
+            sent: 0,
         };
         Controller {
             ladder,
@@ -309,12 +314,27 @@ impl Controller {
         self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// The rung for the quantum a worker is about to compress.
-    pub fn choose(&self, now: f64) -> usize {
+    /// The rung for the quantum a worker is about to compress: the pipeline's `seq`-th piece.
+    pub fn choose(&self, now: f64, seq: u64) -> usize {
         if !self.adaptive {
             return 0;
         }
         let mut s = self.lock();
+        // At the start nothing is known of the link. The workers would fill the pipeline's
+        // dozen slots at the starting rung before the first frame left, and on a slow link that
+        // is most of a small backup: so after one quantum per worker, wait (at most until
+        // EVIDENCE_WAIT) for the first frame to be sent. The first pieces never wait: the
+        // first frame to send may be one of them.
+        let early = seq < self.workers as u64;
+        while !early
+            && s.sent == 0
+            && s.compressed >= self.workers as u64
+            && self.now() < EVIDENCE_WAIT
+        {
+            drop(s);
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            s = self.lock();
+        }
         s.quanta += 1;
         if now - s.last_decision >= DECIDE_EVERY {
             s.last_decision = now;
@@ -339,9 +359,7 @@ impl Controller {
 
     /// The reader spent `seconds` producing `bytes` of input.
     pub fn read(&self, now: f64, bytes: usize, seconds: f64) {
-        let mut s = self.lock();
-        s.read.add(now, bytes as f64, 0.0, seconds);
-        s.unaccounted += bytes as f64;
+        self.lock().read.add(now, bytes as f64, 0.0, seconds);
     }
 
     /// A worker compressed `bytes` into a frame of `frame` bytes with rung `rung` in `seconds`
@@ -361,6 +379,8 @@ impl Controller {
         u.raw_quanta += u64::from(raw);
         u.bytes_in += bytes as u64;
         u.bytes_out += frame as u64;
+        s.compressed += 1;
+        s.unaccounted += bytes as f64;
         if self.adaptive {
             s.measured[rung].add(now, bytes as f64, frame as f64, seconds);
             if rung != s.current {
@@ -374,6 +394,7 @@ impl Controller {
         let mut s = self.lock();
         s.send.add(now, frame as f64, 0.0, seconds);
         s.send_busy += seconds;
+        s.sent += 1;
     }
 
     /// What was used, and why.
@@ -398,12 +419,22 @@ impl Controller {
         self.lock().current
     }
 
-    /// The current data's reference speed and compressibility gain, from the rung in use.
+    /// The current data's reference speed and compressibility gain, from the rung in use
+    /// (or, for `none`, which says nothing of compressibility, from the compressing rung
+    /// measured last: the one exploration tried).
     fn reference(&self, s: &State) -> Option<(f64, f64)> {
         let m = &s.measured[s.current];
         let speed = m.rate()? / s.speed_factor[s.current];
-        let ratio = m.ratio()?;
-        let gain = (ratio - 1.0) / s.gain_factor[s.current].max(1e-9);
+        let informative = |i: usize| s.gain_factor[i] > 0.01 && s.measured[i].ratio().is_some();
+        let source = if informative(s.current) {
+            s.current
+        } else {
+            (0..self.ladder.len())
+                .filter(|&i| informative(i))
+                .max_by(|&a, &b| s.measured[a].last.total_cmp(&s.measured[b].last))?
+        };
+        let ratio = s.measured[source].ratio()?;
+        let gain = (ratio - 1.0) / s.gain_factor[source].max(1e-9);
         Some((speed, gain))
     }
 
@@ -447,7 +478,8 @@ impl Controller {
     }
 
     fn decide(&self, s: &mut State, now: f64) {
-        if s.send_busy < EVIDENCE_BUSY && now < EVIDENCE_WAIT {
+        // Nothing sent yet (a slow link's first frame is still leaving): no rate to go by.
+        if (s.send_busy < EVIDENCE_BUSY && now < EVIDENCE_WAIT) || s.send.rate().is_none() {
             return;
         }
         let Some((speed, gain)) = self.reference(s) else { return };
@@ -462,13 +494,21 @@ impl Controller {
         // Where several rungs tie (reading or the link limits them all), the one that stores
         // least, as long as it keeps a sixth of the cores spare: an estimate that is a little
         // off must not make the cores the bottleneck.
-        let tied = (0..n)
-            .filter(|&i| self.predict(s, i, speed, gain, 0.85).0 >= best / 1.02)
-            .max_by(|&a, &b| s.gain_factor[a].total_cmp(&s.gain_factor[b]));
+        // Data that does not compress gains nothing from a heavier rung: among tied rungs
+        // keep the current one, or take the lightest.
+        let compressible = gain > 0.05;
+        let mut tied = (0..n).filter(|&i| self.predict(s, i, speed, gain, 0.85).0 >= best / 1.02);
+        let tied = if compressible {
+            tied.max_by(|&a, &b| s.gain_factor[a].total_cmp(&s.gain_factor[b]))
+        } else {
+            let all: Vec<usize> = tied.by_ref().collect();
+            all.contains(&s.current).then_some(s.current).or(all.first().copied())
+        };
         let fastest = (0..n).max_by(|&a, &b| rates[a].total_cmp(&rates[b]));
         let Some(pick) = tied.or(fastest) else { return };
         let faster = rates[pick] > here * GAIN;
-        let smaller = rates[pick] >= here / 1.02
+        let smaller = compressible
+            && rates[pick] >= here / 1.02
             && s.gain_factor[pick] > s.gain_factor[s.current] * 1.02 + 1e-9;
         if self.trace {
             eprintln!(
@@ -555,7 +595,7 @@ mod tests {
             while left > 0.0 {
                 let q = left.min(Q);
                 left -= q;
-                let i = c.choose(t);
+                let i = c.choose(t, chosen.len() as u64);
                 let (read, enc) = (q / self.read, q / self.speed[i]);
                 let out = q / self.ratio[i];
                 let send = out / self.link;
@@ -706,7 +746,7 @@ mod tests {
     #[test]
     fn a_fixed_setting_is_reported_as_used() {
         let c = Controller::fixed(Compression::NONE);
-        assert_eq!(c.choose(0.0), 0);
+        assert_eq!(c.choose(0.0, 0), 0);
         c.compressed(0.0, 0, 100, 128, true, 0.001);
         let r = c.report();
         assert_eq!(r.rungs.len(), 1);

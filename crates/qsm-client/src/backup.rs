@@ -395,10 +395,10 @@ fn run(
                 Ok(more)
             },
             || Ok(Encoders::new(controller)),
-            |encoders, _, piece| {
+            |encoders, seq, piece| {
                 // Chosen when the quantum is compressed, not when it is read: the reader runs
                 // a dozen quanta ahead, and the decision should be as fresh as possible.
-                piece.rung = controller.choose(controller.now());
+                piece.rung = controller.choose(controller.now(), seq);
                 let started = Instant::now();
                 piece.encode(encoders.get(piece.rung)?, ids_ref, sealer)?;
                 if let Some(h) = &piece.header {
