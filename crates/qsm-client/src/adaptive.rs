@@ -233,6 +233,8 @@ struct State {
     /// Frames compressed and frames sent, in all.
     compressed: u64,
     sent: u64,
+    /// The workers' busy seconds, decaying like the rates (for their utilisation).
+    working: Rate,
 }
 
 /// The controller: one per backup, shared by the reader (which reports how long reading
@@ -288,6 +290,7 @@ impl Controller {
             send_busy: 0.0,
             compressed: 0,
             sent: 0,
+            working: Rate::default(),
         };
         Controller {
             ladder,
@@ -380,6 +383,7 @@ impl Controller {
         u.bytes_in += bytes as u64;
         u.bytes_out += frame as u64;
         s.compressed += 1;
+        s.working.add(now, seconds, 0.0, 0.0);
         s.unaccounted += bytes as f64;
         if self.adaptive {
             s.measured[rung].add(now, bytes as f64, frame as f64, seconds);
@@ -436,6 +440,15 @@ impl Controller {
         let ratio = s.measured[source].ratio()?;
         let gain = (ratio - 1.0) / s.gain_factor[source].max(1e-9);
         Some((speed, gain))
+    }
+
+    /// The share of the workers' time spent compressing, over the last [`TAU`] or so.
+    fn utilisation(&self, s: &State, now: f64) -> f64 {
+        // A decaying sum of busy seconds settles at utilisation * workers * TAU; before TAU
+        // has passed, at that times (1 - e^(-t/TAU)).
+        let keep = (-(now - s.working.last).max(0.0) / TAU).exp();
+        let window = TAU * (1.0 - (-now.max(1e-3) / TAU).exp());
+        s.working.bytes * keep / (self.workers * window)
     }
 
     /// A neighbour was tried: its profile relative to the rung in use, learned slowly.
@@ -506,6 +519,12 @@ impl Controller {
         };
         let fastest = (0..n).max_by(|&a, &b| rates[a].total_cmp(&rates[b]));
         let Some(pick) = tied.or(fastest) else { return };
+        // A lighter rung only helps when the cores are the limit. Early on the link can look
+        // far faster than it is (its first bytes fill buffers), so do not trust a prediction
+        // to go lighter unless the workers are seen busy.
+        if pick < s.current && self.utilisation(s, now) < 0.75 {
+            return;
+        }
         let faster = rates[pick] > here * GAIN;
         let smaller = compressible
             && rates[pick] >= here / 1.02

@@ -23,7 +23,8 @@ pub struct BackupArgs {
     /// Directories or files to back up (incrementally: only what changed is sent).
     #[arg(required = true)]
     paths: Vec<PathBuf>,
-    /// Compression: auto (the default), off, or CODEC[:LEVEL] (e.g. lz4, zstd:3).
+    /// Compression: auto (the default: per quantum, the setting the bottleneck calls for, from
+    /// none to zstd:19), off, or a fixed CODEC[:LEVEL] (e.g. lz4, zstd:3).
     #[arg(long)]
     compression: Option<String>,
     /// Worker threads compressing quanta (default: one per core).
@@ -208,7 +209,8 @@ pub struct ArchiveArgs {
     /// domain's default class); its archive copy group's retention applies.
     #[arg(long, value_name = "CLASS")]
     archmc: Option<String>,
-    /// Compression: auto (the default), off, or CODEC[:LEVEL].
+    /// Compression: auto (the default: adaptive per quantum, as for backup), off, or
+    /// CODEC[:LEVEL].
     #[arg(long)]
     compression: Option<String>,
     #[command(flatten)]

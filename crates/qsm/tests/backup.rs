@@ -709,3 +709,65 @@ fn names_around_the_separator_merge_with_the_inventory() {
             .and(predicate::str::contains("marked inactive 2")),
     );
 }
+
+/// Text-like data: words of a small vocabulary in a pseudo-random order (compresses about
+/// 3-4:1 with zstd, more at higher levels).
+fn words(bytes: usize) -> Vec<u8> {
+    const WORDS: [&str; 16] = [
+        "quantum ", "backup ", "restore ", "server ", "catalog ", "pool ", "frame ", "codec ",
+        "stream ", "archive ", "policy ", "version ", "node ", "chunk ", "index\n", "tape ",
+    ];
+    let mut out = Vec::with_capacity(bytes + 16);
+    let mut x = 0x2545_f491_4f6c_dd1d_u64;
+    while out.len() < bytes {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(WORDS[(x % 16) as usize].as_bytes());
+        if x % 7 == 0 {
+            out.extend_from_slice(format!("{} ", x % 100_000).as_bytes());
+        }
+    }
+    out.truncate(bytes);
+    out
+}
+
+fn backup_json(home: &Path, args: &[&str], src: &Path) -> serde_json::Value {
+    let out = qsm(home).arg("backup").arg("--json").args(args).arg(src).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()[0].clone()
+}
+
+#[test]
+fn auto_compresses_harder_on_a_slow_link_and_says_why() {
+    let (home, dir) = (TempDir::new().unwrap(), TempDir::new().unwrap());
+    let src = dir.path().join("src");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("words.txt"), words(6 << 20)).unwrap();
+    let report = backup_json(home.path(), &["--limit-upload", "10Mbit"], &src);
+    assert_eq!(report["bottleneck"], "network", "{report}");
+    let text = report["compression"].as_str().unwrap();
+    assert!(text.starts_with("network-bound at "), "{text}");
+    // Above the static auto's zstd-3: the link is the limit and the cores are idle.
+    let heavy: u64 = report["compression_mix"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| {
+            let s = r["setting"].as_str().unwrap();
+            s.strip_prefix("zstd:").and_then(|l| l.parse::<i32>().ok()).is_some_and(|l| l > 3)
+        })
+        .map(|r| r["quanta"].as_u64().unwrap())
+        .sum();
+    assert!(heavy >= 2, "no quantum above zstd:3 on 10 Mbit/s: {report}");
+    // Quanta of several settings in one file restore as one.
+    let out = dir.path().join("out");
+    qsm(home.path()).arg("restore").arg(&src).arg("--to").arg(&out).assert().success();
+    assert_eq!(fs::read(out.join("words.txt")).unwrap(), fs::read(src.join("words.txt")).unwrap());
+    // A fixed setting is reported as the only one used.
+    let fixed = backup_json(home.path(), &["--selective", "--compression", "lz4"], &src);
+    let mix = fixed["compression_mix"].as_array().unwrap();
+    assert_eq!(mix.len(), 1, "{fixed}");
+    assert_eq!(mix[0]["setting"], "lz4");
+    assert_eq!(fixed["bottleneck"], serde_json::Value::Null);
+}
