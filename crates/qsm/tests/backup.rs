@@ -724,7 +724,7 @@ fn words(bytes: usize) -> Vec<u8> {
         x ^= x >> 7;
         x ^= x << 17;
         out.extend_from_slice(WORDS[(x % 16) as usize].as_bytes());
-        if x % 7 == 0 {
+        if x.is_multiple_of(7) {
             out.extend_from_slice(format!("{} ", x % 100_000).as_bytes());
         }
     }
