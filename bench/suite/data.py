@@ -199,16 +199,20 @@ def large_file(kind, size):
 
     def write(tmp):
         log(f"making {size >> 20} MiB of {kind}")
-        src = _stream(kind)
-        left = size
-        with open(tmp, "wb") as f:
-            while left:
-                b = src.read(min(left, mib(4)))
-                if not b:
-                    raise SystemExit(f"not enough {kind} on this machine for {size} bytes")
-                f.write(b)
-                left -= len(b)
+        _copy(_stream(kind), tmp, size, kind)
     return _atomic(os.path.join(d, f"{kind}-{size}"), write)
+
+
+def _copy(src, path, size, kind):
+    """The next SIZE bytes of the stream SRC into a new file PATH."""
+    left = size
+    with open(path, "wb") as f:
+        while left:
+            b = src.read(min(left, mib(4)))
+            if not b:
+                raise SystemExit(f"not enough {kind} on this machine for {size} bytes")
+            f.write(b)
+            left -= len(b)
 
 
 def files_of(kind, size, count, where):
@@ -220,14 +224,7 @@ def files_of(kind, size, count, where):
         os.makedirs(tmp)
         src = _stream(kind)
         for i in range(count):
-            left = size
-            with open(os.path.join(tmp, f"f{i:04}"), "wb") as f:
-                while left:
-                    b = src.read(min(left, mib(4)))
-                    if not b:
-                        raise SystemExit(f"not enough {kind} for {count} files of {size}")
-                    f.write(b)
-                    left -= len(b)
+            _copy(src, os.path.join(tmp, f"f{i:04}"), size, kind)
     return _atomic(path, write)
 
 

@@ -62,19 +62,28 @@ def _legend(out, names, styles=None):
         out.append(f'<text x="{x + 28}" y="{y + 4}">{escape(name)}</text>')
 
 
-def line(title, xlabel, ylabel, xs, series, styles=None):
-    """SERIES: [(name, [value or (median, lo, hi) or None per x])]. Whiskers show lo-hi."""
-    def parts(v):
-        return (v, v, v) if not isinstance(v, tuple) else v
+def parts(v):
+    """A value as (median, lo, hi): a plain number has no whisker."""
+    return (v, v, v) if not isinstance(v, tuple) else v
+
+
+def _axes(title, xlabel, ylabel, xs, series):
+    """The frame for SERIES over the categories XS: (SVG lines so far, x of each category,
+    the step between them, a function from a value to its y)."""
     values = [parts(v)[2] for _, vs in series for v in vs if v is not None]
     ymax = _nice_max(max(values, default=1.0) * 1.05)
     x0, x1, y0, y1 = LEFT, W - RIGHT, H - BOTTOM, TOP
     step = (x1 - x0) / max(1, len(xs))
     xpos = [x0 + step * (i + 0.5) for i in range(len(xs))]
-    out = _frame(title, xlabel, ylabel, ymax, xs, xpos)
 
     def ypos(v):
         return y0 - (y0 - y1) * v / ymax
+    return _frame(title, xlabel, ylabel, ymax, xs, xpos), xpos, step, ypos
+
+
+def line(title, xlabel, ylabel, xs, series, styles=None):
+    """SERIES: [(name, [value or (median, lo, hi) or None per x])]. Whiskers show lo-hi."""
+    out, xpos, step, ypos = _axes(title, xlabel, ylabel, xs, series)
     for i, (name, vs) in enumerate(series):
         color = COLORS[i % len(COLORS)]
         dash = ' stroke-dasharray="5,3"' if styles and styles[i] == "dashed" else ""
@@ -98,18 +107,9 @@ def line(title, xlabel, ylabel, xs, series, styles=None):
 
 def bars(title, xlabel, ylabel, groups, series):
     """Grouped bars: GROUPS are the x labels; SERIES [(name, [value or (median, lo, hi)])]."""
-    def parts(v):
-        return (v, v, v) if not isinstance(v, tuple) else v
-    values = [parts(v)[2] for _, vs in series for v in vs if v is not None]
-    ymax = _nice_max(max(values, default=1.0) * 1.05)
-    x0, x1, y0, y1 = LEFT, W - RIGHT, H - BOTTOM, TOP
-    step = (x1 - x0) / max(1, len(groups))
-    xpos = [x0 + step * (i + 0.5) for i in range(len(groups))]
-    out = _frame(title, xlabel, ylabel, ymax, groups, xpos)
+    out, xpos, step, ypos = _axes(title, xlabel, ylabel, groups, series)
+    y0 = H - BOTTOM
     width = step * 0.8 / max(1, len(series))
-
-    def ypos(v):
-        return y0 - (y0 - y1) * v / ymax
     for i, (name, vs) in enumerate(series):
         color = COLORS[i % len(COLORS)]
         for g, v in enumerate(vs):
