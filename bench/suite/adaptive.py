@@ -56,24 +56,25 @@ def adaptive(settings):
                    "bench/run.sh adaptive")
     loads = [("idle", None), ("one core busy", Busy)]
     results = {}
-    with Served(fresh(os.path.join(work, "server"))) as srv:
-        for load_name, load in loads:
-            for limit, size in _cells(settings.quick):
-                # Under load, 10 Mbit/s is link-bound whatever the CPU does: not repeated.
-                if load is not None and limit == "10Mbit":
-                    continue
-                for kind in data.KINDS:
-                    path = data.large_file(kind, size)
-                    ctx = load() if load else None
-                    if ctx:
-                        ctx.__enter__()
-                    try:
-                        for setting in SETTINGS:
+    for load_name, load in loads:
+        for limit, size in _cells(settings.quick):
+            # Under load, 10 Mbit/s is link-bound whatever the CPU does: not repeated.
+            if load is not None and limit == "10Mbit":
+                continue
+            for kind in data.KINDS:
+                path = data.large_file(kind, size)
+                ctx = load() if load else None
+                if ctx:
+                    ctx.__enter__()
+                try:
+                    for setting in SETTINGS:
+                        # A fresh server per setting: every one starts from an empty pool.
+                        with Served(fresh(os.path.join(work, "server"))) as srv:
                             results[load_name, limit, kind, setting] = _measure(
                                 settings, cmds, srv, limit, path, setting)
-                    finally:
-                        if ctx:
-                            ctx.__exit__(None, None, None)
+                finally:
+                    if ctx:
+                        ctx.__exit__(None, None, None)
                     times = {s: Stat(w for w, _, _ in results[load_name, limit, kind, s]).median
                              for s in SETTINGS}
                     log(f"adaptive {load_name} {limit} {kind}: " +
@@ -130,7 +131,8 @@ The warm-up runs unlimited; the timed runs are the median of {settings.runs}.
              "setting in every cell, and better than any single fixed setting over the whole "
              "table.\n\n" + "\n".join(summary))
     doc.write("""
-- One server for the whole run; every backup is selective (sends the whole file).
+- A fresh server (empty catalog and pool) for each setting of each cell, removed after;
+  every backup is selective (sends the whole file).
 - `auto` is the adaptive controller of crates/qsm-client/src/adaptive.rs; the fixed
   settings are `--compression off|lz4|zstd:1|zstd:3|zstd:9` (every compressing one with
   the incompressible-data probe off; `auto` probes).

@@ -2,6 +2,7 @@
 client's environment for it. The server process is bench/load.py's."""
 
 import os
+import shutil
 import sys
 
 from common import QSM, REPO, Commands, run
@@ -58,7 +59,10 @@ class Served:
         return r.stdout
 
     def stop(self):
+        """Stops the server and removes its directory: catalog and pool (a benchmark's pool
+        grows by every run, and only its timings are kept)."""
         self.server.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
 
     def __enter__(self):
         return self
