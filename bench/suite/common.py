@@ -106,10 +106,6 @@ def repeat(settings, measure, warmup=True):
     return [measure() for _ in range(settings.runs)]
 
 
-def stats(results, key):
-    return Stat(key(r) for r in results)
-
-
 def machine():
     """CPU, cores, memory, disk and kernel, as one Markdown list."""
     cpu = platform.processor() or "unknown CPU"

@@ -216,8 +216,8 @@ def _copy(src, path, size, kind):
 
 
 def files_of(kind, size, count, where):
-    """A directory of COUNT files of SIZE bytes of KIND, consecutive slices of one stream
-    (hard links of nothing: every file has its own content)."""
+    """A directory of COUNT files of SIZE bytes of KIND, consecutive slices of one stream, so
+    every file has its own content."""
     path = os.path.join(where, f"{kind}-{size}x{count}")
 
     def write(tmp):

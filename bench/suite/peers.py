@@ -237,20 +237,18 @@ Tools and configurations:
              "repository size per tool")
     doc.text("## QSM against each peer (QSM time / peer time, QSM size / peer size; below 1 "
              "QSM is faster or smaller)")
-    qsm_default = res["qsm default"]
+    def median(name, measure):
+        return Stat(measure(c) for c in res[name]).median
+
+    measures = [lambda c, p=phase: c[p].wall for phase in ("first", "incremental", "restore")]
+    measures.append(lambda c: c["size"])
     rows = []
     for t in tools:
         if t.tool == "qsm":
             continue
-        peer = res[t.name]
-        ours = res["qsm dedup+encryption"]
-        row = [t.name]
-        for phase in ("first", "incremental", "restore"):
-            row.append(f"{Stat(c[phase].wall for c in qsm_default).median / Stat(c[phase].wall for c in peer).median:.2f}"
-                       f" / {Stat(c[phase].wall for c in ours).median / Stat(c[phase].wall for c in peer).median:.2f}")
-        row.append(f"{Stat(c['size'] for c in qsm_default).median / Stat(c['size'] for c in peer).median:.2f}"
-                   f" / {Stat(c['size'] for c in ours).median / Stat(c['size'] for c in peer).median:.2f}")
-        rows.append(row)
+        rows.append([t.name] + [
+            f"{median('qsm default', m) / median(t.name, m):.2f} / "
+            f"{median('qsm dedup+encryption', m) / median(t.name, m):.2f}" for m in measures])
     doc.text("Each cell: qsm default / qsm dedup+encryption (the peers' own features: every "
              "peer deduplicates and encrypts).")
     doc.table(["peer", "first backup", "incremental", "restore", "repository size"], rows)

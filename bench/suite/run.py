@@ -2,6 +2,7 @@
 
 import argparse
 import os
+import subprocess
 import sys
 import time
 
@@ -13,7 +14,8 @@ import ceph  # noqa: E402
 import peers  # noqa: E402
 import ts7700  # noqa: E402
 import tsm  # noqa: E402
-from common import OUT, Settings, log  # noqa: E402
+
+from common import OUT, CommandFailed, Settings, log  # noqa: E402
 
 EXPERIMENTS = {
     "adsm-fig1": adsm.fig1,
@@ -49,7 +51,10 @@ def main():
     for n in names:
         t = time.perf_counter()
         log(f"== {n}")
-        EXPERIMENTS[n](settings)
+        try:
+            EXPERIMENTS[n](settings)
+        except (CommandFailed, subprocess.CalledProcessError, OSError) as e:
+            sys.exit(f"bench/run.sh: experiment {n} failed: {e}")
         log(f"== {n}: {time.perf_counter() - t:.0f} s")
     log(f"all done in {time.perf_counter() - started:.0f} s")
 

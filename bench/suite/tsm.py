@@ -60,36 +60,32 @@ def backups(settings, cmds, where, work, tree):
     return {k: Stat(r.wall for r in v) for k, v in out.items()}
 
 
-def expiration(settings, cmds, where, work, db, resource):
-    bench = os.path.join(EXAMPLES, "expire_bench")
+def on_copies(settings, cmds, where, work, db, argv):
+    """Runs ARGV(copy, scratch) (an example printing one JSON line) on a fresh copy of the
+    catalog DB in WHERE, a warm-up and the timed runs; returns the parsed lines."""
     cat = _catalog_dir(where, work)
 
     def once():
         copy = os.path.join(cat, "work.db")
         shutil.copy(db, copy)
-        line = run(cmds.note([bench, "expire", copy, str(resource)])).stdout
-        for f in os.listdir(cat):
-            os.remove(os.path.join(cat, f))
+        line = run(cmds.note(argv(copy, os.path.join(cat, "work")))).stdout
+        fresh(cat)
         return json.loads(line)
     results = repeat(settings, once)
     shutil.rmtree(cat, ignore_errors=True)
+    return results
+
+
+def expiration(settings, cmds, where, work, db, resource):
+    bench = os.path.join(EXAMPLES, "expire_bench")
+    results = on_copies(settings, cmds, where, work, db,
+                        lambda copy, _: [bench, "expire", copy, str(resource)])
     return Stat(r["seconds"] for r in results), results[0]
 
 
 def dbbackup(settings, cmds, where, work, db):
     bench = os.path.join(EXAMPLES, "dbbackup_bench")
-    cat = _catalog_dir(where, work)
-
-    def once():
-        copy = os.path.join(cat, "work.db")
-        shutil.copy(db, copy)
-        line = run(cmds.note([bench, copy, os.path.join(cat, "work")])).stdout
-        shutil.rmtree(cat)
-        os.makedirs(cat)
-        return json.loads(line)
-    results = repeat(settings, once)
-    shutil.rmtree(cat, ignore_errors=True)
-    return results
+    return on_copies(settings, cmds, where, work, db, lambda copy, scratch: [bench, copy, scratch])
 
 
 def ssd(settings):

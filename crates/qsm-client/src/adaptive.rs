@@ -270,7 +270,7 @@ impl Controller {
             ladder.iter().map(|r| (r.ratio - 1.0) / (reference.ratio - 1.0).max(1e-9)).collect();
         let uses = ladder
             .iter()
-            .map(|r| RungUse { setting: setting_name(&r.compression), ..RungUse::default() })
+            .map(|r| RungUse { setting: r.compression.setting(), ..RungUse::default() })
             .collect();
         let state = State {
             current: start.min(ladder.len() - 1),
@@ -362,6 +362,9 @@ impl Controller {
 
     /// The reader spent `seconds` producing `bytes` of input.
     pub fn read(&self, now: f64, bytes: usize, seconds: f64) {
+        if !self.adaptive {
+            return;
+        }
         self.lock().read.add(now, bytes as f64, 0.0, seconds);
     }
 
@@ -395,6 +398,9 @@ impl Controller {
 
     /// The sender spent `seconds` sending `frame` bytes (and committing what they end).
     pub fn sent(&self, now: f64, frame: usize, seconds: f64) {
+        if !self.adaptive {
+            return;
+        }
         let mut s = self.lock();
         s.send.add(now, frame as f64, 0.0, seconds);
         s.send_busy += seconds;
@@ -532,27 +538,19 @@ impl Controller {
         if self.trace {
             eprintln!(
                 "adaptive {now:.3}s: at {} read {:.0} MB/s send {:.0} MB/s speed {:.0} MB/s gain {:.2}; predicted {}; pick {}",
-                setting_name(&self.ladder[s.current].compression),
+                self.ladder[s.current].compression.setting(),
                 s.read.rate().unwrap_or(0.0) / 1e6,
                 s.send.rate().unwrap_or(0.0) / 1e6,
                 speed / 1e6,
                 gain,
                 rates.iter().map(|r| format!("{:.0}", r / 1e6)).collect::<Vec<_>>().join(" "),
-                setting_name(&self.ladder[pick].compression)
+                self.ladder[pick].compression.setting()
             );
         }
         if pick != s.current && (faster || smaller) {
             s.current = pick;
             s.last_move = now;
         }
-    }
-}
-
-fn setting_name(c: &Compression) -> String {
-    if c.codec.levels() == qsm_codec::LevelRange::NONE {
-        c.codec.name().to_owned()
-    } else {
-        format!("{}:{}", c.codec.name(), c.level)
     }
 }
 
@@ -644,7 +642,7 @@ mod tests {
     }
 
     fn name(i: usize) -> String {
-        setting_name(&LADDER[i].compression)
+        LADDER[i].compression.setting()
     }
 
     #[test]

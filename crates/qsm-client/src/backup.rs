@@ -828,10 +828,11 @@ impl Encoders {
             .get(rung)
             .ok_or_else(|| qsm_codec::Error::Invalid(format!("no compression rung {rung}")))?;
         let slot = &mut self.made[rung];
-        if slot.is_none() {
-            *slot = Some(FrameEncoder::new(setting)?);
-        }
-        slot.as_mut().ok_or_else(|| qsm_codec::Error::Invalid("encoder missing".into()))
+        let encoder = match slot.take() {
+            Some(encoder) => encoder,
+            None => FrameEncoder::new(setting)?,
+        };
+        Ok(slot.insert(encoder))
     }
 }
 

@@ -54,17 +54,10 @@ impl fmt::Debug for Compression {
 impl fmt::Display for Compression {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.skip_incompressible {
-            f.write_str("auto(")?;
-        }
-        if self.codec.levels() == crate::LevelRange::NONE {
-            f.write_str(self.codec.name())?;
+            write!(f, "auto({})", self.setting())
         } else {
-            write!(f, "{}:{}", self.codec.name(), self.level)?;
+            f.write_str(&self.setting())
         }
-        if self.skip_incompressible {
-            f.write_str(")")?;
-        }
-        Ok(())
     }
 }
 
@@ -77,6 +70,16 @@ impl Compression {
     /// No compression: every frame is stored raw.
     pub const NONE: Compression =
         Compression { codec: &NoCompression, level: 0, skip_incompressible: false };
+
+    /// The codec and level as `--compression` takes them (`zstd:9`, `lz4`, `none`), whether
+    /// or not it probes.
+    pub fn setting(&self) -> String {
+        if self.codec.levels() == crate::LevelRange::NONE {
+            self.codec.name().to_owned()
+        } else {
+            format!("{}:{}", self.codec.name(), self.level)
+        }
+    }
 
     /// `codec` at its default level, without probing.
     pub fn new(codec: &'static dyn Codec) -> Compression {

@@ -10,6 +10,21 @@ const S3: bool = false;
 
 include!("suite/network.rs");
 
+/// A server on `data` with the node alpha, and a slow backup by alpha of a tree under `dir`
+/// (with 40 big files) under way: its first objects committed. Returns the server, alpha's
+/// password file, the tree and the backup's process.
+fn backup_under_way(data: &Path, dir: &Path) -> (ServerProc, PathBuf, PathBuf, Child) {
+    let server = ServerProc::start(data, false);
+    register(&server, "alpha", "alpha-password");
+    let pw = password_file(dir, "pw", "alpha-password");
+    let src = dir.join("src");
+    tree(&src);
+    big_tree(&src.join("big"), 40);
+    let backup = slow_backup(&server.url, &pw, &src, dir);
+    wait_for("a first commit", || committed_objects(&server, "alpha", &pw) >= 3);
+    (server, pw, src, backup)
+}
+
 /// A second server's data directory `to`, with the settings (catalog, pool) of `from`.
 fn share_settings(from: &Path, to: &Path) {
     fs::DirBuilder::new().recursive(true).mode(0o700).create(to).unwrap();
@@ -144,14 +159,7 @@ fn a_postgresql_restart_during_a_backup_is_ridden_out_and_loses_nothing() {
     let dir = TempDir::new().unwrap();
     let data = dir.path().join("srv");
     catalog_data_dir(&data, &url);
-    let server = ServerProc::start(&data, false);
-    register(&server, "alpha", "alpha-password");
-    let pw = password_file(dir.path(), "pw", "alpha-password");
-    let src = dir.path().join("src");
-    tree(&src);
-    big_tree(&src.join("big"), 40);
-    let backup = slow_backup(&server.url, &pw, &src, dir.path());
-    wait_for("a first commit", || committed_objects(&server, "alpha", &pw) >= 3);
+    let (server, pw, src, backup) = backup_under_way(&data, dir.path());
     cluster.stop().unwrap();
     std::thread::sleep(Duration::from_secs(2));
     cluster.resume().unwrap();
@@ -187,14 +195,7 @@ fn s3_stopped_mid_backup_or_wrong_credentials_are_clear_errors_and_lose_nothing(
     s3.create_bucket("backups").unwrap();
     let data = dir.path().join("srv");
     s3_data_dir(&data, &s3.pool_config("backups", "qsm"));
-    let server = ServerProc::start(&data, false);
-    register(&server, "alpha", "alpha-password");
-    let pw = password_file(dir.path(), "pw", "alpha-password");
-    let src = dir.path().join("src");
-    tree(&src);
-    big_tree(&src.join("big"), 40);
-    let backup = slow_backup(&server.url, &pw, &src, dir.path());
-    wait_for("a first commit", || committed_objects(&server, "alpha", &pw) >= 3);
+    let (server, pw, src, backup) = backup_under_way(&data, dir.path());
     let committed = committed_objects(&server, "alpha", &pw);
     drop(s3);
     let out = backup.wait_with_output().unwrap();
