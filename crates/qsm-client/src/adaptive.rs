@@ -83,6 +83,9 @@ pub const DWELL: f64 = 0.2;
 pub const EVIDENCE_BUSY: f64 = 0.1;
 /// See [`EVIDENCE_BUSY`], seconds.
 pub const EVIDENCE_WAIT: f64 = 0.3;
+/// How long workers wait at most for the first frame to leave, seconds: a safety net only,
+/// since the frame they wait for is never one of theirs (see [`Controller::choose`]).
+pub const FIRST_FRAME_WAIT: f64 = 10.0;
 /// A move needs a predicted gain of this factor (hysteresis).
 pub const GAIN: f64 = 1.05;
 /// One quantum in this many at most tries a neighbouring rung, to learn its profile...
@@ -233,6 +236,8 @@ struct State {
     /// Frames compressed and frames sent, in all.
     compressed: u64,
     sent: u64,
+    /// The lowest pipeline sequence number of a frame compressed so far.
+    first_compressed: u64,
     /// The workers' busy seconds, decaying like the rates (for their utilisation).
     working: Rate,
 }
@@ -290,6 +295,7 @@ impl Controller {
             send_busy: 0.0,
             compressed: 0,
             sent: 0,
+            first_compressed: u64::MAX,
             working: Rate::default(),
         };
         Controller {
@@ -325,14 +331,13 @@ impl Controller {
         let mut s = self.lock();
         // At the start nothing is known of the link. The workers would fill the pipeline's
         // dozen slots at the starting rung before the first frame left, and on a slow link that
-        // is most of a small backup: so after one quantum per worker, wait (at most until
-        // EVIDENCE_WAIT) for the first frame to be sent. The first pieces never wait: the
-        // first frame to send may be one of them.
-        let early = seq < self.workers as u64;
-        while !early
-            && s.sent == 0
+        // is most of a small backup: so after one quantum per worker, wait for the first frame
+        // to be sent. Only pieces after a frame already compressed wait, so the first frame to
+        // send (the lowest in sequence) is never held up by this wait.
+        while s.sent == 0
             && s.compressed >= self.workers as u64
-            && self.now() < EVIDENCE_WAIT
+            && s.first_compressed < seq
+            && self.now() < FIRST_FRAME_WAIT
         {
             drop(s);
             std::thread::sleep(std::time::Duration::from_millis(2));
@@ -368,11 +373,13 @@ impl Controller {
         self.lock().read.add(now, bytes as f64, 0.0, seconds);
     }
 
-    /// A worker compressed `bytes` into a frame of `frame` bytes with rung `rung` in `seconds`
-    /// (`raw`: stored raw).
+    /// A worker compressed the pipeline's `seq`-th piece, `bytes` into a frame of `frame`
+    /// bytes, with rung `rung` in `seconds` (`raw`: stored raw).
+    #[allow(clippy::too_many_arguments)]
     pub fn compressed(
         &self,
         now: f64,
+        seq: u64,
         rung: usize,
         bytes: usize,
         frame: usize,
@@ -386,6 +393,7 @@ impl Controller {
         u.bytes_in += bytes as u64;
         u.bytes_out += frame as u64;
         s.compressed += 1;
+        s.first_compressed = s.first_compressed.min(seq);
         s.working.add(now, seconds, 0.0, 0.0);
         s.unaccounted += bytes as f64;
         if self.adaptive {
@@ -617,7 +625,15 @@ mod tests {
                 let out = q / self.ratio[i];
                 let send = out / self.link;
                 c.read(t, q as usize, read);
-                c.compressed(t, i, q as usize, out as usize, self.ratio[i] <= 1.0, enc);
+                c.compressed(
+                    t,
+                    chosen.len() as u64,
+                    i,
+                    q as usize,
+                    out as usize,
+                    self.ratio[i] <= 1.0,
+                    enc,
+                );
                 c.sent(t, out as usize, send);
                 t += read.max(enc / self.workers as f64).max(send);
                 chosen.push(i);
@@ -764,7 +780,7 @@ mod tests {
     fn a_fixed_setting_is_reported_as_used() {
         let c = Controller::fixed(Compression::NONE);
         assert_eq!(c.choose(0.0, 0), 0);
-        c.compressed(0.0, 0, 100, 128, true, 0.001);
+        c.compressed(0.0, 0, 0, 100, 128, true, 0.001);
         let r = c.report();
         assert_eq!(r.rungs.len(), 1);
         assert_eq!((r.rungs[0].quanta, r.rungs[0].bytes_in), (1, 100));

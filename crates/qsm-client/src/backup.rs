@@ -404,6 +404,7 @@ fn run(
                 if let Some(h) = &piece.header {
                     controller.compressed(
                         controller.now(),
+                        seq,
                         piece.rung,
                         piece.raw_len,
                         h.frame_len(),
