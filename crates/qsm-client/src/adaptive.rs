@@ -93,6 +93,19 @@ pub const EXPLORE_EVERY: u64 = 16;
 /// ...and at most one in this many seconds, so that on a fast pipeline (thousands of quanta a
 /// second) trying a much slower neighbour costs next to nothing.
 pub const EXPLORE_INTERVAL: f64 = 0.25;
+/// A move to a lighter rung is judged by the throughput it achieves, over at least this many
+/// seconds of frames sent with it...
+pub const VERIFY: f64 = 0.25;
+/// ...and at least this many frames; when it is slower than before the move by [`GAIN`], it
+/// is undone.
+pub const VERIFY_FRAMES: u32 = 6;
+/// Workers busy less than this share of the time cannot be what limits the backup: no
+/// lighter rung is tried.
+pub const LIGHTER_BUSY: f64 = 0.6;
+/// An undone rung is not tried again for this long, seconds, at first...
+pub const BAN: f64 = 8.0;
+/// ...doubling on every further failure, up to this.
+pub const BAN_MAX: f64 = 60.0;
 
 /// A decaying sum of bytes over seconds of busy time: a rate that follows changes within
 /// about [`TAU`].
@@ -131,8 +144,41 @@ pub enum Bottleneck {
     Read,
     /// Compressing (the cores).
     Cpu,
-    /// Sending (the link, or the server).
+    /// Sending (the link, or a server pushing back without saying why).
     Network,
+    /// The server, which said so: it spends nearly all its time storing what arrives.
+    Server,
+}
+
+/// What the server says of its work on this backup's stream, all counted from the stream's
+/// start: seconds it spent storing what arrived, the frame bytes stored, and the seconds the
+/// stream has been open.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ServerLoad {
+    /// Seconds spent storing.
+    pub busy: f64,
+    /// Frame bytes stored.
+    pub bytes: u64,
+    /// Seconds since the stream opened.
+    pub elapsed: f64,
+}
+
+/// The server's utilisation above which it is the bottleneck.
+const SERVER_BUSY: f64 = 0.85;
+
+/// A move to a lighter rung on trial: kept if the backup goes as fast as before, or faster.
+#[derive(Debug, Clone, Copy)]
+struct Trial {
+    from: usize,
+    to: usize,
+    /// The first pipeline piece chosen after the move: frames from it on are the trial's.
+    seq: Option<u64>,
+    /// Throughput before the move, input bytes per second.
+    before: f64,
+    /// When the trial's first frame left; the window runs from there.
+    started: Option<f64>,
+    bytes: f64,
+    frames: u32,
 }
 
 /// What one setting did in a backup.
@@ -159,6 +205,8 @@ pub struct Report {
     pub bottleneck: Option<Bottleneck>,
     /// The sending rate measured last, bytes per second of sending.
     pub send_rate: Option<f64>,
+    /// The server's storing rate it reported last, frame bytes per second of its busy time.
+    pub server_rate: Option<f64>,
     /// Whether the setting was chosen adaptively.
     pub adaptive: bool,
 }
@@ -193,6 +241,10 @@ impl Report {
                 format!("network-bound at {}", format_rate(rate))
             }
             (Some(Bottleneck::Network), None) => "network-bound".to_owned(),
+            (Some(Bottleneck::Server), _) => match self.server_rate {
+                Some(rate) => format!("server-bound at {:.0} MB/s", rate / 1e6),
+                None => "server-bound".to_owned(),
+            },
             (Some(Bottleneck::Cpu), _) => "CPU-bound".to_owned(),
             (Some(Bottleneck::Read), _) => "read-bound".to_owned(),
             (None, _) => "too short to measure".to_owned(),
@@ -228,7 +280,7 @@ struct State {
     last_explore: f64,
     uses: Vec<RungUse>,
     /// Bytes read while each stage was the predicted bottleneck.
-    limited: [f64; 3],
+    limited: [f64; 4],
     /// Bytes compressed since the last decision.
     unaccounted: f64,
     /// Seconds the sender has been busy, in all.
@@ -240,6 +292,22 @@ struct State {
     first_compressed: u64,
     /// The workers' busy seconds, decaying like the rates (for their utilisation).
     working: Rate,
+    /// Input bytes of the frames sent, over wall seconds: what the backup achieves.
+    throughput: Rate,
+    last_sent: f64,
+    /// A lighter move being checked, and per rung how long it may not be tried again.
+    trial: Option<Trial>,
+    banned_until: Vec<f64>,
+    ban: Vec<f64>,
+    /// When a trial was last undone, and the throughput it was judged against: for a while
+    /// the measured throughput still holds the trial's slow frames.
+    undone: f64,
+    undone_before: f64,
+    /// The server's storing rate (frame bytes per busy second) and its utilisation (busy
+    /// seconds over wall seconds, in `bytes` over `seconds`), from what it reports.
+    server: Rate,
+    server_busy: Rate,
+    server_last: Option<ServerLoad>,
 }
 
 /// The controller: one per backup, shared by the reader (which reports how long reading
@@ -290,13 +358,23 @@ impl Controller {
             explore_up: true,
             last_explore: 0.0,
             uses,
-            limited: [0.0; 3],
+            limited: [0.0; 4],
             unaccounted: 0.0,
             send_busy: 0.0,
             compressed: 0,
             sent: 0,
             first_compressed: u64::MAX,
             working: Rate::default(),
+            throughput: Rate::default(),
+            last_sent: 0.0,
+            trial: None,
+            banned_until: vec![f64::NEG_INFINITY; ladder.len()],
+            ban: vec![BAN; ladder.len()],
+            undone: f64::NEG_INFINITY,
+            undone_before: 0.0,
+            server: Rate::default(),
+            server_busy: Rate::default(),
+            server_last: None,
         };
         Controller {
             ladder,
@@ -347,6 +425,11 @@ impl Controller {
         if now - s.last_decision >= DECIDE_EVERY {
             s.last_decision = now;
             self.decide(&mut s, now);
+        }
+        if let Some(t) = s.trial.as_mut()
+            && t.seq.is_none()
+        {
+            t.seq = Some(seq);
         }
         let current = s.current;
         // Now and then a neighbour, so its profile stays true for this data.
@@ -404,8 +487,9 @@ impl Controller {
         }
     }
 
-    /// The sender spent `seconds` sending `frame` bytes (and committing what they end).
-    pub fn sent(&self, now: f64, frame: usize, seconds: f64) {
+    /// The sender spent `seconds` sending the pipeline's `seq`-th piece, `bytes` of input in a
+    /// frame of `frame` bytes (and committing what it ends).
+    pub fn sent(&self, now: f64, seq: u64, bytes: usize, frame: usize, seconds: f64) {
         if !self.adaptive {
             return;
         }
@@ -413,14 +497,93 @@ impl Controller {
         s.send.add(now, frame as f64, 0.0, seconds);
         s.send_busy += seconds;
         s.sent += 1;
+        let since = (now - s.last_sent).max(0.0);
+        s.last_sent = now;
+        s.throughput.add(now, bytes as f64, 0.0, since);
+        self.check_trial(&mut s, now, seq, bytes);
+    }
+
+    /// The server's account of its work on the stream (cumulative; see [`ServerLoad`]).
+    pub fn server(&self, now: f64, load: ServerLoad) {
+        if !self.adaptive {
+            return;
+        }
+        let mut s = self.lock();
+        let last = s.server_last.unwrap_or_default();
+        let (busy, wall) = (load.busy - last.busy, load.elapsed - last.elapsed);
+        let bytes = load.bytes.saturating_sub(last.bytes) as f64;
+        if busy < 0.0 || wall <= 0.0 {
+            return;
+        }
+        s.server.add(now, bytes, 0.0, busy);
+        s.server_busy.add(now, busy, 0.0, wall);
+        s.server_last = Some(load);
+    }
+
+    /// The server's storing rate: frame bytes per second of its busy time, the most it can
+    /// take whatever its load now.
+    fn server_limit(&self, s: &State) -> Option<f64> {
+        s.server.rate()
+    }
+
+    /// Whether the server says it is nearly always busy.
+    fn server_saturated(&self, s: &State) -> bool {
+        s.server_busy.bytes / s.server_busy.seconds.max(1e-9) >= SERVER_BUSY
+    }
+
+    /// A lighter rung on trial: once its frames have left for [`VERIFY`] seconds, kept if
+    /// the backup runs as fast as before, undone and banned for a while if it is slower. The
+    /// model cannot see every cost of sending more bytes (a server sharing the machine, a
+    /// page cache writing back), so what a lighter rung achieves decides.
+    fn check_trial(&self, s: &mut State, now: f64, seq: u64, bytes: usize) {
+        let Some(mut t) = s.trial else { return };
+        if t.seq.is_none_or(|first| seq < first) {
+            return;
+        }
+        let Some(started) = t.started else {
+            t.started = Some(now);
+            s.trial = Some(t);
+            return;
+        };
+        t.bytes += bytes as f64;
+        t.frames += 1;
+        let window = now - started;
+        if t.frames < VERIFY_FRAMES || window < VERIFY {
+            s.trial = Some(t);
+            return;
+        }
+        s.trial = None;
+        let achieved = t.bytes / window;
+        let undo = achieved * GAIN < t.before;
+        if self.trace {
+            eprintln!(
+                "adaptive {now:.3}s: trial of {} achieved {:.0} MB/s against {:.0} MB/s at {}: {}",
+                self.ladder[t.to].compression.setting(),
+                achieved / 1e6,
+                t.before / 1e6,
+                self.ladder[t.from].compression.setting(),
+                if undo { "undone" } else { "kept" }
+            );
+        }
+        if undo {
+            s.banned_until[t.to] = now + s.ban[t.to];
+            s.ban[t.to] = (s.ban[t.to] * 2.0).min(BAN_MAX);
+            // Back where it was measured, with no dwell: the next decision may try another
+            // rung at once.
+            s.current = t.from;
+            s.undone = now;
+            s.undone_before = t.before;
+        } else {
+            s.ban[t.to] = BAN;
+        }
     }
 
     /// What was used, and why.
     pub fn report(&self) -> Report {
         let s = self.lock();
         let bottleneck = if self.adaptive && s.limited.iter().any(|&b| b > 0.0) {
-            let i = (0..3).max_by(|&a, &b| s.limited[a].total_cmp(&s.limited[b])).unwrap_or(1);
-            Some([Bottleneck::Read, Bottleneck::Cpu, Bottleneck::Network][i])
+            let i = (0..4).max_by(|&a, &b| s.limited[a].total_cmp(&s.limited[b])).unwrap_or(1);
+            Some([Bottleneck::Read, Bottleneck::Cpu, Bottleneck::Network, Bottleneck::Server][i])
         } else {
             None
         };
@@ -428,6 +591,7 @@ impl Controller {
             rungs: s.uses.clone(),
             bottleneck,
             send_rate: s.send.rate(),
+            server_rate: s.server.rate(),
             adaptive: self.adaptive,
         }
     }
@@ -494,13 +658,25 @@ impl Controller {
     ) -> (f64, Bottleneck) {
         let read = s.read.rate().unwrap_or(f64::INFINITY);
         let cpu = headroom * self.workers * speed * s.speed_factor[i];
-        let send = s.send.rate().map_or(f64::INFINITY, |l| l * (1.0 + gain * s.gain_factor[i]));
+        let ratio = 1.0 + gain * s.gain_factor[i];
+        let link = s.send.rate().unwrap_or(f64::INFINITY);
+        // The server stores frame bytes at its own rate; when that is below what the link
+        // carries, it is the server that limits sending (its backpressure shows as a slow
+        // link only once every buffer between the two is full).
+        let (limit, by) = match self.server_limit(s) {
+            Some(server) if server < link && self.server_saturated(s) => {
+                (server, Bottleneck::Server)
+            }
+            Some(server) if server < link => (server, Bottleneck::Network),
+            _ => (link, Bottleneck::Network),
+        };
+        let send = limit * ratio;
         if read <= cpu && read <= send {
             (read, Bottleneck::Read)
         } else if cpu <= send {
             (cpu, Bottleneck::Cpu)
         } else {
-            (send, Bottleneck::Network)
+            (send, by)
         }
     }
 
@@ -512,11 +688,15 @@ impl Controller {
         let Some((speed, gain)) = self.reference(s) else { return };
         let (here, limit) = self.predict(s, s.current, speed, gain, 1.0);
         s.limited[limit as usize] += std::mem::take(&mut s.unaccounted);
-        if now - s.last_move < DWELL {
+        if now - s.last_move < DWELL || s.trial.is_some() {
             return;
         }
         let n = self.ladder.len();
-        let rates: Vec<f64> = (0..n).map(|i| self.predict(s, i, speed, gain, 1.0).0).collect();
+        // A rung whose trial made the backup slower is left alone for a while.
+        let allowed = |i: usize| i == s.current || now >= s.banned_until[i];
+        let rates: Vec<f64> = (0..n)
+            .map(|i| if allowed(i) { self.predict(s, i, speed, gain, 1.0).0 } else { 0.0 })
+            .collect();
         let best = rates.iter().copied().fold(0.0, f64::max);
         // Where several rungs tie (reading or the link limits them all), the one that stores
         // least, as long as it keeps a sixth of the cores spare: an estimate that is a little
@@ -524,7 +704,8 @@ impl Controller {
         // Data that does not compress gains nothing from a heavier rung: among tied rungs
         // keep the current one, or take the lightest.
         let compressible = gain > 0.05;
-        let mut tied = (0..n).filter(|&i| self.predict(s, i, speed, gain, 0.85).0 >= best / 1.02);
+        let mut tied = (0..n)
+            .filter(|&i| allowed(i) && self.predict(s, i, speed, gain, 0.85).0 >= best / 1.02);
         let tied = if compressible {
             tied.max_by(|&a, &b| s.gain_factor[a].total_cmp(&s.gain_factor[b]))
         } else {
@@ -535,8 +716,12 @@ impl Controller {
         let Some(pick) = tied.or(fastest) else { return };
         // A lighter rung only helps when the cores are the limit. Early on the link can look
         // far faster than it is (its first bytes fill buffers), so do not trust a prediction
-        // to go lighter unless the workers are seen busy.
-        if pick < s.current && self.utilisation(s, now) < 0.75 {
+        // to go lighter unless the workers are seen busy. Not all the time: a server on the
+        // same cores takes some of it, and a trial (see `check_trial`) shows what the move is
+        // worth.
+        // Just after an undone trial the workers' recent idleness is the trial's, not a sign.
+        if pick < s.current && self.utilisation(s, now) < LIGHTER_BUSY && now - s.undone > 2.0 * TAU
+        {
             return;
         }
         let faster = rates[pick] > here * GAIN;
@@ -545,10 +730,12 @@ impl Controller {
             && s.gain_factor[pick] > s.gain_factor[s.current] * 1.02 + 1e-9;
         if self.trace {
             eprintln!(
-                "adaptive {now:.3}s: at {} read {:.0} MB/s send {:.0} MB/s speed {:.0} MB/s gain {:.2}; predicted {}; pick {}",
+                "adaptive {now:.3}s: at {} read {:.0} MB/s send {:.0} MB/s server {:.0} MB/s ({:.0}% busy) speed {:.0} MB/s gain {:.2}; predicted {}; pick {}",
                 self.ladder[s.current].compression.setting(),
                 s.read.rate().unwrap_or(0.0) / 1e6,
                 s.send.rate().unwrap_or(0.0) / 1e6,
+                s.server.rate().unwrap_or(0.0) / 1e6,
+                100.0 * s.server_busy.bytes / s.server_busy.seconds.max(1e-9),
                 speed / 1e6,
                 gain,
                 rates.iter().map(|r| format!("{:.0}", r / 1e6)).collect::<Vec<_>>().join(" "),
@@ -556,6 +743,22 @@ impl Controller {
             );
         }
         if pick != s.current && (faster || smaller) {
+            if pick < s.current
+                && let Some(mut before) = s.throughput.rate()
+            {
+                if now - s.undone < 2.0 * TAU {
+                    before = before.max(s.undone_before);
+                }
+                s.trial = Some(Trial {
+                    from: s.current,
+                    to: pick,
+                    seq: None,
+                    before,
+                    started: None,
+                    bytes: 0.0,
+                    frames: 0,
+                });
+            }
             s.current = pick;
             s.last_move = now;
         }
@@ -569,6 +772,7 @@ impl Bottleneck {
             Bottleneck::Read => "read",
             Bottleneck::Cpu => "cpu",
             Bottleneck::Network => "network",
+            Bottleneck::Server => "server",
         }
     }
 }
@@ -588,6 +792,13 @@ mod tests {
         speed: Vec<f64>,
         ratio: Vec<f64>,
         link: f64,
+        /// The server's storing rate, frame bytes per second: hidden from the sender (its
+        /// buffers absorb it), known to the controller only if `signal`.
+        server: f64,
+        signal: bool,
+        /// Seconds per frame byte that no stage sees (a server sharing the client's cores):
+        /// the cost the model cannot predict, which only a trial shows.
+        unseen: f64,
     }
 
     impl Sim {
@@ -599,11 +810,18 @@ mod tests {
                 speed: LADDER.iter().map(|r| r.speed * MB * cpu).collect(),
                 ratio: LADDER.iter().map(|r| r.ratio).collect(),
                 link,
+                server: f64::INFINITY,
+                signal: false,
+                unseen: 0.0,
             }
         }
 
         fn rate(&self, i: usize) -> f64 {
-            self.read.min(self.workers as f64 * self.speed[i]).min(self.link * self.ratio[i])
+            let stages = self
+                .read
+                .min(self.workers as f64 * self.speed[i])
+                .min(self.link.min(self.server) * self.ratio[i]);
+            1.0 / (1.0 / stages + self.unseen / self.ratio[i])
         }
 
         fn best(&self) -> (usize, f64) {
@@ -617,6 +835,7 @@ mod tests {
         fn run(&self, c: &Controller, mut t: f64, bytes: f64) -> (f64, Vec<usize>) {
             let mut chosen = Vec::new();
             let mut left = bytes;
+            let mut load = ServerLoad { elapsed: t, ..ServerLoad::default() };
             while left > 0.0 {
                 let q = left.min(Q);
                 left -= q;
@@ -634,8 +853,15 @@ mod tests {
                     self.ratio[i] <= 1.0,
                     enc,
                 );
-                c.sent(t, out as usize, send);
-                t += read.max(enc / self.workers as f64).max(send);
+                c.sent(t, chosen.len() as u64, q as usize, out as usize, send);
+                let store = out / self.server;
+                t += read.max(enc / self.workers as f64).max(send).max(store) + out * self.unseen;
+                load.busy += store;
+                load.bytes += out as u64;
+                load.elapsed = t;
+                if self.signal {
+                    c.server(t, load);
+                }
                 chosen.push(i);
             }
             (t, chosen)
@@ -746,6 +972,9 @@ mod tests {
             speed: vec![5000.0 * MB; LADDER.len()],
             ratio: vec![1.0; LADDER.len()],
             link: 12.5 * MB,
+            server: f64::INFINITY,
+            signal: false,
+            unseen: 0.0,
         };
         let c = Controller::adaptive(2);
         let (t, _) = sim.run(&c, 0.0, 64.0 * Q);
@@ -774,6 +1003,44 @@ mod tests {
                 "link {link}: auto {auto:.2} s, best fixed {best_fixed:.2} s"
             );
         }
+    }
+
+    #[test]
+    fn a_lighter_rung_that_makes_the_backup_slower_is_undone() {
+        // Loopback to a server on the same cores: every frame byte costs CPU that neither the
+        // sender nor the workers see, so the model expects `none` to be fastest when it is
+        // the slowest.
+        let sim = Sim { unseen: 1.0 / (300.0 * MB), ..Sim::silesia(1.0, 1e12) };
+        let bytes = 8.0 * sim.best().1;
+        let c = Controller::adaptive(sim.workers);
+        let (t, chosen) = sim.run(&c, 0.0, bytes);
+        let none = chosen.iter().filter(|&&i| i == 0).count();
+        assert!(
+            none * 10 < chosen.len(),
+            "`none` on {none} of {} quanta: {chosen:?}",
+            chosen.len()
+        );
+        let best = bytes / sim.best().1;
+        assert!(t <= 1.05 * best, "auto {t:.2} s, best fixed {best:.2} s ({})", name(sim.best().0));
+    }
+
+    #[test]
+    fn a_server_at_its_limit_makes_auto_compress_harder_and_says_so() {
+        // The link is free but the server stores 100 MB/s: zstd:3's ratio carries the
+        // most through it, and only the server's report shows it before buffers fill.
+        let sim = Sim { server: 100.0 * MB, signal: true, ..Sim::silesia(1.0, 1e12) };
+        let c = Controller::adaptive(sim.workers);
+        let (t, _) = sim.run(&c, 0.0, 8.0 * sim.best().1);
+        let (_, chosen) = sim.run(&c, t, 200.0 * Q);
+        let got = mostly(&chosen);
+        assert!(
+            sim.rate(got) >= 0.95 * sim.best().1,
+            "settled on {}, best {}",
+            name(got),
+            name(sim.best().0)
+        );
+        let text = c.report().describe();
+        assert!(text.starts_with("server-bound at 100 MB/s: "), "{text}");
     }
 
     #[test]

@@ -414,7 +414,7 @@ fn run(
                 }
                 Ok(())
             },
-            |_, piece| {
+            |seq, piece| {
                 let started = Instant::now();
                 piece
                     .commit_to(batch.as_mut(), fs, &archive, &classes, &mut ended, &mut summary)
@@ -428,9 +428,14 @@ fn run(
                 if let Some(h) = &piece.header {
                     controller.sent(
                         controller.now(),
+                        seq,
+                        piece.raw_len,
                         h.frame_len(),
                         started.elapsed().as_secs_f64(),
                     );
+                }
+                if let Some(load) = batch.server_load() {
+                    controller.server(controller.now(), load);
                 }
                 if last_progress.elapsed() >= PROGRESS_INTERVAL {
                     last_progress = Instant::now();

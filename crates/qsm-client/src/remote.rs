@@ -19,6 +19,7 @@ use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 
+use crate::adaptive::ServerLoad;
 use crate::error::{ClientError, Result};
 use crate::server::{DedupInfo, Fetch, Fetched, Scope, Server, Upload, Uploaded};
 
@@ -368,6 +369,14 @@ impl Server for RemoteServer {
                     let mut s = replies.lock().unwrap_or_else(|p| p.into_inner());
                     s.committed = Uploaded { objects: reply.objects, bytes: reply.bytes };
                     s.finished |= reply.finished;
+                    // A server older than the load fields sends zeros: no load then.
+                    if reply.stream_seconds > 0.0 {
+                        s.load = Some(ServerLoad {
+                            busy: reply.store_seconds,
+                            bytes: reply.store_bytes,
+                            elapsed: reply.stream_seconds,
+                        });
+                    }
                 }
                 Ok::<(), tonic::Status>(())
             }
@@ -481,6 +490,7 @@ struct UploadState {
     committed: Uploaded,
     finished: bool,
     failed: Option<ClientError>,
+    load: Option<ServerLoad>,
 }
 
 struct RemoteUpload<'a> {
@@ -582,6 +592,10 @@ impl Upload for RemoteUpload<'_> {
 
     fn deactivate_tree(&mut self, path: &[u8]) -> Result<()> {
         self.push(Op::DeactivateTree(Bytes::copy_from_slice(path)), path.len())
+    }
+
+    fn server_load(&self) -> Option<ServerLoad> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).load
     }
 
     fn finish(mut self: Box<Self>) -> Result<Uploaded> {

@@ -154,6 +154,12 @@ pub trait Upload: Send {
     fn deactivate_tree(&mut self, path: &[u8]) -> Result<()>;
     /// Commits everything and returns what the whole upload committed.
     fn finish(self: Box<Self>) -> Result<Uploaded>;
+    /// What the server last said of its work on this upload (a remote server reports it
+    /// several times a second). `None` from an embedded server, whose work is the sender's
+    /// own time.
+    fn server_load(&self) -> Option<crate::adaptive::ServerLoad> {
+        None
+    }
 }
 
 /// What an upload committed.

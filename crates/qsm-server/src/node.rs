@@ -4,6 +4,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use qsm_catalog::{CatalogError, FilespaceId, NewObject, NodeId, ObjectId, ObjectKind, Severity};
 use qsm_proto::convert;
@@ -664,8 +665,10 @@ fn run_backup(
         let s = node_scope(store, node)?;
         Ok((s.id, qsm_crypt::ChunkIdKey::from_scope_secret(&s.secret)))
     };
+    let mut load = StreamLoad::new();
     loop {
         let message = receiver.next()?;
+        let working = Instant::now();
         for op in message.ops {
             let op = op.op.ok_or_else(|| Status::invalid_argument("an empty backup operation"))?;
             if let Op::Start(s) = &op {
@@ -746,7 +749,7 @@ fn run_backup(
                     in_object = true;
                     if count(committed) {
                         state.update_record(session);
-                        let reply = v1::BackupReply { objects, bytes, finished: false };
+                        let reply = load.reply(objects, bytes, false);
                         if tx.blocking_send(Ok(reply)).is_err() {
                             return Ok(());
                         }
@@ -758,6 +761,7 @@ fn run_backup(
                     }
                     batch.append_frame(&frame).map_err(store_status)?;
                     session.bytes.fetch_add(frame.len() as u64, Ordering::Relaxed);
+                    load.bytes += frame.len() as u64;
                 }
                 Op::Chunk(chunk) => {
                     if !in_object {
@@ -791,6 +795,7 @@ fn run_backup(
                     batch.append_chunk(&chunk.frame, key).map_err(store_status)?;
                     current.1 += 1;
                     session.bytes.fetch_add(chunk.frame.len() as u64, Ordering::Relaxed);
+                    load.bytes += chunk.frame.len() as u64;
                 }
                 Op::Reference(r) => {
                     if !in_object {
@@ -831,11 +836,48 @@ fn run_backup(
                     let Some((_, batch)) = started.take() else { return Ok(()) };
                     let c = batch.finish(qsm_catalog::now()).map_err(store_status)?;
                     count(Some(c));
-                    let _ =
-                        tx.blocking_send(Ok(v1::BackupReply { objects, bytes, finished: true }));
+                    load.busy += working.elapsed().as_secs_f64();
+                    let _ = tx.blocking_send(Ok(load.reply(objects, bytes, true)));
                     return Ok(());
                 }
             }
+        }
+        load.busy += working.elapsed().as_secs_f64();
+        if load.reported.elapsed() >= LOAD_EVERY {
+            load.reported = Instant::now();
+            // Never waits: a client that does not read its replies only misses a report.
+            let _ = tx.try_send(Ok(load.reply(objects, bytes, false)));
+        }
+    }
+}
+
+/// How often a backup stream reports the server's load to the client.
+const LOAD_EVERY: Duration = Duration::from_millis(100);
+
+/// The server's work on one backup stream, reported to the client (`BackupReply`'s load
+/// fields), which compresses harder when the server is what limits the backup.
+struct StreamLoad {
+    opened: Instant,
+    reported: Instant,
+    /// Seconds spent on the stream's operations (not waiting for them).
+    busy: f64,
+    /// Frame bytes stored.
+    bytes: u64,
+}
+
+impl StreamLoad {
+    fn new() -> StreamLoad {
+        StreamLoad { opened: Instant::now(), reported: Instant::now(), busy: 0.0, bytes: 0 }
+    }
+
+    fn reply(&self, objects: u64, bytes: u64, finished: bool) -> v1::BackupReply {
+        v1::BackupReply {
+            objects,
+            bytes,
+            finished,
+            store_seconds: self.busy,
+            store_bytes: self.bytes,
+            stream_seconds: self.opened.elapsed().as_secs_f64(),
         }
     }
 }

@@ -523,6 +523,7 @@ impl From<&BackupSummary> for BackupReport {
                 })
                 .collect(),
             bottleneck: s.compression.bottleneck.map(|b| b.name()),
+            server_store_rate: s.compression.server_rate.map(|r| r.round() as u64),
             warnings: s.warnings.clone(),
         }
     }
@@ -660,8 +661,11 @@ struct BackupReport {
     /// "network-bound at 9.8 Mbit/s: zstd:9 on 71% of quanta, ...".
     compression: String,
     compression_mix: Vec<CompressionUse>,
-    /// read, cpu or network (adaptive compression only).
+    /// read, cpu, network or server (adaptive compression only).
     bottleneck: Option<&'static str>,
+    /// Frame bytes per second of the server's storing time, as a remote server reported it
+    /// (adaptive compression only).
+    server_store_rate: Option<u64>,
     warnings: Vec<String>,
 }
 

@@ -38,6 +38,16 @@ pub enum StandCommand {
         #[arg(long)]
         fail_on_slower: bool,
     },
+    /// Keep one of STAND's load emulators running (`cpu:N`, `tlb[:MIB]`, `memory:N[@nodeK]`)
+    /// until interrupted or for --seconds: a competing load for something else on this
+    /// machine, such as a backup.
+    Load {
+        /// The load, as a plan's `loads` name it.
+        load: String,
+        /// Stop after this many seconds (default: run until killed).
+        #[arg(long)]
+        seconds: Option<f64>,
+    },
     /// Draw the plots of a run from its --json report.
     Plot {
         /// The report.
@@ -60,6 +70,29 @@ pub struct Outputs {
     /// size for each algorithm, operation, pattern and load, and latency histograms.
     #[arg(long)]
     plots: Option<PathBuf>,
+}
+
+/// `qsm stand load`: the emulator's threads run until the time is up or the process is killed.
+fn run_load(text: &str, seconds: Option<f64>) -> Result<()> {
+    let load =
+        qsm_stand::load::Load::parse(text).map_err(|e| anyhow::anyhow!("load {text}: {e}"))?;
+    if let Some(s) = seconds
+        && !(s.is_finite() && s > 0.0)
+    {
+        anyhow::bail!("--seconds {s}: must be a positive number of seconds");
+    }
+    // No measured thread: CPU threads float over every core the process may use.
+    let running = qsm_stand::load::start(&load, None, &qsm_stand::load::cpus())
+        .map_err(|e| anyhow::anyhow!("load {text}: {e}"))?;
+    eprintln!("load {} running (pid {}); stop it with Ctrl-C", load.name(), std::process::id());
+    match seconds {
+        Some(s) => std::thread::sleep(std::time::Duration::from_secs_f64(s)),
+        None => loop {
+            std::thread::sleep(std::time::Duration::from_secs(3600));
+        },
+    }
+    running.stop();
+    Ok(())
 }
 
 fn read_report(path: &std::path::Path) -> Result<Report> {
@@ -88,6 +121,10 @@ pub fn stand(cmd: StandCommand) -> Result<bool> {
         }
         StandCommand::Plot { report, out } => {
             plots(&read_report(&report)?, &out)?;
+            return Ok(true);
+        }
+        StandCommand::Load { load, seconds } => {
+            run_load(&load, seconds)?;
             return Ok(true);
         }
     };

@@ -424,6 +424,37 @@ fn stand_plots_a_report_and_compares_two() {
 }
 
 #[test]
+fn stand_load_keeps_a_core_busy_for_the_time_asked() {
+    let bin = assert_cmd::cargo::cargo_bin("qsm");
+    let mut child = std::process::Command::new(&bin)
+        .args(["stand", "load", "cpu:1", "--seconds", "1.5"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{}: {e}", bin.display()));
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    // utime and stime, in clock ticks (100 a second on Linux), after the command name.
+    let stat = fs::read_to_string(format!("/proc/{}/stat", child.id())).unwrap_or_default();
+    let after_name = stat.rsplit(')').next().unwrap_or("");
+    let fields: Vec<u64> =
+        after_name.split_whitespace().skip(11).take(2).filter_map(|f| f.parse().ok()).collect();
+    let cpu = fields.iter().sum::<u64>() as f64 / 100.0;
+    let status = child.wait().unwrap_or_else(|e| panic!("waiting for qsm stand load: {e}"));
+    assert!(status.success(), "{status}");
+    // A spinning thread for a second: most of a core even on a shared host.
+    assert!(cpu >= 0.3, "{cpu} s of CPU in its first second ({stat})");
+    qsm()
+        .args(["stand", "load", "cpu:x"])
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("load cpu:x"));
+    qsm()
+        .args(["stand", "load", "cpu:1", "--seconds=0"])
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("--seconds"));
+}
+
+#[test]
 fn key_init_fingerprint_and_passphrase_change() {
     let dir = TempDir::new().unwrap_or_else(|e| panic!("{e}"));
     let key = dir.path().join("conf/key");

@@ -400,6 +400,40 @@ fn qsm_time_now() -> i64 {
 }
 
 #[test]
+fn the_server_reports_its_load_to_an_adaptive_client() {
+    let dir = TempDir::new().unwrap();
+    let server = ServerProc::start(&dir.path().join("srv"), false);
+    register(&server, "loaded", "loaded-password");
+    let pw = password_file(dir.path(), "pw", "loaded-password");
+    let src = dir.path().join("src");
+    fs::create_dir_all(&src).unwrap();
+    // Incompressible, at 40 Mbit/s: about a second of sending, so the server reports its
+    // load (every 0.1 s) while frames still leave.
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    let noise: Vec<u8> = (0..6_000_000)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 32) as u8
+        })
+        .collect();
+    fs::write(src.join("noise"), noise).unwrap();
+    let report = json(
+        client(&server, "loaded", &pw).args(["backup", "--limit-upload", "40Mbit"]).arg(&src),
+    );
+    let rate = report[0]["server_store_rate"].as_u64();
+    assert!(rate.is_some_and(|r| r > 0), "{report}");
+    // A fixed setting asks nothing of the server.
+    let fixed = json(
+        client(&server, "loaded", &pw)
+            .args(["backup", "--selective", "--compression", "lz4"])
+            .arg(&src),
+    );
+    assert_eq!(fixed[0]["server_store_rate"], serde_json::Value::Null, "{fixed}");
+}
+
+#[test]
 fn bad_logins_a_locked_node_and_no_trust_are_refused_clearly() {
     let dir = TempDir::new().unwrap();
     let server = ServerProc::start(&dir.path().join("srv"), true);
