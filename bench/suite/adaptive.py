@@ -1,32 +1,35 @@
 """Issue 10's benchmark: the backup time of `--compression auto` (adaptive, per quantum)
 against every fixed setting (off, lz4, zstd 1, 3 and 9), for bandwidth limits of 10 Mbit/s,
 100 Mbit/s, 1 Gbit/s and unlimited, and three kinds of data; then again with one core taken
-by a competing process, where the best fixed choice changes."""
+by a competing process (STAND's CPU-load emulator, `qsm stand load cpu:1`), where the best
+fixed choice changes."""
 
 import json
 import os
 import subprocess
-import sys
 
 import data
 import plot
-from common import OUT, Commands, Document, Stat, fresh, log, mib, repeat
+from common import OUT, QSM, Commands, Document, Stat, fresh, log, mib, repeat
 from servers import Served
 
 SETTINGS = ["off", "lz4", "zstd:1", "zstd:3", "zstd:9", "auto"]
 
 
 def _cells(quick):
+    # Every cell lasts at least about a second at its best setting: auto spends its first
+    # 0.3 s or so finding the bottleneck (docs/PERFORMANCE.md §13).
     scale = 1 if quick else 2
     return [("10Mbit", mib(16) * scale), ("100Mbit", mib(64) * scale),
-            ("1Gbit", mib(256) * scale), ("unlimited", mib(256) * scale)]
+            ("1Gbit", mib(512) * scale), ("unlimited", mib(1024) * scale)]
 
 
 class Busy:
-    """A competing process keeping one core busy (a spinning loop)."""
+    """A competing process keeping one core busy: STAND's CPU-load emulator."""
 
     def __enter__(self):
-        self.proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        self.proc = subprocess.Popen([QSM, "stand", "load", "cpu:1"],
+                                     stderr=subprocess.DEVNULL)
         return self
 
     def __exit__(self, *exc):
@@ -86,8 +89,9 @@ machine's ELF files; compressed: the kernel's .tar.xz) with `qsm backup --select
 `qsm server` on 127.0.0.1 (plaintext TCP), at a bandwidth limit (`--limit-upload`), with
 each fixed setting and with `auto`. Times are the client's wall seconds; the best fixed
 setting of each cell is in bold; "auto / best" is auto's time over the best fixed setting's;
-auto's mix is what `qsm backup --json` reported for its median run. "One core busy": a
-spinning process (`python3 -c 'while True: pass'`) takes one of the 2 cores throughout.
+auto's mix is what `qsm backup --json` reported for its median run. "One core busy":
+STAND's CPU-load emulator (`qsm stand load cpu:1`, one thread of integer arithmetic) takes
+one of the 2 cores throughout.
 The warm-up runs unlimited; the timed runs are the median of {settings.runs}.
 """)
     summary = []

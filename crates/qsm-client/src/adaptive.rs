@@ -82,7 +82,7 @@ pub const DWELL: f64 = 0.2;
 /// tenth of a second) and would make it look much faster than it is.
 pub const EVIDENCE_BUSY: f64 = 0.1;
 /// See [`EVIDENCE_BUSY`], seconds.
-pub const EVIDENCE_WAIT: f64 = 0.3;
+pub const EVIDENCE_WAIT: f64 = 0.15;
 /// How long workers wait at most for the first frame to leave, seconds: a safety net only,
 /// since the frame they wait for is never one of theirs (see [`Controller::choose`]).
 pub const FIRST_FRAME_WAIT: f64 = 10.0;
@@ -322,6 +322,8 @@ pub struct Controller {
     state: Mutex<State>,
     /// `QSM_ADAPTIVE_TRACE` set: every decision is printed to stderr.
     trace: bool,
+    /// The most the link may carry, bytes per second (`--limit-upload`).
+    link_limit: f64,
 }
 
 impl Controller {
@@ -383,7 +385,17 @@ impl Controller {
             started: Instant::now(),
             state: Mutex::new(state),
             trace: std::env::var_os("QSM_ADAPTIVE_TRACE").is_some(),
+            link_limit: f64::INFINITY,
         }
+    }
+
+    /// The link carries at most `bytes_per_second` (a `--limit-upload`): below that rate the
+    /// sender never waits, and the send rate it measures says nothing of the limit.
+    pub fn with_link_limit(mut self, bytes_per_second: Option<u64>) -> Controller {
+        if let Some(limit) = bytes_per_second.filter(|&l| l > 0) {
+            self.link_limit = limit as f64;
+        }
+        self
     }
 
     /// The settings, indexed as [`Controller::choose`] answers.
@@ -590,7 +602,7 @@ impl Controller {
         Report {
             rungs: s.uses.clone(),
             bottleneck,
-            send_rate: s.send.rate(),
+            send_rate: s.send.rate().map(|r| r.min(self.link_limit)),
             server_rate: s.server.rate(),
             adaptive: self.adaptive,
         }
@@ -659,7 +671,7 @@ impl Controller {
         let read = s.read.rate().unwrap_or(f64::INFINITY);
         let cpu = headroom * self.workers * speed * s.speed_factor[i];
         let ratio = 1.0 + gain * s.gain_factor[i];
-        let link = s.send.rate().unwrap_or(f64::INFINITY);
+        let link = s.send.rate().unwrap_or(f64::INFINITY).min(self.link_limit);
         // The server stores frame bytes at its own rate; when that is below what the link
         // carries, it is the server that limits sending (its backpressure shows as a slow
         // link only once every buffer between the two is full).
@@ -799,6 +811,11 @@ mod tests {
         /// Seconds per frame byte that no stage sees (a server sharing the client's cores):
         /// the cost the model cannot predict, which only a trial shows.
         unseen: f64,
+        /// The link is a token bucket (`--limit-upload`) over a fast loopback: the sender
+        /// waits only for the part of a frame's time the other stages do not cover.
+        bucket: bool,
+        /// The pipeline's sequence numbers go on from one `run` to the next.
+        seq: std::cell::Cell<u64>,
     }
 
     impl Sim {
@@ -813,6 +830,8 @@ mod tests {
                 server: f64::INFINITY,
                 signal: false,
                 unseen: 0.0,
+                bucket: false,
+                seq: std::cell::Cell::new(0),
             }
         }
 
@@ -839,21 +858,20 @@ mod tests {
             while left > 0.0 {
                 let q = left.min(Q);
                 left -= q;
-                let i = c.choose(t, chosen.len() as u64);
+                let seq = self.seq.get();
+                self.seq.set(seq + 1);
+                let i = c.choose(t, seq);
                 let (read, enc) = (q / self.read, q / self.speed[i]);
                 let out = q / self.ratio[i];
                 let send = out / self.link;
                 c.read(t, q as usize, read);
-                c.compressed(
-                    t,
-                    chosen.len() as u64,
-                    i,
-                    q as usize,
-                    out as usize,
-                    self.ratio[i] <= 1.0,
-                    enc,
-                );
-                c.sent(t, chosen.len() as u64, q as usize, out as usize, send);
+                c.compressed(t, seq, i, q as usize, out as usize, self.ratio[i] <= 1.0, enc);
+                let waited = if self.bucket {
+                    (send - read.max(enc / self.workers as f64)).max(out / 1e10)
+                } else {
+                    send
+                };
+                c.sent(t, seq, q as usize, out as usize, waited);
                 let store = out / self.server;
                 t += read.max(enc / self.workers as f64).max(send).max(store) + out * self.unseen;
                 load.busy += store;
@@ -975,6 +993,8 @@ mod tests {
             server: f64::INFINITY,
             signal: false,
             unseen: 0.0,
+            bucket: false,
+            seq: std::cell::Cell::new(0),
         };
         let c = Controller::adaptive(2);
         let (t, _) = sim.run(&c, 0.0, 64.0 * Q);
@@ -1041,6 +1061,20 @@ mod tests {
         );
         let text = c.report().describe();
         assert!(text.starts_with("server-bound at 100 MB/s: "), "{text}");
+    }
+
+    #[test]
+    fn a_known_link_limit_is_not_mistaken_for_a_free_link() {
+        // 1 Gbit/s and a CPU that compresses zstd:3 below it: the sender never waits, so its
+        // measured rate is the loopback's, but `none` would be capped by the limit.
+        let sim = Sim { bucket: true, ..Sim::silesia(1.0, 125.0 * MB) };
+        let c = Controller::adaptive(sim.workers).with_link_limit(Some(125_000_000));
+        let (t, _) = sim.run(&c, 0.0, 0.35 * sim.best().1);
+        let (_, chosen) = sim.run(&c, t, 2.0 * sim.best().1);
+        assert!(!chosen.contains(&0), "`none` tried on a link that halves the rate: {chosen:?}");
+        // Reported as the link's rate, not the loopback's.
+        let rate = c.report().send_rate.unwrap_or(0.0);
+        assert!(rate > 0.0 && rate <= 125e6, "{rate}");
     }
 
     #[test]

@@ -311,7 +311,8 @@ fn run(
     let stop = &stop;
     let threads = options.threads.unwrap_or_else(qsm_codec::engine::default_threads);
     let controller =
-        if options.adaptive { Controller::adaptive(threads) } else { Controller::fixed(setting) };
+        if options.adaptive { Controller::adaptive(threads) } else { Controller::fixed(setting) }
+            .with_link_limit(options.limit_upload);
     let controller = &controller;
     let is_archive = archive.is_some();
     let scan = ScanProgress::default();

@@ -743,8 +743,8 @@ fn auto_compresses_harder_on_a_slow_link_and_says_why() {
     let (home, dir) = (TempDir::new().unwrap(), TempDir::new().unwrap());
     let src = dir.path().join("src");
     fs::create_dir_all(&src).unwrap();
-    // 12 MiB: in a debug build the first few quanta compress before the first frame has
-    // left (the controller waits at most 0.3 s for it), so they carry the starting zstd-3.
+    // 12 MiB: the first quantum per worker compresses before the link is measured, at the
+    // starting zstd-3; the rest should be chosen for the link.
     fs::write(src.join("words.txt"), words(12 << 20)).unwrap();
     // 5 Mbit/s: even zstd:19 on two cores compresses faster than the link sends (at 10 Mbit/s
     // the two are about even there, and either may be called the bottleneck).
