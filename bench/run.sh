@@ -12,29 +12,44 @@
 # Every figure is the median of N (default 3) runs
 # after an untimed warm-up. Scratch data lives in bench/out/suite (git-ignored).
 #
-# Installs, idempotently: restic, borgbackup, xz-utils (apt-get); rustic and bupstash
-# (cargo install --locked, from crates.io; skipped with a note if they do not build, or with
-# QSM_BENCH_NO_CARGO_PEERS=1). Nothing here runs in CI.
+# Installs, idempotently: xz-utils and GNU time (apt-get); for the peers experiment, restic and
+# borgbackup (apt-get), rustic and bupstash (cargo install --locked, from crates.io; skipped
+# with a note if they do not build, or with QSM_BENCH_NO_CARGO_PEERS=1). Nothing here runs in
+# CI.
 set -euo pipefail
 export LC_ALL=C
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 case " $* " in *" -h "* | *" --help "*) exec python3 "$REPO/bench/suite/run.py" --help ;; esac
 
+# The peer tools are needed by the peers experiment only: run by default, or by name.
+names=() skip=
+for a in "$@"; do
+	if [ -n "$skip" ]; then
+		skip=
+		continue
+	fi
+	case "$a" in --runs) skip=1 ;; -*) ;; *) names+=("$a") ;; esac
+done
+peers=yes
+if [ ${#names[@]} -gt 0 ] && [[ " ${names[*]} " != *" peers "* ]]; then peers=; fi
+
 need=()
-command -v restic >/dev/null || need+=(restic)
-command -v borg >/dev/null || need+=(borgbackup)
 command -v xz >/dev/null || need+=(xz-utils)
 command -v dpkg-deb >/dev/null || need+=(dpkg)
 [ -x /usr/bin/time ] || need+=(time) # GNU time: each tool's peak memory
-# bupstash (built from crates.io below) links the system libsodium.
-[ -f /usr/include/sodium.h ] || need+=(libsodium-dev)
-command -v pkg-config >/dev/null || need+=(pkg-config)
+if [ -n "$peers" ]; then
+	command -v restic >/dev/null || need+=(restic)
+	command -v borg >/dev/null || need+=(borgbackup)
+	# bupstash (built from crates.io below) links the system libsodium.
+	[ -f /usr/include/sodium.h ] || need+=(libsodium-dev)
+	command -v pkg-config >/dev/null || need+=(pkg-config)
+fi
 if [ ${#need[@]} -gt 0 ]; then
 	echo "installing ${need[*]} (apt-get)" >&2
 	apt-get update -qq && apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 export PATH="$HOME/.cargo/bin:$PATH"
-if [ -z "${QSM_BENCH_NO_CARGO_PEERS:-}" ]; then
+if [ -n "$peers" ] && [ -z "${QSM_BENCH_NO_CARGO_PEERS:-}" ]; then
 	for crate in rustic-rs:rustic bupstash:bupstash; do
 		command -v "${crate#*:}" >/dev/null && continue
 		echo "building ${crate%%:*} from crates.io (once; cargo install --locked)" >&2
