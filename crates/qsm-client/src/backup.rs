@@ -435,7 +435,9 @@ fn run(
                         started.elapsed().as_secs_f64(),
                     );
                 }
-                if let Some(load) = batch.server_load() {
+                if controller.is_adaptive()
+                    && let Some(load) = batch.server_load()
+                {
                     controller.server(controller.now(), load);
                 }
                 if last_progress.elapsed() >= PROGRESS_INTERVAL {

@@ -57,17 +57,7 @@ impl Machine {
     }
 }
 
-/// Bytes that do not compress: a xorshift stream.
-fn noise(n: usize, mut s: u64) -> Vec<u8> {
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            s as u8
-        })
-        .collect()
-}
+include!("suite/noise.rs");
 
 fn diff(a: &Path, b: &Path) {
     let out = std::process::Command::new("diff").arg("-r").arg(a).arg(b).output().unwrap();

@@ -229,6 +229,8 @@ fn client(server: &ServerProc, node: &str, pw: &Path) -> Command {
     c
 }
 
+include!("noise.rs");
+
 fn tree(root: &Path) {
     fs::create_dir_all(root.join("docs/deep")).unwrap();
     fs::write(root.join("docs/a.txt"), b"alpha\n".repeat(1000)).unwrap();
@@ -409,16 +411,7 @@ fn the_server_reports_its_load_to_an_adaptive_client() {
     fs::create_dir_all(&src).unwrap();
     // Incompressible, at 40 Mbit/s: about a second of sending, so the server reports its
     // load (every 0.1 s) while frames still leave.
-    let mut x = 0x2545_F491_4F6C_DD1Du64;
-    let noise: Vec<u8> = (0..6_000_000)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 32) as u8
-        })
-        .collect();
-    fs::write(src.join("noise"), noise).unwrap();
+    fs::write(src.join("noise"), noise(6_000_000, 0x2545_F491_4F6C_DD1D)).unwrap();
     let report = json(
         client(&server, "loaded", &pw).args(["backup", "--limit-upload", "40Mbit"]).arg(&src),
     );
