@@ -49,13 +49,9 @@ QSM = os.path.join(REPO, "target", "release", "qsm")
 S3_SERVER = os.path.join(REPO, "target", "release", "examples", "s3-test-server")
 PG = "postgres://postgres@127.0.0.1:5432"
 PASSWORD = "load-password"
-CORPUS = os.path.join(os.path.dirname(REPO), "shared", "corpus")
+CORPUS = os.environ.get("QSM_CORPUS", os.path.join(os.path.dirname(REPO), "shared", "corpus"))
 SILESIA = ["dickens", "mozilla", "mr", "nci", "ooffice", "osdb", "reymont", "samba", "sao",
            "webster", "x-ray", "xml"]
-
-
-def sh(*args, **kw):
-    return subprocess.run(args, check=True, capture_output=True, text=True, **kw)
 
 
 def corpus_mix(out):
@@ -274,10 +270,20 @@ def run_cell(out, catalog_kind, pool_kind, nservers, nclients, trees, pwfile, co
             p = subprocess.Popen([QSM, "backup", "--json", *extra, trees[c]], env=env,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             clients.append((c, p, t0))
-        results = []
-        for c, p, t0 in clients:
+        def reap(p, t0, slot):
+            # Each client is timed when it ends, not when the ones started before it have.
             stdout, stderr = p.communicate()
-            wall = time.perf_counter() - t0
+            slot.append((time.perf_counter() - t0, stdout, stderr))
+        reapers = []
+        for c, p, t0 in clients:
+            slot = []
+            th = threading.Thread(target=reap, args=(p, t0, slot))
+            th.start()
+            reapers.append((c, p, th, slot))
+        results = []
+        for c, p, th, slot in reapers:
+            th.join()
+            wall, stdout, stderr = slot[0]
             ok = p.returncode == 0
             report = json.loads(stdout)[0] if ok and stdout.strip() else {}
             results.append({"client": c, "ok": ok, "wall": wall,

@@ -123,7 +123,7 @@ client's user+sys time over its wall time, as a share of the machine's %d cores;
                  f"{limit}: MB/s against file size; point = middle kind, whisker = worst-best")
         doc.plot(plot.line(f"Client CPU, {limit}", "file size", "% of the machine", labels,
                            [(mode, [sum(results[limit, lab, mode, k][1].median
-                                        for k in data.KINDS) / 3 for lab in labels])
+                                        for k in data.KINDS) / len(data.KINDS) for lab in labels])
                             for mode, _ in MODES]),
                  f"{limit}: client CPU against file size (mean over the kinds)")
     quanta, costs = _quanta_cost(cmds)
@@ -166,8 +166,6 @@ def _quanta_cost(cmds):
 
 
 def _write(doc, cmds, results):
-    def best(limit, lab, mode):
-        return max(results[limit, lab, mode, k][0].median for k in data.KINDS)
     lines = []
     for limit in LIMITS:
         for lab, _ in SIZES:
@@ -208,7 +206,8 @@ def fig23(settings):
         if not os.path.isdir(row):
             tmp = fresh(row + ".tmp")
             for kind in data.KINDS:
-                part = data.files_of(kind, size, count // 3, os.path.join(data.DATA, "fig23"))
+                part = data.files_of(kind, size, count // len(data.KINDS),
+                                     os.path.join(data.DATA, "fig23"))
                 for f in sorted(os.listdir(part)):
                     os.link(os.path.join(part, f), os.path.join(tmp, f"{kind}-{f}"))
             os.rename(tmp, row)

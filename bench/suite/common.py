@@ -85,10 +85,6 @@ class Stat:
         f = f"{{:.{digits}f}}"
         return f"{f.format(self.median)}{unit} ({f.format(self.min)}-{f.format(self.max)})"
 
-    def scaled(self, fn):
-        """The same measurement mapped by FN (e.g. seconds to MB/s); min and max swap when FN
-        is decreasing, so they stay the smaller and the larger."""
-        return Stat(fn(v) for v in self.values)
 
 
 class Settings:

@@ -91,7 +91,10 @@ def _unpack_deb(d, pkg):
         os.remove(old)
     subprocess.run(["apt-get", "download", "-q", pkg], cwd=d, check=True,
                    capture_output=True)
-    deb = glob.glob(os.path.join(d, pkg + "_*.deb"))[0]
+    debs = glob.glob(os.path.join(d, pkg + "_*.deb"))
+    if not debs:
+        raise SystemExit(f"apt-get download {pkg} left no {pkg}_*.deb in {d}")
+    deb = debs[0]
     fsys = subprocess.Popen(["dpkg-deb", "--fsys-tarfile", deb], stdout=subprocess.PIPE)
     subprocess.run(["tar", "-x", "-C", d, "--wildcards", "--strip-components=3",
                     "./usr/src/linux-source-*.tar.xz"], stdin=fsys.stdout, check=True)

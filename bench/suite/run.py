@@ -53,7 +53,12 @@ def main():
         log(f"== {n}")
         try:
             EXPERIMENTS[n](settings)
-        except (CommandFailed, subprocess.CalledProcessError, OSError) as e:
+        except subprocess.CalledProcessError as e:
+            detail = (e.stderr or b"")
+            detail = detail.decode(errors="replace") if isinstance(detail, bytes) else detail
+            sys.exit(f"bench/run.sh: experiment {n} failed: {e}: {detail.strip()[-500:]}")
+        except (CommandFailed, OSError, ValueError) as e:
+            # ValueError: a tool's --json output that did not parse.
             sys.exit(f"bench/run.sh: experiment {n} failed: {e}")
         log(f"== {n}: {time.perf_counter() - t:.0f} s")
     log(f"all done in {time.perf_counter() - started:.0f} s")

@@ -17,7 +17,7 @@ class Served:
     """A server under ROOT (catalog and pool in ROOT unless CATALOG/POOL place them) with the
     node `bench`."""
 
-    def __init__(self, root, catalog=None, pool=None, dedup=False):
+    def __init__(self, root, catalog=None, pool=None):
         os.makedirs(root, exist_ok=True)
         self.root = root
         self.server = load.Server(os.path.join(root, "srv"), pool or os.path.join(root, "pool"),
@@ -51,12 +51,6 @@ class Served:
         before = self.cpu()
         r = self.client(cmds, *args, shape=shape)
         return r, self.cpu() - before
-
-    def admin(self, *args):
-        r = self.server.admin(*args)
-        if r.returncode != 0:
-            raise SystemExit(f"qsm admin {' '.join(args)}: {r.stderr}")
-        return r.stdout
 
     def stop(self):
         """Stops the server and removes its directory: catalog and pool (a benchmark's pool
