@@ -36,8 +36,9 @@ class Qsm(Tool):
 
     def env(self, repo):
         pw = os.path.join(os.path.dirname(repo), "passphrase")
-        with open(pw, "w") as f:
+        with open(os.open(pw, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
             f.write(PASSWORD + "\n")
+        os.chmod(pw, 0o600)
         return {"QSM_HOME": repo, "QSM_KEY_FILE": repo + ".key", "QSM_PASSPHRASE_FILE": pw,
                 "HOME": os.path.dirname(repo)}
 

@@ -130,7 +130,14 @@ impl DedupCache {
         let check = xxhash_rust::xxh3::xxh3_64(&b);
         b.extend_from_slice(&check.to_le_bytes());
         let tmp = path.with_extension("new");
-        let mut f = std::fs::File::create(&tmp)?;
+        // Owner-only: the ids tell what content the node holds. Exclusive, after removing a
+        // crashed save's leftover, so nothing planted at the name is written through.
+        let _ = std::fs::remove_file(&tmp);
+        let mut f = std::os::unix::fs::OpenOptionsExt::mode(
+            std::fs::OpenOptions::new().write(true).create_new(true),
+            0o600,
+        )
+        .open(&tmp)?;
         f.write_all(&b)?;
         f.sync_all()?;
         std::fs::rename(&tmp, path)

@@ -51,6 +51,9 @@ impl Embedded {
                 .map_err(ClientError::io("creating", home))?;
         }
         let store = qsm_store::open_local(&home.join("catalog.db"), &home.join("pool"), "local")?;
+        for warning in store.warnings() {
+            eprintln!("qsm: warning: {warning}");
+        }
         let catalog = store.catalog();
         let node = match catalog.node(LOCAL_NODE)? {
             Some(n) => n.id,

@@ -117,8 +117,20 @@ impl Journal {
     /// Opens (creating) the journal database at `path`.
     pub fn open(path: &Path) -> Result<Journal> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(ClientError::io("creating", dir))?;
+            std::os::unix::fs::DirBuilderExt::mode(
+                std::fs::DirBuilder::new().recursive(true),
+                0o700,
+            )
+            .create(dir)
+            .map_err(ClientError::io("creating", dir))?;
         }
+        // Created owner-only before SQLite opens it (its WAL and shared-memory files take the
+        // database's mode): the journal lists the names of changed files.
+        let _ = std::os::unix::fs::OpenOptionsExt::mode(
+            std::fs::OpenOptions::new().write(true).create_new(true),
+            0o600,
+        )
+        .open(path);
         let conn = Connection::open(path).map_err(db_error(path, "opening"))?;
         conn.busy_timeout(Duration::from_secs(30)).map_err(db_error(path, "opening"))?;
         conn.execute_batch(

@@ -15,8 +15,8 @@ use qsm_pool::container::{
     Sealing, TRAILER_LEN,
 };
 use qsm_pool::{
-    AuditReport, ContainerId, ContainerInfo, DEFAULT_TARGET_SIZE, FrameLocation, MIN_TARGET_SIZE,
-    Pool, PoolError, PoolId, PoolWriter, ScanEnd, ScanStop,
+    AuditReport, CatalogTag, ContainerId, ContainerInfo, DEFAULT_TARGET_SIZE, FrameLocation,
+    MIN_TARGET_SIZE, Pool, PoolError, PoolId, PoolWriter, ScanEnd, ScanStop,
 };
 
 use crate::client::{self, Client, is_not_found};
@@ -32,6 +32,8 @@ use qsm_pool::frames::{Verifier, check_frame};
 pub const S3_MAX_TARGET_SIZE: u64 = 1 << 30;
 
 const DESCRIPTOR: &str = "POOL";
+/// The record of the pool's catalog ([`CatalogTag`]).
+const CATALOG: &str = "CATALOG";
 const CONTAINERS: &str = "containers";
 /// Container ids whose header `read_frame` has verified, before the cache starts over.
 const MAX_CHECKED: usize = 1 << 16;
@@ -659,5 +661,39 @@ impl Pool for S3Pool {
         }
         lock(&inner.checked).remove(&id);
         Ok(())
+    }
+
+    fn catalog(&self) -> Result<Option<CatalogTag>, PoolError> {
+        let client = &self.inner.client;
+        let key = client.key(&[CATALOG]);
+        let (store, path) = (Arc::clone(&client.store), key.clone());
+        let limit = CatalogTag::MAX_LEN as u64 + 1;
+        let got = client.run("reading the pool's catalog record", &key, async move {
+            client::get_range(store, path, 0..limit).await
+        })?;
+        let bytes = match got {
+            Ok((bytes, _)) => bytes,
+            Err(e) if is_not_found(&e) => return Ok(None),
+            Err(e) => return Err(client.error("reading the pool's catalog record", &key, e)),
+        };
+        CatalogTag::parse(&bytes).map(Some).ok_or_else(|| {
+            PoolError::Invalid(format!(
+                "{} is damaged: it is not a catalog record (it names the catalog the pool \
+                 belongs to; delete it to have it written again)",
+                client.url(&key).display()
+            ))
+        })
+    }
+
+    fn set_catalog(&self, tag: &CatalogTag) -> Result<(), PoolError> {
+        // One small PUT: S3 replaces an object whole, never leaving a torn one.
+        let client = &self.inner.client;
+        let key = client.key(&[CATALOG]);
+        let (store, path) = (Arc::clone(&client.store), key.clone());
+        let data = Bytes::from(tag.to_bytes());
+        let put = client.run("writing the pool's catalog record", &key, async move {
+            client::upload(store, path, data, false, 0).await
+        })?;
+        put.map_err(|e| client.error("writing the pool's catalog record", &key, e))
     }
 }

@@ -28,8 +28,8 @@ use std::fmt;
 use qsm_codec::{CodecError, Compression, FrameEncoder, FrameError, FrameHeader, registry};
 
 use crate::{
-    ContainerId, FrameLocation, Pool, PoolError, PoolWriter, ScanEnd, ScanStop, audit_pool,
-    copy_frames,
+    CatalogTag, ContainerId, FrameLocation, Pool, PoolError, PoolWriter, ScanEnd, ScanStop,
+    audit_pool, copy_frames,
 };
 
 /// Why a check failed.
@@ -102,6 +102,7 @@ pub const CHECKS: &[(&str, Check)] = &[
     ("copy_frames_moves_live_frames", copy_frames_moves_live_frames),
     ("wrong_locations_are_corrupt", wrong_locations_are_corrupt),
     ("read_for_decode_matches_read", read_for_decode_matches_read),
+    ("catalog_record", catalog_record),
 ];
 
 /// Runs every check and reports all failures, not only the first.
@@ -650,5 +651,21 @@ pub fn read_for_decode_matches_read(f: &mut dyn PoolFactory) -> Result<(), Failu
         let hb = p.read_frame_for_decode(loc, None, &mut b)?;
         ensure!(ha == hb && a == b && &a == frame, "the two reads of {loc:?} differ");
     }
+    Ok(())
+}
+
+/// A new pool records no catalog; a recorded one reads back as written, a second replaces
+/// it, and the record is not listed as a container.
+pub fn catalog_record(f: &mut dyn PoolFactory) -> Result<(), Failure> {
+    let p = f.new_pool(ONE_CONTAINER)?;
+    ensure!(p.catalog()?.is_none(), "a new pool names a catalog: {:?}", p.catalog()?);
+    let first =
+        CatalogTag { id: "0123456789abcdef".into(), location: "sqlite:/a/catalog.db".into() };
+    p.set_catalog(&first)?;
+    ensure!(p.catalog()? == Some(first.clone()), "the record reads back as {:?}", p.catalog()?);
+    let second = CatalogTag { id: "fedcba9876543210".into(), location: "postgres://h/qsm".into() };
+    p.set_catalog(&second)?;
+    ensure!(p.catalog()? == Some(second), "the record was not replaced: {:?}", p.catalog()?);
+    ensure!(p.containers()?.is_empty(), "the record is listed as a container");
     Ok(())
 }

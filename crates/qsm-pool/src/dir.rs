@@ -22,6 +22,7 @@
 use std::collections::HashSet;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufWriter, ErrorKind, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -37,8 +38,8 @@ use crate::descriptor::{Descriptor, MAX_LEN, check_target, now_secs, random_cont
 use crate::error::{PoolError, read_error, write_error};
 use crate::frames::{Verifier, check_appended, check_frame};
 use crate::{
-    AuditReport, ContainerId, ContainerInfo, FirstError, FrameLocation, Pool, PoolId, PoolWriter,
-    ScanEnd, ScanStop,
+    AuditReport, CatalogTag, ContainerId, ContainerInfo, FirstError, FrameLocation, Pool, PoolId,
+    PoolWriter, ScanEnd, ScanStop,
 };
 
 /// The default target size of a container: 64 MiB. The design asks for "tens of MiB"; this is
@@ -54,6 +55,9 @@ pub const MAX_TARGET_SIZE: u64 = 1 << 40;
 
 const DESCRIPTOR: &str = "POOL";
 const DESCRIPTOR_TMP: &str = ".POOL.partial";
+/// The record of the pool's catalog ([`crate::CatalogTag`]).
+const CATALOG: &str = "CATALOG";
+const CATALOG_TMP: &str = ".CATALOG.partial";
 const CONTAINERS: &str = "containers";
 const EXTENSION: &str = "qsmc";
 /// Small frames are gathered into writes of this size; larger ones go to the file directly.
@@ -111,6 +115,13 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// A directory builder for the pool's own directories: owner-only whatever the umask.
+fn private_dir() -> fs::DirBuilder {
+    let mut builder = fs::DirBuilder::new();
+    builder.mode(0o700);
+    builder
+}
+
 fn sync_dir(dir: &Path) -> Result<(), PoolError> {
     File::open(dir).and_then(|d| d.sync_all()).map_err(|e| write_error("syncing directory", dir, e))
 }
@@ -137,15 +148,16 @@ impl DirPool {
                         root.display()
                     )));
                 }
+                // An empty directory made for the pool beforehand becomes the pool's own.
+                fs::set_permissions(root, fs::Permissions::from_mode(0o700))
+                    .map_err(|e| write_error("making owner-only", root, e))?;
             }
             Err(e) if e.kind() == ErrorKind::NotFound => {
                 // Owner-only whatever the umask: containers hold every file backed up.
-                std::os::unix::fs::DirBuilderExt::mode(
-                    fs::DirBuilder::new().recursive(true),
-                    0o700,
-                )
-                .create(root)
-                .map_err(|e| write_error("creating pool", root, e))?;
+                private_dir()
+                    .recursive(true)
+                    .create(root)
+                    .map_err(|e| write_error("creating pool", root, e))?;
                 if options.fsync
                     && let Some(parent) = root.parent().filter(|p| !p.as_os_str().is_empty())
                 {
@@ -155,7 +167,8 @@ impl DirPool {
             Err(e) => return Err(read_error("reading pool directory", root, e)),
         }
         let containers = root.join(CONTAINERS);
-        fs::create_dir(&containers)
+        private_dir()
+            .create(&containers)
             .map_err(|e| write_error("creating directory", &containers, e))?;
         let tmp = root.join(DESCRIPTOR_TMP);
         let write = |file: &mut File| {
@@ -605,6 +618,48 @@ impl Pool for DirPool {
         }
         Ok(())
     }
+
+    fn catalog(&self) -> Result<Option<CatalogTag>, PoolError> {
+        let path = self.inner.root.join(CATALOG);
+        let mut bytes = Vec::new();
+        let limit = CatalogTag::MAX_LEN as u64 + 1;
+        match File::open(&path).and_then(|f| f.take(limit).read_to_end(&mut bytes)) {
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(read_error("reading the pool's catalog record", &path, e)),
+        }
+        CatalogTag::parse(&bytes).map(Some).ok_or_else(|| {
+            PoolError::Invalid(format!(
+                "{} is damaged: it is not a catalog record (it names the catalog the pool \
+                 belongs to; move it aside to have it written again)",
+                path.display()
+            ))
+        })
+    }
+
+    fn set_catalog(&self, tag: &CatalogTag) -> Result<(), PoolError> {
+        // Written aside, synced and renamed, as the descriptor: a crash leaves the old record
+        // or the new one, never a torn one.
+        let root = &self.inner.root;
+        let (tmp, path) = (root.join(CATALOG_TMP), root.join(CATALOG));
+        let _ = fs::remove_file(&tmp);
+        OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)
+            .and_then(|mut f| {
+                f.write_all(&tag.to_bytes())?;
+                if self.inner.fsync { f.sync_all() } else { Ok(()) }
+            })
+            .map_err(|e| write_error("writing the pool's catalog record", &tmp, e))?;
+        fs::rename(&tmp, &path)
+            .map_err(|e| write_error("writing the pool's catalog record", &path, e))?;
+        if self.inner.fsync {
+            sync_dir(root)?;
+        }
+        Ok(())
+    }
 }
 
 /// The end of a scan of a container too short to hold its header.
@@ -681,13 +736,15 @@ impl DirWriter {
             let id = random_container_id()?;
             let path = pool.container_path(id);
             let Some(dir) = path.parent().map(Path::to_path_buf) else { continue };
-            match fs::create_dir(&dir) {
+            match private_dir().create(&dir) {
                 Ok(()) => {}
                 Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
                 Err(e) => return Err(write_error("creating directory", &dir, e)),
             }
-            // create_new: an id that exists is retried, never overwritten.
-            let mut file = match OpenOptions::new().write(true).create_new(true).open(&path) {
+            // create_new: an id that exists is retried, never overwritten. Owner-only whatever
+            // the umask or the pool directory's own mode: a container holds backed-up files.
+            let created = OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path);
+            let mut file = match created {
                 Ok(file) => file,
                 Err(e) if e.kind() == ErrorKind::AlreadyExists => continue,
                 Err(e) => return Err(write_error("creating container", &path, e)),

@@ -267,6 +267,45 @@ pub trait Pool: Send + Sync + fmt::Debug {
 
     /// Deletes container `id`. The caller makes sure the catalog no longer references it.
     fn delete(&self, id: ContainerId) -> Result<(), PoolError>;
+
+    /// The catalog this pool belongs to, as [`Pool::set_catalog`] last recorded it (`None`:
+    /// never recorded, as in pools made before the record existed). The store compares it with
+    /// the catalog it is opened with, so that a lost, replaced or mistyped catalog never makes
+    /// the pool's containers look like orphans.
+    fn catalog(&self) -> Result<Option<CatalogTag>, PoolError>;
+
+    /// Records `tag` as the pool's catalog, durably, replacing any earlier record.
+    fn set_catalog(&self, tag: &CatalogTag) -> Result<(), PoolError>;
+}
+
+/// The identity of a pool's catalog as the pool records it: the catalog's random id, and where
+/// it was when recorded (for messages only: a catalog may move, its id does not).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CatalogTag {
+    /// The catalog's id (16 hex digits).
+    pub id: String,
+    /// Where it was (`sqlite:/srv/qsm/catalog.db`, a PostgreSQL URL without its password).
+    pub location: String,
+}
+
+impl CatalogTag {
+    /// The longest record read back: anything longer is not one.
+    pub const MAX_LEN: usize = 4096;
+
+    /// The record's bytes: `QSMC1`, the id and the location, one per line.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        format!("QSMC1\n{}\n{}\n", self.id, self.location.replace('\n', " ")).into_bytes()
+    }
+
+    /// Parses a record; `None` for anything that is not one (its caller names the object).
+    pub fn parse(bytes: &[u8]) -> Option<CatalogTag> {
+        let text = std::str::from_utf8(bytes).ok()?;
+        let mut lines = text.strip_suffix('\n')?.split('\n');
+        let (magic, id, location) = (lines.next()?, lines.next()?, lines.next()?);
+        let hex = id.len() == 16 && id.bytes().all(|b| b.is_ascii_hexdigit());
+        (magic == "QSMC1" && hex && lines.next().is_none())
+            .then(|| CatalogTag { id: id.to_owned(), location: location.to_owned() })
+    }
 }
 
 /// Appends frames to open containers of one pool; see the crate documentation for the
@@ -337,4 +376,24 @@ pub fn audit_pool(pool: &dyn Pool) -> Result<Vec<(ContainerId, ContainerAudit)>,
         }
     }
     Ok(reports)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CatalogTag;
+
+    #[test]
+    fn catalog_tags_round_trip_and_damage_is_refused() {
+        let tag = CatalogTag { id: "00ff00ff00ff00ff".into(), location: "sqlite:/x y/c.db".into() };
+        let bytes = tag.to_bytes();
+        assert_eq!(CatalogTag::parse(&bytes), Some(tag));
+        for cut in 0..bytes.len() {
+            assert_eq!(CatalogTag::parse(&bytes[..cut]), None, "truncated at {cut}");
+        }
+        let mut flipped = bytes.clone();
+        flipped[7] = b'g';
+        assert_eq!(CatalogTag::parse(&flipped), None);
+        assert_eq!(CatalogTag::parse(b"QSMC1\n0123\nx\n"), None, "short id");
+        assert_eq!(CatalogTag::parse(b"QSMC2\n00ff00ff00ff00ff\nx\n"), None, "other version");
+    }
 }

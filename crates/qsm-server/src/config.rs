@@ -115,6 +115,12 @@ impl ServerConfig {
     /// Opens the store: the catalog, and the pool this configuration names (created on first
     /// use, unless the catalog already refers to a pool: then a missing pool is an error).
     pub fn open_store(&self) -> Result<qsm_store::Store, String> {
+        if self.s3.is_none() && self.catalog_url().is_none() {
+            // The local case in one place: it refuses a missing catalog beside a pool with
+            // data before an empty one is created there.
+            return qsm_store::open_local(&self.catalog_path(), &self.pool_path(), "primary")
+                .map_err(|e| e.to_string());
+        }
         let catalog = self.open_catalog().map_err(|e| e.to_string())?;
         let Some(s3) = &self.s3 else {
             return qsm_store::open_catalog(catalog, &self.pool_path(), "primary")

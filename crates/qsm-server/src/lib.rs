@@ -72,6 +72,10 @@ async fn serve(config: ServerConfig, ready: impl FnOnce(&Listening)) -> Result<(
         .await
         .map_err(|e| ServerError(format!("opening the store: {e}")))?
         .map_err(|e| ServerError(format!("opening the store: {e}")))?;
+    for warning in store.warnings() {
+        eprintln!("qsm server: warning: {warning}");
+        let _ = store.catalog().log(qsm_catalog::Severity::Warning, warning, None, None, None);
+    }
     if let Ok(Some(t)) = store.catalog().state_value(qsm_store::RESTORED_AT)
         && t != 0
     {

@@ -65,6 +65,24 @@ pub enum StoreError {
     /// The catalog names a pool that is not where it should be.
     #[error("{0}")]
     MissingPool(String),
+    /// The pool holds containers, but the catalog has no record of the pool: it is a new
+    /// catalog, or another pool's. Opening would make every container an orphan.
+    #[error(
+        "the storage pool {pool} holds {containers} containers ({bytes} bytes){}, but the catalog {catalog} does not know this pool: it is a new catalog, or another pool's. Nothing was changed. Use the pool's own catalog (check --catalog or QSM_HOME), or restore it from a catalog backup (`qsm server --data-dir DIR restore-db`)",
+        recorded.as_ref().map(|t| format!(" written under catalog {} ({})", t.id, t.location)).unwrap_or_default()
+    )]
+    ForeignCatalog {
+        /// The pool: name and id.
+        pool: String,
+        /// Containers it holds.
+        containers: u64,
+        /// Their bytes.
+        bytes: u64,
+        /// The catalog the pool last recorded, if any.
+        recorded: Option<qsm_pool::CatalogTag>,
+        /// The catalog that was refused.
+        catalog: String,
+    },
     /// Containers the catalog does not know may hold data newer than it.
     #[error(
         "the catalog was restored from a copy (at {0}, seconds since the epoch): containers it does not know may hold the data of later backups, so none is deleted; run `qsm admin audit stgpool`, then `qsm admin audit stgpool --release-unknown` to let reclamation delete them"
@@ -74,8 +92,10 @@ pub enum StoreError {
 
 mod audit;
 mod local;
+mod owner;
 pub use audit::{AuditOptions, AuditReport, DamagedChunk, RESTORED_AT};
 pub use local::{open_catalog, open_local, open_with_pool};
+pub use owner::CATALOG_ID;
 
 /// Result of store operations.
 pub type Result<T> = std::result::Result<T, StoreError>;
@@ -111,6 +131,8 @@ pub struct Store {
     /// creates its new container inside `append`, before it can register it as open, and
     /// orphan removal must not see that container in between.
     appending: RwLock<()>,
+    /// What the operator should hear about the store as it was opened.
+    warnings: Vec<String>,
 }
 
 /// What one commit recorded.
@@ -123,8 +145,10 @@ pub struct Committed {
 }
 
 impl Store {
-    /// A store over `pool`, recorded in `catalog` under the pool's name (created if new).
-    pub fn new(catalog: Arc<dyn Catalog>, pool: Arc<dyn Pool>) -> Result<Store> {
+    /// A store over `pool`, recorded in `catalog` (at `location`, for messages and the pool's
+    /// record of it) under the pool's name. A pool the catalog does not know is recorded if it
+    /// holds nothing, and refused if it holds containers (module `owner`).
+    pub fn new(catalog: Arc<dyn Catalog>, pool: Arc<dyn Pool>, location: &str) -> Result<Store> {
         let existing = catalog.pools()?.into_iter().find(|p| p.name == pool.name());
         let pool_record = match existing {
             // The same name must be the same pool: another pool under a known name would let
@@ -138,16 +162,27 @@ impl Store {
                 ))));
             }
             Some(p) => p.id,
+            None if owner::holds_data(pool.as_ref())? => {
+                return Err(owner::foreign(pool.as_ref(), location)?);
+            }
             // The pool's own id (its Display form, 32 hex digits) ties the record to the pool.
             None => catalog.define_pool(pool.name(), pool.kind(), &pool.id().to_string())?,
         };
+        owner::claim(catalog.as_ref(), pool.as_ref(), location)?;
         Ok(Store {
             catalog,
             pool,
             pool_record,
             open: Mutex::new(HashSet::new()),
             appending: RwLock::new(()),
+            warnings: Vec::new(),
         })
+    }
+
+    /// Warnings about the store as it was opened (a pool directory others can read, say),
+    /// for the server's log and the client's stderr.
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
     }
 
     /// The catalog.

@@ -13,6 +13,17 @@ use crate::{Result, Store, StoreError};
 /// missing is refused, never replaced by an empty one: later incremental backups would skip
 /// files whose data is stored nowhere.
 pub fn open_local(catalog: &Path, pool: &Path, pool_name: &str) -> Result<Store> {
+    // A missing catalog beside a pool that holds data is refused before an empty catalog is
+    // created in its place: the lost one may still be put back there.
+    if !catalog.exists() && pool.join("POOL").exists() {
+        let dir_pool = DirPool::open(pool)?;
+        if crate::owner::holds_data(&dir_pool)? {
+            return Err(crate::owner::foreign(
+                &dir_pool,
+                &format!("{} (missing)", catalog.display()),
+            )?);
+        }
+    }
     open_catalog(AnyCatalog::Sqlite(SqliteCatalog::open(catalog)?), pool, pool_name)
 }
 
@@ -29,7 +40,24 @@ pub fn open_catalog(catalog: AnyCatalog, pool: &Path, pool_name: &str) -> Result
     } else {
         DirPool::create(pool, pool_name, &DirPoolOptions::default())?
     };
-    open_with_pool(catalog, Arc::new(dir_pool))
+    let mut store = open_with_pool(catalog, Arc::new(dir_pool))?;
+    store.warnings.extend(readable_by_others(pool));
+    Ok(store)
+}
+
+/// A warning if the directory `dir` lets others in: the pool creates its own directories and
+/// containers owner-only, but one made beforehand (or containers written before they were
+/// made owner-only) may not be.
+fn readable_by_others(dir: &Path) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(dir).ok()?.permissions().mode() & 0o777;
+    (mode & 0o077 != 0).then(|| {
+        format!(
+            "the storage pool directory {} has mode {mode:03o}: other users may reach backed-up \
+             data; `chmod 700` it",
+            dir.display()
+        )
+    })
 }
 
 /// A store over `catalog` and an already open `pool` of any kind (an S3 pool, say).
@@ -52,5 +80,5 @@ pub fn open_with_pool(catalog: AnyCatalog, pool: Arc<dyn Pool>) -> Result<Store>
         );
     }
     let catalog: Arc<dyn Catalog> = catalog.into_shared();
-    Store::new(catalog, pool)
+    Store::new(catalog, pool, &name)
 }

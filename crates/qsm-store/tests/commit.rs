@@ -192,8 +192,9 @@ fn another_pool_under_a_known_name_is_refused() {
     )
     .unwrap();
     let catalog = qsm_catalog::SqliteCatalog::open(&dir.path().join("catalog.db")).unwrap();
-    let err = qsm_store::Store::new(std::sync::Arc::new(catalog), std::sync::Arc::new(other))
-        .unwrap_err();
+    let err =
+        qsm_store::Store::new(std::sync::Arc::new(catalog), std::sync::Arc::new(other), "test")
+            .unwrap_err();
     assert!(err.to_string().contains("has id"), "{err}");
 }
 
@@ -260,7 +261,8 @@ fn a_full_pool_disk_loses_nothing_committed() {
     )
     .unwrap();
     let store =
-        qsm_store::Store::new(std::sync::Arc::new(catalog), std::sync::Arc::new(pool)).unwrap();
+        qsm_store::Store::new(std::sync::Arc::new(catalog), std::sync::Arc::new(pool), "test")
+            .unwrap();
     let mut batch = store.batch(TxnLimits::default()).unwrap();
     let mut committed = Vec::new();
     let mut error = None;
@@ -339,4 +341,105 @@ fn keyed_chunks_are_referenced_by_id_and_unknown_ids_are_refused() {
     assert!(e.to_string().contains("does not hold"), "{e}");
     drop(batch);
     assert!(store.check().unwrap().problems.is_empty());
+}
+
+/// Issue 23: a lost or mistyped catalog used to be replaced by an empty one, after which orphan
+/// removal deleted every container of the pool.
+#[test]
+fn a_pool_with_data_and_a_new_catalog_is_refused_and_left_intact() {
+    let dir = TempDir::new().unwrap();
+    let (catalog, pool) = (dir.path().join("catalog.db"), dir.path().join("pool"));
+    let store = qsm_store::open_local(&catalog, &pool, "main").unwrap();
+    let node = store
+        .catalog()
+        .register_node("n", "h", qsm_catalog::standard_domain(store.catalog().as_ref()).unwrap())
+        .unwrap();
+    let fs = store.catalog().filespace(node, "/data").unwrap();
+    let mut batch = store.batch(TxnLimits::default()).unwrap();
+    add(&mut batch, fs, "/a", &data(200_000, 1));
+    batch.finish(1).unwrap();
+    let before = store.pool().containers().unwrap();
+    assert!(!before.is_empty());
+    drop(store);
+
+    // The catalog moved away: refused, and no empty catalog is left in its place.
+    std::fs::rename(&catalog, dir.path().join("moved.db")).unwrap();
+    let err = qsm_store::open_local(&catalog, &pool, "main").unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, qsm_store::StoreError::ForeignCatalog { .. }), "{text}");
+    for part in
+        ["'main'", "1 containers", "catalog.db (missing)", "restore-db", "written under catalog"]
+    {
+        assert!(text.contains(part), "{part:?} missing from: {text}");
+    }
+    assert!(!catalog.exists(), "an empty catalog was created in place of the lost one");
+
+    // Another, existing catalog (a mistyped --catalog): refused the same way.
+    let other = dir.path().join("other.db");
+    drop(qsm_catalog::SqliteCatalog::open(&other).unwrap());
+    let err = qsm_store::open_local(&other, &pool, "main").unwrap_err();
+    assert!(matches!(err, qsm_store::StoreError::ForeignCatalog { .. }), "{err}");
+
+    // The pool is untouched, and its own catalog opens it again, data and all.
+    std::fs::rename(dir.path().join("moved.db"), &catalog).unwrap();
+    let store = qsm_store::open_local(&catalog, &pool, "main").unwrap();
+    assert_eq!(store.pool().containers().unwrap(), before);
+    assert!(store.remove_orphans().unwrap().is_empty());
+    assert!(store.check().unwrap().problems.is_empty());
+}
+
+/// A catalog that knows the pool while the pool names another catalog is an older copy put
+/// back by hand: it opens, but reclamation and orphan removal wait for an audit.
+#[test]
+fn a_copy_of_another_catalog_opens_as_restored() {
+    let dir = TempDir::new().unwrap();
+    let (catalog, pool) = (dir.path().join("catalog.db"), dir.path().join("pool"));
+    let store = qsm_store::open_local(&catalog, &pool, "main").unwrap();
+    let id = store.catalog().state_value(qsm_store::CATALOG_ID).unwrap();
+    assert!(id.is_some_and(|id| id != 0), "the catalog has no id");
+    assert_eq!(
+        store.pool().catalog().unwrap().map(|t| t.id),
+        id.map(|id| format!("{:016x}", id as u64))
+    );
+    store.catalog().set_state_value(qsm_store::CATALOG_ID, 42).unwrap();
+    drop(store);
+    let store = qsm_store::open_local(&catalog, &pool, "main").unwrap();
+    let err = store.remove_orphans().unwrap_err();
+    assert!(matches!(err, qsm_store::StoreError::Restored(_)), "{err}");
+    assert!(matches!(store.reclaim(0.5).unwrap_err(), qsm_store::StoreError::Restored(_)));
+    assert_eq!(store.pool().catalog().unwrap().map(|t| t.id).as_deref(), Some("000000000000002a"));
+}
+
+/// Containers and the pool's directories are owner-only whatever the umask (issue 23).
+#[test]
+fn pool_files_are_owner_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = TempDir::new().unwrap();
+    let pool = dir.path().join("pool");
+    std::fs::create_dir(&pool).unwrap();
+    std::fs::set_permissions(&pool, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let store = qsm_store::open_local(&dir.path().join("catalog.db"), &pool, "main").unwrap();
+    let node = store
+        .catalog()
+        .register_node("n", "h", qsm_catalog::standard_domain(store.catalog().as_ref()).unwrap())
+        .unwrap();
+    let fs = store.catalog().filespace(node, "/data").unwrap();
+    let mut batch = store.batch(TxnLimits::default()).unwrap();
+    add(&mut batch, fs, "/a", &data(10_000, 2));
+    batch.finish(1).unwrap();
+    let mut seen = 0;
+    let mut stack = vec![pool.clone()];
+    while let Some(p) = stack.pop() {
+        let meta = std::fs::symlink_metadata(&p).unwrap();
+        let expected = if meta.is_dir() { 0o700 } else { 0o600 };
+        if meta.is_dir() {
+            stack.extend(std::fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
+        } else if p.extension().is_some_and(|e| e == "qsmc") {
+            seen += 1;
+        }
+        if meta.is_dir() || p.extension().is_some_and(|e| e == "qsmc") || p.ends_with("CATALOG") {
+            assert_eq!(meta.permissions().mode() & 0o777, expected, "{}", p.display());
+        }
+    }
+    assert!(seen > 0, "no container was found to check");
 }

@@ -118,17 +118,27 @@ impl Connected {
     }
 }
 
-/// The first line of a password file, which must not be readable by others.
-pub fn read_password(path: &Path) -> Result<String> {
+/// Refuses a secret's file (`what`: "password file") that others could read or change.
+pub fn check_owner_only(path: &Path, what: &str) -> Result<()> {
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::metadata(path)
-        .with_context(|| format!("reading the password file {}", path.display()))?;
+        .with_context(|| format!("reading the {what} {}", path.display()))?;
     if meta.mode() & 0o077 != 0 {
-        bail!("the password file {} is readable by others: chmod 600 it", path.display());
+        bail!("the {what} {} is readable by others: chmod 600 it", path.display());
     }
+    Ok(())
+}
+
+/// The first line of a password file, which must not be readable by others.
+pub fn read_password(path: &Path) -> Result<String> {
+    check_owner_only(path, "password file")?;
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading the password file {}", path.display()))?;
-    Ok(text.lines().next().unwrap_or_default().to_owned())
+    let password = text.lines().next().unwrap_or_default();
+    if password.is_empty() {
+        bail!("the password file {} is empty: its first line is the password", path.display());
+    }
+    Ok(password.to_owned())
 }
 
 impl Conn {

@@ -77,12 +77,17 @@ pub fn key_path(given: Option<PathBuf>) -> Result<PathBuf> {
 /// A passphrase from the file named by `env`, or from the terminal with `prompt`.
 fn passphrase(env: &str, prompt: &str) -> Result<Vec<u8>> {
     if let Some(path) = std::env::var_os(env) {
+        crate::conn::check_owner_only(Path::new(&path), &format!("passphrase file ({env})"))?;
         let text = std::fs::read(&path).with_context(|| {
             format!("reading the passphrase from {} ({env})", Path::new(&path).display())
         })?;
         // One trailing newline is the file's, not the passphrase's.
         let text = text.strip_suffix(b"\n").unwrap_or(&text);
-        return Ok(text.strip_suffix(b"\r").unwrap_or(text).to_vec());
+        let text = text.strip_suffix(b"\r").unwrap_or(text);
+        if text.is_empty() {
+            bail!("the passphrase file {} ({env}) is empty", Path::new(&path).display());
+        }
+        return Ok(text.to_vec());
     }
     let tty =
         std::fs::OpenOptions::new().read(true).write(true).open("/dev/tty").with_context(|| {

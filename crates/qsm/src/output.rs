@@ -50,8 +50,16 @@ impl Output {
             path.file_name().with_context(|| format!("{} is not a file name", path.display()))?;
         let tmp =
             dir.join(format!(".{}.qsm-partial-{}", name.to_string_lossy(), std::process::id()));
-        let file =
-            File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+        // Exclusive and owner-only until the caller sets the final permissions: never through
+        // a file or symlink already at the name, never readable by others meanwhile. A
+        // leftover of this pid's earlier run (pids are reused) is removed first.
+        let _ = std::fs::remove_file(&tmp);
+        let file = std::os::unix::fs::OpenOptionsExt::mode(
+            std::fs::OpenOptions::new().write(true).create_new(true),
+            0o600,
+        )
+        .open(&tmp)
+        .with_context(|| format!("cannot create {}", tmp.display()))?;
         Ok(Output::File {
             tmp: Some(tmp),
             path: path.to_path_buf(),

@@ -459,8 +459,11 @@ fn key_init_fingerprint_and_passphrase_change() {
     let dir = TempDir::new().unwrap_or_else(|e| panic!("{e}"));
     let key = dir.path().join("conf/key");
     let pass = |name: &str, text: &str| {
+        use std::os::unix::fs::PermissionsExt;
         let p = dir.path().join(name);
         fs::write(&p, text).unwrap_or_else(|e| panic!("{e}"));
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o600))
+            .unwrap_or_else(|e| panic!("{e}"));
         p
     };
     let (old, new, wrong, short) = (
@@ -479,6 +482,20 @@ fn key_init_fingerprint_and_passphrase_change() {
         c
     };
     key_cmd("init", &short).assert().failure().stderr(predicate::str::contains("shorter than 8"));
+    // A passphrase file others can read is refused, as a password file is (issue 23); so is
+    // an empty one.
+    let open = pass("open", "a readable passphrase");
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(&open, fs::Permissions::from_mode(0o644)).unwrap_or_else(|e| panic!("{e}"));
+    key_cmd("init", &open)
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("readable by others"));
+    key_cmd("init", &pass("empty", "\n"))
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("is empty"));
+    assert!(!key.exists());
     assert!(!key.exists());
     let out = key_cmd("init", &old).assert().success().get_output().stdout.clone();
     let out = String::from_utf8_lossy(&out);
@@ -489,7 +506,6 @@ fn key_init_fingerprint_and_passphrase_change() {
         .to_owned();
     assert_eq!(fingerprint.len(), 39, "{fingerprint}");
     assert!(out.contains("Keep the passphrase safe"), "{out}");
-    use std::os::unix::fs::PermissionsExt;
     let mode = fs::metadata(&key).map(|m| m.permissions().mode() & 0o777).unwrap_or(0);
     assert_eq!(mode, 0o600);
     assert_eq!(read(&key).len(), 96);

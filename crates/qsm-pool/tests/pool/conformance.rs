@@ -55,6 +55,7 @@ conformance_tests!(
     copy_frames_moves_live_frames,
     wrong_locations_are_corrupt,
     read_for_decode_matches_read,
+    catalog_record,
 );
 
 #[test]

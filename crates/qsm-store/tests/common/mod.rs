@@ -31,7 +31,7 @@ pub fn open_store(dir: &Path, target_size: Option<u64>) -> (Store, FilespaceId) 
     };
     let catalog: Arc<dyn Catalog> = Arc::new(catalog);
     let pool: Arc<dyn Pool> = Arc::new(pool);
-    (Store::new(catalog, pool).unwrap(), fs)
+    (Store::new(catalog, pool, "test catalog").unwrap(), fs)
 }
 
 /// Deterministic, compressible-ish bytes.
