@@ -268,7 +268,12 @@ fn run(
     let ids_ref = ids.as_ref();
     let shared = dedup.is_some();
     let journal = match (&options.journal, options.full || archive.is_some()) {
-        (Some(path), false) => Some(JournalUse::start(path, server, &summary.filespace)?),
+        (Some(path), false) => Some(JournalUse::start(
+            path,
+            server,
+            &summary.filespace,
+            &options.filter.fingerprint(),
+        )?),
         _ => None,
     };
     let journal_changes = match &journal {
@@ -719,7 +724,9 @@ impl Merge<'_> {
                 Verdict::Unmatched => !is_dir,
                 Verdict::Included => false,
             };
+            // Not taken now: inactive, with everything below it, as a scan leaves it.
             if !rel.is_empty() && (excluded || skipped) {
+                self.gone(&rel)?;
                 continue;
             }
             if !is_dir {
@@ -774,6 +781,8 @@ struct JournalUse {
     journal: crate::journal::Journal,
     plan: crate::journal::Plan,
     server: String,
+    /// The backup's include/exclude patterns ([`Filter::fingerprint`]).
+    patterns: String,
 }
 
 fn generation(server: &dyn Server, name: &str) -> Result<i64> {
@@ -786,11 +795,11 @@ fn generation(server: &dyn Server, name: &str) -> Result<i64> {
 }
 
 impl JournalUse {
-    fn start(path: &Path, server: &dyn Server, name: &str) -> Result<JournalUse> {
+    fn start(path: &Path, server: &dyn Server, name: &str, patterns: &str) -> Result<JournalUse> {
         let journal = crate::journal::Journal::open(path)?;
         let key = server.describe();
-        let plan = journal.plan(name, &key, generation(server, name)?)?;
-        Ok(JournalUse { journal, plan, server: key })
+        let plan = journal.plan(name, &key, generation(server, name)?, patterns)?;
+        Ok(JournalUse { journal, plan, server: key, patterns: patterns.to_owned() })
     }
 
     /// The backup committed; `skipped` files it could not read or that changed under it.
@@ -804,7 +813,7 @@ impl JournalUse {
             return self.journal.skipped(name, &self.server, mark);
         }
         let g = generation(server, name)?;
-        self.journal.consumed(name, &self.server, mark, g)
+        self.journal.consumed(name, &self.server, mark, g, &self.patterns)
     }
 }
 

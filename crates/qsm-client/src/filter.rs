@@ -24,6 +24,8 @@ use crate::error::{ClientError, Result};
 pub struct Filter {
     include: Rules,
     exclude: Rules,
+    /// The patterns as given, sorted: what [`Filter::fingerprint`] names.
+    patterns: (Vec<String>, Vec<String>),
 }
 
 /// What the filter says about one entry.
@@ -51,10 +53,33 @@ struct Rules {
 impl Filter {
     /// Compiles the patterns; a malformed one is named in the error.
     pub fn new(include: &[String], exclude: &[String]) -> Result<Filter> {
+        let sorted = |list: &[String]| {
+            let mut list = list.to_vec();
+            list.sort();
+            list.dedup();
+            list
+        };
         Ok(Filter {
             include: Rules::new(include, "include")?,
             exclude: Rules::new(exclude, "exclude")?,
+            patterns: (sorted(include), sorted(exclude)),
         })
+    }
+
+    /// Names the set of patterns (order and repeats aside): two filters with one fingerprint
+    /// take the same entries. The change journal keeps it with a consumed backup, so changes
+    /// an exclude skipped are not taken as done by a backup without it.
+    pub fn fingerprint(&self) -> String {
+        let mut text = String::new();
+        for (tag, list) in [("i", &self.patterns.0), ("e", &self.patterns.1)] {
+            for p in list {
+                text.push_str(tag);
+                text.push_str(&p.len().to_string());
+                text.push(':');
+                text.push_str(p);
+            }
+        }
+        format!("{:016x}", xxhash_rust::xxh3::xxh3_64(text.as_bytes()))
     }
 
     /// Whether the filter can skip anything at all.

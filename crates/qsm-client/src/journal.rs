@@ -146,6 +146,20 @@ impl Journal {
              INSERT OR IGNORE INTO counter (id, next) VALUES (1, 1);",
         )
         .map_err(db_error(path, "creating its tables"))?;
+        // Journals made before backups recorded their patterns: '' matches no filter, so the
+        // first backup after the upgrade scans.
+        let has_patterns: bool = conn
+            .query_row(
+                "SELECT count(*) FROM pragma_table_info('consumed') WHERE name = 'patterns'",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
+            .map(|n| n > 0)
+            .map_err(db_error(path, "reading its tables"))?;
+        if !has_patterns {
+            conn.execute_batch("ALTER TABLE consumed ADD COLUMN patterns TEXT NOT NULL DEFAULT ''")
+                .map_err(db_error(path, "upgrading its tables"))?;
+        }
         Ok(Journal { conn, path: path.to_path_buf() })
     }
 
@@ -202,8 +216,9 @@ impl Journal {
             .map_err(db_error(&self.path, "invalidating"))
     }
 
-    /// What a backup of `root` to `server`, whose filespace is at `generation`, does.
-    pub fn plan(&self, root: &str, server: &str, generation: i64) -> Result<Plan> {
+    /// What a backup of `root` to `server`, whose filespace is at `generation`, with the
+    /// include/exclude patterns `patterns` ([`crate::filter::Filter::fingerprint`]), does.
+    pub fn plan(&self, root: &str, server: &str, generation: i64, patterns: &str) -> Result<Plan> {
         let err = || db_error(&self.path, "reading");
         let state: Option<(String, bool, String)> = self
             .conn
@@ -234,23 +249,31 @@ impl Journal {
             })
             .map_err(err())?;
         let mark = Mark { journal_id: journal_id.clone(), upto };
-        let consumed: Option<(String, i64)> = self
+        let consumed: Option<(String, i64, String)> = self
             .conn
             .query_row(
-                "SELECT journal_id, generation FROM consumed WHERE root = ?1 AND server = ?2",
+                "SELECT journal_id, generation, patterns FROM consumed WHERE root = ?1 AND server = ?2",
                 params![root, server],
-                |r| Ok((r.get(0)?, r.get(1)?)),
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
             )
             .optional()
             .map_err(err())?;
         let why = match consumed {
             None => "no backup was made while the journal ran".to_owned(),
-            Some((_, RETRY)) => "the last backup skipped files: scanning retries them".to_owned(),
-            Some((id, _)) if id != journal_id => {
+            Some((_, RETRY, _)) => {
+                "the last backup skipped files: scanning retries them".to_owned()
+            }
+            Some((id, _, _)) if id != journal_id => {
                 "the journal daemon restarted since the last backup".to_owned()
             }
-            Some((_, g)) if g != generation => {
+            Some((_, g, _)) if g != generation => {
                 "the server's inventory changed since the last backup".to_owned()
+            }
+            // Changes the last backup's patterns skipped were consumed with it all the same;
+            // entries those patterns excluded and these take (or the reverse) changed state
+            // without any change the journal saw.
+            Some((_, _, p)) if p != patterns => {
+                "the include/exclude patterns differ from the last backup's".to_owned()
             }
             Some(_) => {
                 let mut stmt = self
@@ -280,14 +303,15 @@ impl Journal {
         server: &str,
         mark: &Mark,
         generation: i64,
+        patterns: &str,
     ) -> Result<()> {
         let t = self.conn.transaction().map_err(db_error(&self.path, "updating"))?;
         t.execute("DELETE FROM changes WHERE root = ?1 AND seq <= ?2", params![root, mark.upto])
             .and_then(|_| {
                 t.execute(
-                    "INSERT INTO consumed (root, server, journal_id, generation) VALUES (?1, ?2, ?3, ?4) \
-                     ON CONFLICT (root, server) DO UPDATE SET journal_id = excluded.journal_id, generation = excluded.generation",
-                    params![root, server, mark.journal_id, generation],
+                    "INSERT INTO consumed (root, server, journal_id, generation, patterns) VALUES (?1, ?2, ?3, ?4, ?5) \
+                     ON CONFLICT (root, server) DO UPDATE SET journal_id = excluded.journal_id, generation = excluded.generation, patterns = excluded.patterns",
+                    params![root, server, mark.journal_id, generation, patterns],
                 )
             })
             .and_then(|_| t.commit())
@@ -496,43 +520,57 @@ mod tests {
         let dir = tempfile::TempDir::new().unwrap();
         let path = dir.path().join("journal.db");
         let mut j = Journal::open(&path).unwrap();
-        assert!(matches!(j.plan("/r", "s", 1).unwrap(), Plan::Scan { mark: None, .. }));
+        assert!(matches!(j.plan("/r", "s", 1, "p").unwrap(), Plan::Scan { mark: None, .. }));
         j.begin("/r").unwrap();
         // No daemon holds the lock: scan.
-        let Plan::Scan { why, .. } = j.plan("/r", "s", 1).unwrap() else { panic!() };
+        let Plan::Scan { why, .. } = j.plan("/r", "s", 1, "p").unwrap() else { panic!() };
         assert!(why.contains("not running"), "{why}");
         let lock = File::create(lock_path(&path)).unwrap();
         lock.lock().unwrap();
-        let Plan::Scan { why, mark: Some(mark) } = j.plan("/r", "s", 1).unwrap() else { panic!() };
+        let Plan::Scan { why, mark: Some(mark) } = j.plan("/r", "s", 1, "p").unwrap() else {
+            panic!()
+        };
         assert!(why.contains("no backup"), "{why}");
-        j.consumed("/r", "s", &mark, 7).unwrap();
+        j.consumed("/r", "s", &mark, 7, "p").unwrap();
         j.record("/r", &[change("a", false), change("d", true)]).unwrap();
         j.record("/r", &[change("a", false), change("d", false)]).unwrap();
-        let Plan::Journal { changes, mark } = j.plan("/r", "s", 7).unwrap() else { panic!() };
+        let Plan::Journal { changes, mark } = j.plan("/r", "s", 7, "p").unwrap() else { panic!() };
         assert_eq!(changes, [change("a", false), change("d", true)]);
         // Changed while that backup ran: kept for the next one.
         j.record("/r", &[change("b", false)]).unwrap();
-        j.consumed("/r", "s", &mark, 8).unwrap();
-        let Plan::Journal { changes, .. } = j.plan("/r", "s", 8).unwrap() else { panic!() };
+        j.consumed("/r", "s", &mark, 8, "p").unwrap();
+        let Plan::Journal { changes, .. } = j.plan("/r", "s", 8, "p").unwrap() else { panic!() };
         assert_eq!(changes, [change("b", false)]);
         // Another server, the inventory changed, the journal lost events, a restart.
-        assert!(matches!(j.plan("/r", "other", 8).unwrap(), Plan::Scan { .. }));
-        let Plan::Scan { why, .. } = j.plan("/r", "s", 9).unwrap() else { panic!() };
+        assert!(matches!(j.plan("/r", "other", 8, "p").unwrap(), Plan::Scan { .. }));
+        let Plan::Scan { why, .. } = j.plan("/r", "s", 9, "p").unwrap() else { panic!() };
         assert!(why.contains("inventory changed"), "{why}");
         j.invalidate("/r", "overflow").unwrap();
-        let Plan::Scan { why, mark: None } = j.plan("/r", "s", 8).unwrap() else { panic!() };
+        let Plan::Scan { why, mark: None } = j.plan("/r", "s", 8, "p").unwrap() else { panic!() };
         assert!(why.contains("overflow"), "{why}");
         j.begin("/r").unwrap();
-        let Plan::Scan { why, mark: Some(mark) } = j.plan("/r", "s", 8).unwrap() else { panic!() };
+        let Plan::Scan { why, mark: Some(mark) } = j.plan("/r", "s", 8, "p").unwrap() else {
+            panic!()
+        };
         assert!(why.contains("restarted"), "{why}");
         // A backup that skipped files: the next one scans, then the journal serves again.
         j.record("/r", &[change("unreadable", false)]).unwrap();
         j.skipped("/r", "s", &mark).unwrap();
-        let Plan::Scan { why, mark: Some(mark) } = j.plan("/r", "s", 8).unwrap() else { panic!() };
+        let Plan::Scan { why, mark: Some(mark) } = j.plan("/r", "s", 8, "p").unwrap() else {
+            panic!()
+        };
         assert!(why.contains("skipped files"), "{why}");
-        j.consumed("/r", "s", &mark, 9).unwrap();
-        assert!(matches!(j.plan("/r", "s", 9).unwrap(), Plan::Journal { .. }));
+        j.consumed("/r", "s", &mark, 9, "p").unwrap();
+        assert!(matches!(j.plan("/r", "s", 9, "p").unwrap(), Plan::Journal { .. }));
         assert_eq!(j.status().unwrap()[0].pending, 0, "the skipped change was retried by the scan");
+        // Issue 32: other patterns than the last backup's: scan, then the journal serves again.
+        let Plan::Scan { why, mark: Some(mark) } = j.plan("/r", "s", 9, "q").unwrap() else {
+            panic!()
+        };
+        assert!(why.contains("patterns differ"), "{why}");
+        j.consumed("/r", "s", &mark, 9, "q").unwrap();
+        assert!(matches!(j.plan("/r", "s", 9, "q").unwrap(), Plan::Journal { .. }));
+        assert!(matches!(j.plan("/r", "s", 9, "p").unwrap(), Plan::Scan { .. }));
     }
 
     #[test]
