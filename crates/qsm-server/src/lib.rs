@@ -11,6 +11,7 @@ pub mod admin;
 pub mod auth;
 pub mod config;
 pub mod dbcopy;
+pub mod logins;
 pub mod node;
 pub mod state;
 mod tls;
@@ -88,6 +89,7 @@ async fn serve(config: ServerConfig, ready: impl FnOnce(&Listening)) -> Result<(
         config: config.clone(),
         sessions: Default::default(),
         processes: Default::default(),
+        logins: Default::default(),
     });
     let node = NodeServer::new(node::NodeService { state: Arc::clone(&state) })
         .max_decoding_message_size(qsm_proto::MAX_MESSAGE)

@@ -15,6 +15,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::auth::{self, NewSession, Session};
+use crate::logins;
 use crate::state::State;
 
 /// Versions per inventory message.
@@ -170,10 +171,58 @@ impl Node for NodeService {
                 qsm_proto::PROTOCOL
             )));
         }
+        // Sizes first: nothing longer than an account can be is hashed, looked up or logged.
+        if r.account.is_empty() || r.account.len() > logins::MAX_ACCOUNT {
+            return Err(Status::invalid_argument(format!(
+                "an account name is 1 to {} bytes",
+                logins::MAX_ACCOUNT
+            )));
+        }
+        if r.password.len() > logins::MAX_PASSWORD {
+            return Err(Status::invalid_argument(format!(
+                "a password is at most {} bytes",
+                logins::MAX_PASSWORD
+            )));
+        }
+        let mut r = r;
+        if r.client.len() > logins::MAX_CLIENT {
+            let mut end = logins::MAX_CLIENT;
+            while !r.client.is_char_boundary(end) {
+                end -= 1;
+            }
+            r.client.truncate(end);
+        }
+        let account = if r.admin { format!("admin:{}", r.account) } else { r.account.clone() };
+        let keys = [logins::Key::Account(account), logins::Key::Source(logins::source_of(&peer))];
+        // Locked out: refused before any hash is computed, and not logged again.
+        self.state
+            .logins
+            .check(&keys, std::time::Instant::now())
+            .map_err(|locked| Status::unavailable(locked.to_string()))?;
+        let turn = self.state.logins.turn(std::time::Duration::from_secs(10)).await;
+        let Some(_turn) = turn else {
+            return Err(Status::unavailable(
+                "the server is busy checking other logins: try again in a few seconds",
+            ));
+        };
         let state = Arc::clone(&self.state);
         blocking(move || {
             let catalog = state.store.catalog();
-            let refused = || Status::unauthenticated("wrong account name or password");
+            let refused = || {
+                for locked in state.logins.failed(&keys, std::time::Instant::now()) {
+                    state.log(
+                        Severity::Warning,
+                        &format!(
+                            "{} locked out for {} s after repeated failed logins (the last from {peer})",
+                            locked.what,
+                            locked.wait.as_secs().max(1)
+                        ),
+                        None,
+                        None,
+                    );
+                }
+                Status::unauthenticated("wrong account name or password")
+            };
             let (node, record) = if r.admin {
                 let Some(admin) = catalog.admin(&r.account).map_err(catalog_status)? else {
                     auth::verify_nothing(&r.password);
@@ -236,6 +285,7 @@ impl Node for NodeService {
                 let record = catalog.start_session(node.id).map_err(catalog_status)?;
                 (Some(node.id), Some(record))
             };
+            state.logins.succeeded(&keys);
             let token = auth::new_token().map_err(Status::internal)?;
             let new =
                 NewSession { account: r.account.clone(), node, record, client: r.client, peer };

@@ -19,6 +19,8 @@ pub struct State {
     pub config: ServerConfig,
     pub sessions: Sessions,
     pub processes: Processes,
+    /// Failed logins, lockouts and the bound on concurrent password checks.
+    pub logins: crate::logins::Logins,
 }
 
 /// What a process's work reports when it ends: its result, a line for the process table and
