@@ -38,6 +38,17 @@ pub struct RemoteOptions {
     /// PEM certificate(s) to trust for `https` (a self-signed server's `tls/cert.pem`);
     /// without it, none is trusted.
     pub ca: Option<PathBuf>,
+    /// Allow `http://` (no TLS) to a host other than this machine's loopback: the password
+    /// and every byte then cross the network in clear.
+    pub insecure: bool,
+}
+
+/// Whether `host` (as a URL names it) is this machine's loopback, where a connection without
+/// TLS never leaves the machine.
+pub fn is_loopback(host: &str) -> bool {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 /// Adds the session token to every call.
@@ -256,6 +267,12 @@ async fn connect_channel(options: &RemoteOptions) -> Result<Channel> {
     } else if !url.starts_with("http:") {
         return Err(ClientError::Invalid(format!(
             "server address {url:?}: use https://HOST:PORT, http://HOST:PORT or unix:PATH"
+        )));
+    } else if !options.insecure && !endpoint.uri().host().is_some_and(is_loopback) {
+        return Err(ClientError::Invalid(format!(
+            "{url}: http:// sends the password and every file in clear to another machine: \
+             use https:// (with the server's certificate, --ca), or say --insecure if the \
+             link is private"
         )));
     }
     endpoint.connect().await.map_err(unreachable)

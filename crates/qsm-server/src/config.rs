@@ -12,8 +12,10 @@ pub struct ServerConfig {
     pub data_dir: PathBuf,
     /// TCP addresses to listen on (`HOST:PORT`; port 0 picks a free one).
     pub listen: Vec<String>,
-    /// Serve TCP without TLS. Only for tests or a link that is already private.
+    /// Serve TCP without TLS: refused on an address other machines reach unless `insecure`.
     pub plaintext: bool,
+    /// Allow `plaintext` on addresses other machines reach (passwords and data in clear).
+    pub insecure: bool,
     /// The local socket (default `DATA_DIR/qsm.sock`); `""` for none.
     pub socket: Option<PathBuf>,
     /// The catalog: a SQLite file (default `DATA_DIR/catalog.db`; an SSD keeps it fast) or a
@@ -51,6 +53,7 @@ impl Default for ServerConfig {
             // TSM's port.
             listen: vec!["0.0.0.0:1500".into()],
             plaintext: false,
+            insecure: false,
             socket: None,
             catalog: None,
             pool: None,
@@ -89,6 +92,18 @@ impl ServerConfig {
         ] {
             if value == 0 {
                 return Err(format!("{name} must be at least 1"));
+            }
+        }
+        if self.plaintext && !self.insecure {
+            let reachable: Vec<&String> =
+                self.listen.iter().filter(|a| !listens_on_loopback(a)).collect();
+            if !reachable.is_empty() {
+                return Err(format!(
+                    "--plaintext would serve passwords and data in clear on {}, which other \
+                     machines reach: listen on 127.0.0.1 only, drop --plaintext (TLS), or say \
+                     --insecure if the network is private",
+                    reachable.iter().map(|a| a.as_str()).collect::<Vec<_>>().join(", ")
+                ));
             }
         }
         Ok(())
@@ -193,5 +208,39 @@ mod tests {
         std::fs::write(&path, "txn_byte_limit = 0\n").unwrap();
         let e = ServerConfig::load(&path).unwrap_err();
         assert!(e.contains("txn_byte_limit must be at least 1"), "{e}");
+    }
+}
+
+/// Whether a listen address (`HOST:PORT`) is reached from this machine only.
+fn listens_on_loopback(addr: &str) -> bool {
+    let host = addr.rsplit_once(':').map_or(addr, |(host, _)| host);
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+#[cfg(test)]
+mod plaintext_tests {
+    use super::*;
+
+    #[test]
+    fn plaintext_is_refused_where_other_machines_listen_unless_insecure() {
+        let mut c = ServerConfig { plaintext: true, ..ServerConfig::default() };
+        for (listen, ok) in [
+            ("127.0.0.1:0", true),
+            ("[::1]:1500", true),
+            ("localhost:1500", true),
+            ("0.0.0.0:1500", false),
+            ("[::]:1500", false),
+            ("backup.example:1500", false),
+        ] {
+            c.listen = vec![listen.into()];
+            assert_eq!(c.validate().is_ok(), ok, "{listen}: {:?}", c.validate());
+        }
+        c.insecure = true;
+        assert!(c.validate().is_ok());
+        c.plaintext = false;
+        c.insecure = false;
+        assert!(c.validate().is_ok(), "TLS anywhere");
     }
 }

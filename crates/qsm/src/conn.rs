@@ -77,6 +77,10 @@ pub struct Conn {
     /// The client configuration file (default: ~/.config/qsm/client.toml if it exists).
     #[arg(long, global = true, env = "QSM_CONFIG")]
     config: Option<PathBuf>,
+    /// Allow http:// (no TLS) to a server that is not on this machine: the password and
+    /// every file then cross the network in clear.
+    #[arg(long, global = true, env = "QSM_INSECURE")]
+    insecure: bool,
 }
 
 /// An open connection of either kind.
@@ -211,6 +215,7 @@ impl Conn {
             password: read_password(&password_file)?,
             admin: false,
             ca: self.ca.clone().or(config.ca),
+            insecure: self.insecure,
         };
         let mut last = None;
         for k in 0..servers.len() {

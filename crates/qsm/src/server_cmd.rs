@@ -30,9 +30,12 @@ pub struct ServerArgs {
     /// No TCP listener: the local socket only.
     #[arg(long, conflicts_with = "listen")]
     no_tcp: bool,
-    /// Serve TCP without TLS (tests, or a link that is already private).
+    /// Serve TCP without TLS: on loopback addresses only, unless --insecure.
     #[arg(long)]
     plaintext: bool,
+    /// Allow --plaintext on addresses other machines reach (passwords and data in clear).
+    #[arg(long)]
+    insecure: bool,
     /// The local socket (default DATA_DIR/qsm.sock).
     #[arg(long)]
     socket: Option<PathBuf>,
@@ -122,6 +125,7 @@ pub fn server(args: ServerArgs) -> Result<bool> {
         config.listen.clear();
     }
     config.plaintext |= args.plaintext;
+    config.insecure |= args.insecure;
     config.dedup |= args.dedup;
     macro_rules! set {
         ($($field:ident),*) => { $( if args.$field.is_some() { config.$field = args.$field; } )* };
@@ -204,6 +208,9 @@ pub struct AdminConn {
     /// The server certificate to trust.
     #[arg(long, global = true, env = "QSM_CA")]
     ca: Option<PathBuf>,
+    /// Allow http:// (no TLS) to a server that is not on this machine.
+    #[arg(long, global = true, env = "QSM_INSECURE")]
+    insecure: bool,
 }
 
 impl AdminConn {
@@ -222,6 +229,7 @@ impl AdminConn {
                     password: read_password(file)?,
                     admin: true,
                     ca: self.ca.clone(),
+                    insecure: self.insecure,
                 })?)
             }
         }

@@ -547,3 +547,31 @@ fn key_init_fingerprint_and_passphrase_change() {
         .failure()
         .stderr(predicate::str::contains("not a QSM key file"));
 }
+
+/// Issue 23: no password or data in clear to another machine unless asked for.
+#[test]
+fn plain_http_is_refused_beyond_loopback_on_both_sides() {
+    let dir = TempDir::new().unwrap_or_else(|e| panic!("{e}"));
+    let pw = dir.path().join("pw");
+    fs::write(&pw, "some-password\n").unwrap_or_else(|e| panic!("{e}"));
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(&pw, fs::Permissions::from_mode(0o600)).unwrap_or_else(|e| panic!("{e}"));
+    // Refused before any connection is tried (192.0.2.1 is a documentation address).
+    qsm()
+        .env("QSM_SERVER", "http://192.0.2.1:1500")
+        .env("QSM_NODE", "n")
+        .env("QSM_PASSWORD_FILE", &pw)
+        .args(["query", "filespace"])
+        .timeout(std::time::Duration::from_secs(20))
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("in clear").and(predicate::str::contains("--insecure")));
+    qsm()
+        .args(["server", "--data-dir"])
+        .arg(dir.path().join("srv"))
+        .args(["--listen", "0.0.0.0:0", "--plaintext"])
+        .timeout(std::time::Duration::from_secs(20))
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("0.0.0.0:0").and(predicate::str::contains("--insecure")));
+}
