@@ -21,6 +21,7 @@ pub mod error;
 pub mod expire;
 pub mod migrations;
 pub mod model;
+mod pg_tls;
 mod postgres;
 mod sqlite;
 #[doc(hidden)]

@@ -154,6 +154,7 @@ fn get<'a, T: FromSql<'a>>(row: &'a Row, i: usize, op: &'static str) -> Result<T
 /// The connections: made on demand, kept while idle, dropped when broken.
 struct Connections {
     config: tokio_postgres::Config,
+    tls: crate::pg_tls::Tls,
     runtime: Option<tokio::runtime::Runtime>,
     idle: Mutex<Vec<Conn>>,
     open: Mutex<usize>,
@@ -214,14 +215,26 @@ impl Drop for Lease<'_> {
 impl Connections {
     fn connect_once(&self) -> std::result::Result<Client, tokio_postgres::Error> {
         let rt = self.runtime.as_ref().unwrap_or_else(|| unreachable!("runtime lives until drop"));
-        let config = self.config.clone();
+        let (config, tls) = (self.config.clone(), self.tls.clone());
         // The connection task must run on the catalog's runtime; its handle can be awaited
         // from anywhere.
         let task = rt.spawn(async move {
-            let (client, connection) = config.connect(NoTls).await?;
-            tokio::spawn(async move {
-                let _ = connection.await;
-            });
+            let client = match tls {
+                crate::pg_tls::Tls::Off => {
+                    let (client, connection) = config.connect(NoTls).await?;
+                    tokio::spawn(async move {
+                        let _ = connection.await;
+                    });
+                    client
+                }
+                crate::pg_tls::Tls::On(tls) => {
+                    let (client, connection) = config.connect(tls).await?;
+                    tokio::spawn(async move {
+                        let _ = connection.await;
+                    });
+                    client
+                }
+            };
             Ok::<_, tokio_postgres::Error>(client)
         });
         match block_on(task) {
@@ -243,8 +256,10 @@ impl Connections {
                     return Ok(Conn { client, statements: HashMap::new(), broken: false });
                 }
                 // Refused, reset, "the database system is starting up": worth waiting for.
+                // A certificate refused stays refused: not waited for.
                 Err(e)
                     if started.elapsed() < CONNECT_FOR
+                        && !crate::pg_tls::is_refused_certificate(&e)
                         && (e.code().is_none()
                             || e.code() == Some(&SqlState::CANNOT_CONNECT_NOW)) =>
                 {
@@ -2337,9 +2352,7 @@ impl PostgresCatalog {
     /// The pool without opening or migrating a catalog.
     fn connect_only(url: &str) -> Result<PostgresCatalog> {
         let shown = redact(url);
-        let mut config: tokio_postgres::Config = url.parse().map_err(|e| {
-            CatalogError::Refused(format!("{shown} is not a PostgreSQL connection string: {e}"))
-        })?;
+        let (mut config, tls) = crate::pg_tls::parse(url, &shown)?;
         if config.get_application_name().is_none() {
             config.application_name("qsm");
         }
@@ -2354,6 +2367,7 @@ impl PostgresCatalog {
             url: shown,
             pool: Connections {
                 config,
+                tls,
                 runtime: Some(runtime),
                 idle: Mutex::new(Vec::new()),
                 open: Mutex::new(0),

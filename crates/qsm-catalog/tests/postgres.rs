@@ -204,3 +204,48 @@ fn a_caller_waiting_for_a_connection_gets_the_next_one_returned() {
     });
     drop(held);
 }
+
+/// Issue 23: the catalog connection is encrypted (the Debian PostgreSQL here serves TLS with
+/// its snakeoil certificate, issued to `localhost`), and verified when asked.
+#[test]
+fn the_connection_is_encrypted_and_verified_when_asked() {
+    let db = TempDatabase::new().unwrap();
+    let with = |params: &str| {
+        let sep = if db.url.contains('?') { '&' } else { '?' };
+        format!("{}{sep}{params}", db.url)
+    };
+    // Fails unless this very connection is encrypted.
+    let encrypted = "DO $$ BEGIN IF NOT (SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()) \
+                     THEN RAISE EXCEPTION 'not encrypted'; END IF; END $$";
+    qsm_catalog::testing::execute(&with("sslmode=require"), encrypted).unwrap();
+    let e = qsm_catalog::testing::execute(&with("sslmode=disable"), encrypted).unwrap_err();
+    assert!(e.contains("not encrypted"), "{e}");
+    let cat = PostgresCatalog::open(&with("sslmode=require")).unwrap();
+    assert!(conformance::policy(&cat).is_ok());
+
+    let snakeoil = "/etc/ssl/certs/ssl-cert-snakeoil.pem";
+    if !std::path::Path::new(snakeoil).exists() {
+        assert!(
+            std::env::var_os("QSM_TEST_REQUIRE_ROOT").is_none(),
+            "{snakeoil} is missing: the verify-full half cannot run"
+        );
+        eprintln!("skipped verify-full: {snakeoil} is missing");
+        return;
+    }
+    let verified = |host: &str| {
+        let url = with(&format!("sslmode=verify-full&sslrootcert={snakeoil}"));
+        let url = url.replacen("127.0.0.1", host, 1).replacen("@localhost", &format!("@{host}"), 1);
+        qsm_catalog::testing::execute(&url, encrypted)
+    };
+    verified("localhost").unwrap();
+    // The certificate names localhost, not 127.0.0.1: refused, saying why.
+    let e = verified("127.0.0.1").unwrap_err();
+    assert!(e.to_lowercase().contains("certificate"), "{e}");
+    // A CA that signed nothing of the server's.
+    let other = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(other.path(), include_str!("other-ca.pem")).unwrap();
+    let url = with(&format!("sslmode=verify-full&sslrootcert={}", other.path().display()))
+        .replacen("127.0.0.1", "localhost", 1);
+    let e = qsm_catalog::testing::execute(&url, encrypted).unwrap_err();
+    assert!(e.to_lowercase().contains("certificate"), "{e}");
+}
