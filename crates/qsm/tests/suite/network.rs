@@ -1691,3 +1691,130 @@ fn a_flood_of_wrong_logins_is_locked_out_and_guesses_nothing() {
     // still works at once.
     admin(&server).args(["query", "session"]).assert().success();
 }
+
+/// Issue 23: node isolation tried with node alpha's real filespace and object ids, not ids
+/// that do not exist: every node RPC by beta is refused exactly as a missing id is (same code,
+/// same message but for the number), and nothing of alpha's is listed or served.
+#[test]
+fn another_nodes_real_ids_are_refused_exactly_as_missing_ones() {
+    use qsm_proto::v1::{self, backup_op::Op, node_client::NodeClient};
+    let dir = TempDir::new().unwrap();
+    let server = ServerProc::start(&dir.path().join("srv"), false);
+    register(&server, "alpha", "alpha-password");
+    register(&server, "beta", "beta-password");
+    let pa = password_file(dir.path(), "pa", "alpha-password");
+    let src = dir.path().join("src");
+    tree(&src);
+    client(&server, "alpha", &pa).arg("backup").arg(&src).assert().success();
+    client(&server, "alpha", &pa).args(["archive", "-d", "kept"]).arg(&src).assert().success();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let channel = tonic::transport::Endpoint::from_shared(server.url.clone())
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let login = |account: &str| {
+            let (channel, account) = (channel.clone(), account.to_owned());
+            async move {
+                let request = v1::LoginRequest {
+                    protocol: qsm_proto::PROTOCOL,
+                    password: format!("{account}-password"),
+                    account,
+                    ..Default::default()
+                };
+                let token =
+                    NodeClient::new(channel.clone()).login(request).await.unwrap().into_inner().token;
+                let bearer: tonic::metadata::MetadataValue<_> =
+                    format!("Bearer {token}").parse().unwrap();
+                NodeClient::with_interceptor(channel, move |mut r: tonic::Request<()>| {
+                    r.metadata_mut().insert("authorization", bearer.clone());
+                    Ok(r)
+                })
+            }
+        };
+        let mut alpha = login("alpha").await;
+        let mut beta = login("beta").await;
+        // Alpha's real ids.
+        let spaces = alpha.filespaces(v1::Empty {}).await.unwrap().into_inner().filespaces;
+        assert_eq!(spaces.len(), 1, "{spaces:?}");
+        let (fs, fs_name) = (spaces[0].id, spaces[0].name.clone());
+        let mut stream = alpha
+            .inventory(v1::InventoryRequest { filespace: fs, scope: v1::Scope::All as i32 })
+            .await
+            .unwrap()
+            .into_inner();
+        let mut objects = Vec::new();
+        while let Some(batch) = stream.message().await.unwrap() {
+            objects.extend(batch.versions.into_iter().map(|v| v.id));
+        }
+        assert!(objects.len() >= 10, "backups and archives of alpha: {objects:?}");
+        let missing = objects.iter().max().unwrap() + 1_000_000;
+        let missing_fs = fs + 1_000_000;
+
+        // Refused the same way for alpha's real id and for one that does not exist.
+        fn same(what: &str, real: (tonic::Code, String), absent: (tonic::Code, String), ids: (u64, u64)) {
+            let shown = |m: &str, id: u64| m.replace(&id.to_string(), "ID");
+            assert_ne!(real.0, tonic::Code::Ok, "{what}: alpha's id was served to beta");
+            assert_eq!(
+                (real.0, shown(&real.1, ids.0)),
+                (absent.0, shown(&absent.1, ids.1)),
+                "{what}: refused differently for a real id than for a missing one"
+            );
+        }
+        async fn stream_error<T>(
+            r: Result<tonic::Response<tonic::Streaming<T>>, tonic::Status>,
+        ) -> (tonic::Code, String) {
+            let e = match r {
+                Ok(r) => {
+                    let mut s = r.into_inner();
+                    loop {
+                        match s.message().await {
+                            Ok(Some(_)) => continue,
+                            Ok(None) => break tonic::Status::ok(""),
+                            Err(e) => break e,
+                        }
+                    }
+                }
+                Err(e) => e,
+            };
+            (e.code(), e.message().to_owned())
+        }
+        let status = |e: tonic::Status| (e.code(), e.message().to_owned());
+        for scope in [v1::Scope::Active, v1::Scope::All] {
+            let inv = |filespace| v1::InventoryRequest { filespace, scope: scope as i32 };
+            let real = stream_error(beta.inventory(inv(fs)).await).await;
+            let absent = stream_error(beta.inventory(inv(missing_fs)).await).await;
+            same("inventory", real, absent, (fs, missing_fs));
+        }
+        for &id in &objects {
+            let real = beta.object(v1::ObjectRequest { id }).await.map(|_| ()).unwrap_err();
+            let absent = beta.object(v1::ObjectRequest { id: missing }).await.map(|_| ()).unwrap_err();
+            same("object", status(real), status(absent), (id, missing));
+            let real = stream_error(beta.fetch(v1::FetchRequest { objects: vec![id] }).await).await;
+            let absent =
+                stream_error(beta.fetch(v1::FetchRequest { objects: vec![missing] }).await).await;
+            same("fetch", real, absent, (id, missing));
+        }
+        let start = |filespace| vec![Op::Start(v1::Start { filespace, ..Default::default() })];
+        let real = backup_ops!(beta, start(fs)).unwrap_err();
+        let absent = backup_ops!(beta, start(missing_fs)).unwrap_err();
+        same("backup into a filespace", status(real), status(absent), (fs, missing_fs));
+        // By name: beta does not get alpha's filespace, neither opening nor creating it.
+        let opened = beta
+            .open_filespace(v1::OpenFilespaceRequest { name: fs_name.clone(), create: false })
+            .await;
+        assert!(opened.as_ref().map_or(true, |r| r.get_ref().id != fs), "{opened:?}");
+        let own = beta
+            .open_filespace(v1::OpenFilespaceRequest { name: fs_name, create: true })
+            .await
+            .unwrap()
+            .into_inner()
+            .id;
+        assert_ne!(own, fs, "beta was given alpha's filespace");
+        let listed = beta.filespaces(v1::Empty {}).await.unwrap().into_inner().filespaces;
+        assert!(listed.iter().all(|f| f.id != fs), "{listed:?}");
+        let key = beta.get_key(v1::Empty {}).await.unwrap().into_inner().key_file;
+        assert!(key.is_empty(), "beta was given a key file");
+    });
+}
