@@ -231,6 +231,36 @@ pub fn nodes_and_filespaces(cat: &dyn Catalog) -> CaseResult {
     );
     ensure!(cat.admin("nobody").map_err(e)?.is_none(), "unknown administrator found");
     ensure!(cat.nodes().map_err(e)?.len() == 1, "an administrator listed as a node");
+    // Passwords change per account kind; administrators are locked and removed (issue 23).
+    cat.set_password(true, "alpha", "$argon2id$new-admin").map_err(e)?;
+    cat.set_password(false, "alpha", "$argon2id$new-node").map_err(e)?;
+    let admin = cat.admin("alpha").map_err(e)?.ok_or("administrator gone")?;
+    let node = cat.node("alpha").map_err(e)?.ok_or("node gone")?;
+    ensure!(
+        admin.password_hash == "$argon2id$new-admin" && node.password_hash == "$argon2id$new-node",
+        "passwords {admin:?} {node:?}"
+    );
+    for admin_kind in [true, false] {
+        ensure!(
+            matches!(
+                cat.set_password(admin_kind, "nobody", "h"),
+                Err(CatalogError::NotFound { .. })
+            ),
+            "a password set for nobody"
+        );
+    }
+    cat.set_admin_locked("alpha", true).map_err(e)?;
+    ensure!(cat.admin("alpha").map_err(e)?.is_some_and(|a| a.locked), "not locked");
+    cat.set_admin_locked("alpha", false).map_err(e)?;
+    ensure!(cat.admin("alpha").map_err(e)?.is_some_and(|a| !a.locked), "not unlocked");
+    ensure!(cat.set_admin_locked("nobody", true).is_err(), "nobody locked");
+    cat.remove_admin("alpha").map_err(e)?;
+    ensure!(cat.admin("alpha").map_err(e)?.is_none(), "removed administrator found");
+    ensure!(cat.node("alpha").map_err(e)?.is_some(), "removing the administrator removed the node");
+    ensure!(
+        matches!(cat.remove_admin("alpha"), Err(CatalogError::NotFound { .. })),
+        "removed twice"
+    );
     Ok(())
 }
 

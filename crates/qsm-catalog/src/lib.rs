@@ -141,6 +141,12 @@ pub trait Catalog: Send + Sync + std::fmt::Debug {
     ) -> Result<()>;
     /// Replaces an administrator's privilege classes.
     fn set_admin_privileges(&self, name: &str, privileges: &[Privilege]) -> Result<()>;
+    /// Replaces the password hash of the node (`admin` false) or administrator `name`.
+    fn set_password(&self, admin: bool, name: &str, password_hash: &str) -> Result<()>;
+    /// Locks or unlocks administrator `name`: a locked one cannot log in.
+    fn set_admin_locked(&self, name: &str, locked: bool) -> Result<()>;
+    /// Removes administrator `name` (it owns no data).
+    fn remove_admin(&self, name: &str) -> Result<()>;
     /// An administrator by name.
     fn admin(&self, name: &str) -> Result<Option<Admin>>;
     /// The filespace `name` of `node`, created if new.

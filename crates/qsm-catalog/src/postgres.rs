@@ -973,6 +973,43 @@ impl Catalog for PostgresCatalog {
         Ok(())
     }
 
+    fn set_password(&self, admin: bool, name: &str, password_hash: &str) -> Result<()> {
+        let (sql, what) = if admin {
+            ("UPDATE admins SET password_hash = $1 WHERE name = $2", "administrator")
+        } else {
+            ("UPDATE nodes SET password_hash = $1 WHERE name = $2", "node")
+        };
+        let n = self.write(|c| c.exec(sql, &[&password_hash, &name], "changing a password"))?;
+        if n == 0 {
+            return Err(CatalogError::NotFound { what, key: name.into() });
+        }
+        Ok(())
+    }
+
+    fn set_admin_locked(&self, name: &str, locked: bool) -> Result<()> {
+        let n = self.write(|c| {
+            c.exec(
+                "UPDATE admins SET locked = $1 WHERE name = $2",
+                &[&i64::from(locked), &name],
+                "locking an administrator",
+            )
+        })?;
+        if n == 0 {
+            return Err(CatalogError::NotFound { what: "administrator", key: name.into() });
+        }
+        Ok(())
+    }
+
+    fn remove_admin(&self, name: &str) -> Result<()> {
+        let n = self.write(|c| {
+            c.exec("DELETE FROM admins WHERE name = $1", &[&name], "removing an administrator")
+        })?;
+        if n == 0 {
+            return Err(CatalogError::NotFound { what: "administrator", key: name.into() });
+        }
+        Ok(())
+    }
+
     fn admin(&self, name: &str) -> Result<Option<Admin>> {
         let op = "reading an administrator";
         self.read(|c| {

@@ -795,6 +795,47 @@ impl Catalog for SqliteCatalog {
         Ok(())
     }
 
+    fn set_password(&self, admin: bool, name: &str, password_hash: &str) -> Result<()> {
+        let (sql, what) = if admin {
+            ("UPDATE admins SET password_hash = ?1 WHERE name = ?2", "administrator")
+        } else {
+            ("UPDATE nodes SET password_hash = ?1 WHERE name = ?2", "node")
+        };
+        let n = self
+            .with_writer(|c| c.execute(sql, params![password_hash, name]), "changing a password")?;
+        if n == 0 {
+            return Err(CatalogError::NotFound { what, key: name.into() });
+        }
+        Ok(())
+    }
+
+    fn set_admin_locked(&self, name: &str, locked: bool) -> Result<()> {
+        let n = self.with_writer(
+            |c| {
+                c.execute(
+                    "UPDATE admins SET locked = ?1 WHERE name = ?2",
+                    params![i64::from(locked), name],
+                )
+            },
+            "locking an administrator",
+        )?;
+        if n == 0 {
+            return Err(CatalogError::NotFound { what: "administrator", key: name.into() });
+        }
+        Ok(())
+    }
+
+    fn remove_admin(&self, name: &str) -> Result<()> {
+        let n = self.with_writer(
+            |c| c.execute("DELETE FROM admins WHERE name = ?1", params![name]),
+            "removing an administrator",
+        )?;
+        if n == 0 {
+            return Err(CatalogError::NotFound { what: "administrator", key: name.into() });
+        }
+        Ok(())
+    }
+
     fn filespace(&self, node: NodeId, name: &str) -> Result<FilespaceId> {
         let conn = lock(&self.writer);
         let found: Option<i64> = conn

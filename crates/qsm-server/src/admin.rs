@@ -676,15 +676,106 @@ impl Admin for AdminService {
     ) -> Result<Response<v1::Empty>, Status> {
         let actor = self.authorize(&request, POLICY)?;
         let r = request.into_inner();
+        if r.domain.is_empty() && r.password.is_none() {
+            return Err(Status::invalid_argument("nothing to change: give a domain or a password"));
+        }
+        if let Some(p) = &r.password {
+            check_password(p)?;
+        }
         self.policy(move |state| {
             let catalog = state.store.catalog();
             let node = catalog
                 .node(&r.name)
                 .map_err(catalog_status)?
                 .ok_or_else(|| Status::not_found(format!("no node {}", r.name)))?;
-            let d = domain_named(catalog.as_ref(), &r.domain)?;
-            catalog.set_node_domain(node.id, d.id).map_err(catalog_status)?;
-            Ok(format!("{actor} moved node {} to domain {}", r.name, r.domain))
+            let mut done = Vec::new();
+            if let Some(password) = &r.password {
+                let hash = auth::hash_password(password).map_err(Status::internal)?;
+                catalog.set_password(false, &r.name, &hash).map_err(catalog_status)?;
+                done.push("changed the password of".to_owned());
+            }
+            if !r.domain.is_empty() {
+                let d = domain_named(catalog.as_ref(), &r.domain)?;
+                catalog.set_node_domain(node.id, d.id).map_err(catalog_status)?;
+                done.push(format!("moved to domain {}", r.domain));
+            }
+            Ok(format!("{actor} {} node {}", done.join(" and "), r.name))
+        })
+        .await
+    }
+
+    async fn update_admin(
+        &self,
+        request: Request<v1::PasswordRequest>,
+    ) -> Result<Response<v1::Empty>, Status> {
+        // Every administrator may change its own password; another's needs system privilege.
+        let me = self.authorize(&request, ANY)?;
+        let own = me == format!("administrator {}", request.get_ref().name);
+        let actor = if own { me } else { self.authorize(&request, SYSTEM)? };
+        let r = request.into_inner();
+        check_password(&r.password)?;
+        let state = Arc::clone(&self.state);
+        blocking(move || {
+            let hash = auth::hash_password(&r.password).map_err(Status::internal)?;
+            state.store.catalog().set_password(true, &r.name, &hash).map_err(catalog_status)?;
+            state.log(
+                Severity::Info,
+                &format!("{actor} changed the password of administrator {}", r.name),
+                None,
+                None,
+            );
+            Ok(Response::new(v1::Empty {}))
+        })
+        .await
+    }
+
+    async fn set_admin_locked(
+        &self,
+        request: Request<v1::LockRequest>,
+    ) -> Result<Response<v1::Empty>, Status> {
+        let actor = self.authorize(&request, SYSTEM)?;
+        let r = request.into_inner();
+        if r.locked && actor == format!("administrator {}", r.name) {
+            return Err(Status::failed_precondition("an administrator cannot lock itself out"));
+        }
+        let state = Arc::clone(&self.state);
+        blocking(move || {
+            state.store.catalog().set_admin_locked(&r.name, r.locked).map_err(catalog_status)?;
+            if r.locked {
+                state.sessions.cancel_admin(&r.name);
+            }
+            let how = if r.locked { "locked" } else { "unlocked" };
+            state.log(
+                Severity::Info,
+                &format!("{actor} {how} administrator {}", r.name),
+                None,
+                None,
+            );
+            Ok(Response::new(v1::Empty {}))
+        })
+        .await
+    }
+
+    async fn remove_admin(
+        &self,
+        request: Request<v1::NodeName>,
+    ) -> Result<Response<v1::Empty>, Status> {
+        let actor = self.authorize(&request, SYSTEM)?;
+        let r = request.into_inner();
+        if actor == format!("administrator {}", r.name) {
+            return Err(Status::failed_precondition("an administrator cannot remove itself"));
+        }
+        let state = Arc::clone(&self.state);
+        blocking(move || {
+            state.store.catalog().remove_admin(&r.name).map_err(catalog_status)?;
+            state.sessions.cancel_admin(&r.name);
+            state.log(
+                Severity::Info,
+                &format!("{actor} removed administrator {}", r.name),
+                None,
+                None,
+            );
+            Ok(Response::new(v1::Empty {}))
         })
         .await
     }

@@ -170,6 +170,13 @@ impl Sessions {
         }
     }
 
+    /// Cancels every session of administrator `name` (locked or removed).
+    pub fn cancel_admin(&self, name: &str) {
+        for s in self.map().values().filter(|s| s.node.is_none() && s.account == name) {
+            s.cancelled.store(true, Ordering::Relaxed);
+        }
+    }
+
     /// Removes sessions idle longer than `limit`, returning them.
     pub fn expire(&self, limit: Duration) -> Vec<Arc<Session>> {
         let mut map = self.map();

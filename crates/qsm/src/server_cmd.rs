@@ -254,6 +254,12 @@ enum AdminCommand {
     LockNode { name: String },
     /// Unlock a node.
     UnlockNode { name: String },
+    /// Lock an administrator: it cannot log in, and its sessions are cancelled.
+    LockAdmin { name: String },
+    /// Unlock an administrator.
+    UnlockAdmin { name: String },
+    /// Remove an administrator account (it owns no data); its sessions are cancelled.
+    RemoveAdmin { name: String },
     /// List nodes or sessions.
     #[command(subcommand)]
     Query(AdminQuery),
@@ -336,12 +342,44 @@ enum UpdateWhat {
         #[command(flatten)]
         groups: CopyGroups,
     },
-    /// Move a node to another domain.
+    /// Move a node to another domain, or change its password (--new-password-file, or
+    /// --password to read it from stdin).
     Node {
         name: String,
         #[arg(long)]
-        domain: String,
+        domain: Option<String>,
+        #[command(flatten)]
+        password: NewPassword,
     },
+    /// Change an administrator's password (your own, or any with system privilege).
+    Admin {
+        name: String,
+        #[command(flatten)]
+        password: NewPassword,
+    },
+}
+
+/// A new password for an existing account.
+#[derive(Debug, Args)]
+struct NewPassword {
+    /// A file whose first line is the new password.
+    #[arg(long)]
+    new_password_file: Option<PathBuf>,
+    /// Read the new password from the first line of stdin.
+    #[arg(long, conflicts_with = "new_password_file")]
+    password: bool,
+}
+
+impl NewPassword {
+    /// The new password, if one is given.
+    fn read(&self) -> Result<Option<String>> {
+        if self.password {
+            let mut line = String::new();
+            std::io::stdin().read_line(&mut line).context("reading the password from stdin")?;
+            return Ok(Some(line.trim_end_matches(['\n', '\r']).to_owned()));
+        }
+        self.new_password_file.as_deref().map(read_password).transpose()
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -631,6 +669,13 @@ fn migrate_catalog(from: &str, to: &str, replace: bool, json: bool) -> Result<bo
     Ok(true)
 }
 
+fn set_admin_locked(server: &RemoteServer, name: &str, locked: bool) -> Result<()> {
+    let mut a = server.admin();
+    server.call(a.set_admin_locked(v1::LockRequest { name: name.to_owned(), locked }))?;
+    println!("Administrator {name} {}.", if locked { "locked" } else { "unlocked" });
+    Ok(())
+}
+
 pub fn admin(args: AdminArgs) -> Result<bool> {
     if let AdminCommand::MigrateCatalog { from, to, replace, json } = &args.command {
         return migrate_catalog(from, to, *replace, *json);
@@ -793,13 +838,38 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
             server.call(a.update_mgmt_class(groups.request(&domain, &name)))?;
             println!("Management class {domain}/{name} updated.");
         }
-        AdminCommand::Update(UpdateWhat::Node { name, domain }) => {
+        AdminCommand::Update(UpdateWhat::Node { name, domain, password }) => {
+            let password = password.read()?;
+            if domain.is_none() && password.is_none() {
+                bail!("say what to change: --domain, --new-password-file or --password");
+            }
             let mut a = server.admin();
             server.call(a.update_node(v1::UpdateNodeRequest {
                 name: name.clone(),
-                domain: domain.clone(),
+                domain: domain.clone().unwrap_or_default(),
+                password: password.clone(),
             }))?;
-            println!("Node {name} is in domain {domain}.");
+            if let Some(domain) = domain {
+                println!("Node {name} is in domain {domain}.");
+            }
+            if password.is_some() {
+                println!("Node {name} has a new password.");
+            }
+        }
+        AdminCommand::Update(UpdateWhat::Admin { name, password }) => {
+            let password = password
+                .read()?
+                .context("give the new password: --new-password-file or --password")?;
+            let mut a = server.admin();
+            server.call(a.update_admin(v1::PasswordRequest { name: name.clone(), password }))?;
+            println!("Administrator {name} has a new password.");
+        }
+        AdminCommand::LockAdmin { name } => set_admin_locked(&server, &name, true)?,
+        AdminCommand::UnlockAdmin { name } => set_admin_locked(&server, &name, false)?,
+        AdminCommand::RemoveAdmin { name } => {
+            let mut a = server.admin();
+            server.call(a.remove_admin(v1::NodeName { name: name.clone() }))?;
+            println!("Administrator {name} removed.");
         }
         AdminCommand::Delete(DeleteWhat::Filespace { node, filespace, json }) => {
             let mut a = server.admin();

@@ -1818,3 +1818,80 @@ fn another_nodes_real_ids_are_refused_exactly_as_missing_ones() {
         assert!(key.is_empty(), "beta was given a key file");
     });
 }
+
+/// Issue 23: passwords change, administrators are locked, unlocked and removed, and each takes
+/// effect at once (an administrator's open session included).
+#[test]
+fn passwords_change_and_administrators_are_locked_and_removed() {
+    let dir = TempDir::new().unwrap();
+    let server = ServerProc::start(&dir.path().join("srv"), false);
+    register(&server, "alpha", "alpha-password");
+    let old = password_file(dir.path(), "old", "alpha-password");
+    let new = password_file(dir.path(), "new", "a new alpha password");
+    admin(&server).args(["update", "node", "alpha", "--new-password-file"]).arg(&new).assert().success();
+    client(&server, "alpha", &old)
+        .args(["query", "filespace"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("wrong account name or password"));
+    client(&server, "alpha", &new).args(["query", "filespace"]).assert().success();
+    admin(&server).args(["update", "node", "alpha"]).assert().failure().stderr(
+        predicate::str::contains("say what to change"),
+    );
+
+    let pw = password_file(dir.path(), "apw", "admin-password");
+    for (name, privilege) in [("root", "system"), ("viewer", "")] {
+        let mut c = admin(&server);
+        c.args(["register-admin", name]);
+        if !privilege.is_empty() {
+            c.args(["--privilege", privilege]);
+        }
+        c.write_stdin("admin-password\n").assert().success();
+    }
+    // Its own password: any administrator; another's: system only.
+    let viewer_pw = password_file(dir.path(), "vpw", "viewer's own password");
+    admin_as(&server, "viewer", &pw)
+        .args(["update", "admin", "viewer", "--new-password-file"])
+        .arg(&viewer_pw)
+        .assert()
+        .success();
+    admin_as(&server, "viewer", &viewer_pw)
+        .args(["update", "admin", "root", "--password"])
+        .write_stdin("taken over!\n")
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("system"));
+    admin_as(&server, "viewer", &viewer_pw).args(["query", "node"]).assert().success();
+    // Locked: refused at login; unlocked: back.
+    admin_as(&server, "root", &pw).args(["lock-admin", "viewer"]).assert().success();
+    admin_as(&server, "viewer", &viewer_pw)
+        .args(["query", "node"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("locked"));
+    admin_as(&server, "root", &pw).args(["unlock-admin", "viewer"]).assert().success();
+    admin_as(&server, "viewer", &viewer_pw).args(["query", "node"]).assert().success();
+    // Nobody locks or removes itself out; removal is for good.
+    admin_as(&server, "root", &pw)
+        .args(["lock-admin", "root"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("cannot lock itself"));
+    admin_as(&server, "root", &pw).args(["remove-admin", "viewer"]).assert().success();
+    admin_as(&server, "viewer", &viewer_pw)
+        .args(["query", "node"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("wrong account name or password"));
+    admin_as(&server, "root", &pw)
+        .args(["remove-admin", "viewer"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("viewer"));
+    let log = json(admin(&server).args(["query", "actlog", "--search", "administrator viewer"]));
+    let said: Vec<&str> =
+        log.as_array().unwrap().iter().filter_map(|r| r["message"].as_str()).collect();
+    for what in ["changed the password", "locked", "unlocked", "removed"] {
+        assert!(said.iter().any(|m| m.contains(what)), "{what:?} not logged: {said:?}");
+    }
+}
