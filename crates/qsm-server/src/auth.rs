@@ -65,6 +65,9 @@ pub struct Session {
     pub objects: AtomicU64,
     cancelled: AtomicBool,
     last_used: Mutex<Instant>,
+    /// When the connection it logged in over closed, if no request came since (module
+    /// `conns`).
+    orphaned: Mutex<Option<Instant>>,
 }
 
 impl Session {
@@ -78,9 +81,15 @@ impl Session {
         if self.is_cancelled() { "cancelled" } else { "running" }
     }
 
-    /// Marks the session as in use now (idle sessions are ended).
+    /// Marks the session as in use now (idle sessions are ended), and alive whatever became of
+    /// the connection it logged in over.
     pub fn touch(&self) {
         *self.last_used.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+        *self.orphaned.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    fn orphaned_for(&self) -> Option<Duration> {
+        self.orphaned.lock().unwrap_or_else(|p| p.into_inner()).map(|t| t.elapsed())
     }
 
     fn idle(&self) -> Duration {
@@ -110,14 +119,28 @@ impl Sessions {
         self.by_token.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Opens a session; `None` when `max` are already open. Cancelled sessions do not count:
-    /// they stay only so that their token is answered "cancelled", and are dropped here once
-    /// no request holds them any more.
-    pub fn open(&self, s: NewSession, token: String, max: usize) -> Option<Arc<Session>> {
+    /// Opens a session; refused (saying why) when `max` are already open, or `per_node` of
+    /// its node. Cancelled sessions do not count: they stay only so that their token is
+    /// answered "cancelled", and are dropped here once no request holds them any more.
+    pub fn open(
+        &self,
+        s: NewSession,
+        token: String,
+        max: usize,
+        per_node: usize,
+    ) -> Result<Arc<Session>, String> {
         let mut map = self.map();
         map.retain(|_, s| !s.is_cancelled() || Arc::strong_count(s) > 1);
-        if map.values().filter(|s| !s.is_cancelled()).count() >= max {
-            return None;
+        let live = || map.values().filter(|s| !s.is_cancelled());
+        if live().count() >= max {
+            return Err(format!("the server has as many sessions as it allows ({max})"));
+        }
+        if s.node.is_some() && live().filter(|o| o.node == s.node).count() >= per_node {
+            return Err(format!(
+                "node {} has as many sessions as a node may have ({per_node}): end one, or \
+                 wait for those of a killed client to be ended",
+                s.account
+            ));
         }
         let session = Arc::new(Session {
             id: self.next_id.fetch_add(1, Ordering::Relaxed) + 1,
@@ -131,9 +154,19 @@ impl Sessions {
             objects: AtomicU64::new(0),
             cancelled: AtomicBool::new(false),
             last_used: Mutex::new(Instant::now()),
+            orphaned: Mutex::new(None),
         });
         map.insert(token, Arc::clone(&session));
-        Some(session)
+        Ok(session)
+    }
+
+    /// The connection from `peer` closed: its sessions are orphaned until a request reclaims
+    /// them.
+    pub fn orphan(&self, peer: &str) {
+        for s in self.map().values().filter(|s| s.peer == peer) {
+            let mut orphaned = s.orphaned.lock().unwrap_or_else(|p| p.into_inner());
+            orphaned.get_or_insert_with(Instant::now);
+        }
     }
 
     /// The session of a token, marked as used.
@@ -177,12 +210,23 @@ impl Sessions {
         }
     }
 
-    /// Removes sessions idle longer than `limit`, returning them.
-    pub fn expire(&self, limit: Duration) -> Vec<Arc<Session>> {
+    /// Removes sessions idle longer than `limit`, and those whose connection closed more than
+    /// `grace` ago with no request since, returning them with how they ended.
+    pub fn expire(&self, limit: Duration, grace: Duration) -> Vec<(Arc<Session>, &'static str)> {
         let mut map = self.map();
-        let stale: Vec<String> =
-            map.iter().filter(|(_, s)| s.idle() > limit).map(|(t, _)| t.clone()).collect();
-        stale.iter().filter_map(|t| map.remove(t)).collect()
+        let stale: Vec<(String, &'static str)> = map
+            .iter()
+            .filter_map(|(t, s)| {
+                if s.orphaned_for().is_some_and(|d| d > grace) {
+                    Some((t.clone(), "ended: its connection closed"))
+                } else if s.idle() > limit {
+                    Some((t.clone(), "expired"))
+                } else {
+                    None
+                }
+            })
+            .collect();
+        stale.into_iter().filter_map(|(t, how)| map.remove(&t).map(|s| (s, how))).collect()
     }
 }
 
@@ -210,19 +254,44 @@ mod tests {
             client: String::new(),
             peer: String::new(),
         };
-        let a = s.open(new("a"), "t1".into(), 2).unwrap();
-        s.open(new("b"), "t2".into(), 2).unwrap();
-        assert!(s.open(new("c"), "t3".into(), 2).is_none(), "over the limit");
+        let a = s.open(new("a"), "t1".into(), 2, 9).unwrap();
+        s.open(new("b"), "t2".into(), 2, 9).unwrap();
+        assert!(s.open(new("c"), "t3".into(), 2, 9).is_err(), "over the limit");
         assert!(s.cancel(a.id));
         assert!(s.get("t1").unwrap().is_cancelled());
         assert!(!s.cancel(999));
-        s.open(new("c"), "t3".into(), 2).expect("a cancelled session does not count");
+        s.open(new("c"), "t3".into(), 2, 9).expect("a cancelled session does not count");
         assert!(s.get("t1").is_some(), "kept while a request holds it");
         drop(a);
-        assert!(s.open(new("d"), "t4".into(), 2).is_none(), "b and c are open");
+        assert!(s.open(new("d"), "t4".into(), 2, 9).is_err(), "b and c are open");
         assert!(s.get("t1").is_none(), "dropped once nothing holds it");
-        assert_eq!(s.expire(Duration::from_secs(3600)).len(), 0);
-        assert_eq!(s.expire(Duration::ZERO).len(), 2);
+        assert_eq!(s.expire(Duration::from_secs(3600), Duration::ZERO).len(), 0);
+        assert_eq!(s.expire(Duration::ZERO, Duration::ZERO).len(), 2);
         assert!(s.get("t2").is_none());
+    }
+
+    #[test]
+    fn sessions_are_limited_per_node_and_end_when_their_connection_does() {
+        let s = Sessions::default();
+        let new = |node: i64, peer: &str| NewSession {
+            account: format!("n{node}"),
+            node: Some(NodeId(node)),
+            record: None,
+            client: String::new(),
+            peer: peer.into(),
+        };
+        s.open(new(1, "10.0.0.1:1"), "a".into(), 10, 2).unwrap();
+        s.open(new(1, "10.0.0.1:2"), "b".into(), 10, 2).unwrap();
+        let e = s.open(new(1, "10.0.0.1:3"), "c".into(), 10, 2).unwrap_err();
+        assert!(e.contains("node n1"), "{e}");
+        s.open(new(2, "10.0.0.1:3"), "c".into(), 10, 2).expect("another node");
+        // Connection 1 closes: its session ends after the grace, unless a request reclaims it.
+        s.orphan("10.0.0.1:1");
+        s.orphan("10.0.0.1:2");
+        assert!(s.get("b").is_some(), "b is reclaimed by a request");
+        let ended = s.expire(Duration::from_secs(3600), Duration::ZERO);
+        let names: Vec<_> = ended.iter().map(|(s, how)| (s.peer.clone(), *how)).collect();
+        assert_eq!(names, [("10.0.0.1:1".to_string(), "ended: its connection closed")]);
+        assert!(s.get("a").is_none() && s.get("b").is_some() && s.get("c").is_some());
     }
 }

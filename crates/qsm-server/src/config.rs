@@ -41,6 +41,13 @@ pub struct ServerConfig {
     pub idle_timeout_minutes: u64,
     /// Sessions open at once at most; logins beyond are refused.
     pub max_sessions: usize,
+    /// Sessions of one node open at once at most, so one node (or a client killed over and
+    /// over) cannot take every session.
+    pub max_node_sessions: usize,
+    /// Backup, inventory and fetch streams running at once at most, and per node: each holds a
+    /// thread while it runs, and the catalog's calls need threads too.
+    pub max_streams: usize,
+    pub max_node_streams: usize,
     /// Whether clients deduplicate when neither their flags nor their configuration say.
     pub dedup: bool,
 }
@@ -65,6 +72,12 @@ impl Default for ServerConfig {
             txn_byte_limit: limits.byte_limit,
             idle_timeout_minutes: 60,
             max_sessions: 256,
+            // A client runs one backup or restore per filespace at a time, each a session of
+            // one or two streams; 16 leaves room for parallel clients of one machine.
+            max_node_sessions: 16,
+            // Below tokio's 512 blocking threads, so catalog calls always find one.
+            max_streams: 128,
+            max_node_streams: 16,
             dedup: false,
         }
     }
@@ -88,6 +101,9 @@ impl ServerConfig {
             ("txn_group_max", self.txn_group_max as u64),
             ("txn_byte_limit", self.txn_byte_limit),
             ("max_sessions", self.max_sessions as u64),
+            ("max_node_sessions", self.max_node_sessions as u64),
+            ("max_streams", self.max_streams as u64),
+            ("max_node_streams", self.max_node_streams as u64),
             ("idle_timeout_minutes", self.idle_timeout_minutes),
         ] {
             if value == 0 {

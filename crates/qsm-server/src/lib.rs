@@ -10,10 +10,12 @@
 pub mod admin;
 pub mod auth;
 pub mod config;
+pub mod conns;
 pub mod dbcopy;
 pub mod logins;
 pub mod node;
 pub mod state;
+pub mod streams;
 mod tls;
 
 use std::net::SocketAddr;
@@ -42,6 +44,12 @@ pub struct Listening {
     /// The certificate clients must trust (for TLS listeners).
     pub certificate: Option<std::path::PathBuf>,
 }
+
+/// How often ended sessions are looked for.
+const REAP_EVERY: Duration = Duration::from_secs(3);
+/// How long a session whose connection closed waits for its client to come back on another:
+/// a client's channel reconnects within a second or two.
+const ORPHAN_GRACE: Duration = Duration::from_secs(5);
 
 /// Opens the store, binds every listener, calls `ready`, and serves until SIGINT or SIGTERM.
 pub fn run(config: ServerConfig, ready: impl FnOnce(&Listening)) -> Result<(), ServerError> {
@@ -90,6 +98,7 @@ async fn serve(config: ServerConfig, ready: impl FnOnce(&Listening)) -> Result<(
         sessions: Default::default(),
         processes: Default::default(),
         logins: Default::default(),
+        streams: streams::Streams::new(config.max_streams, config.max_node_streams),
     });
     let node = NodeServer::new(node::NodeService { state: Arc::clone(&state) })
         .max_decoding_message_size(qsm_proto::MAX_MESSAGE)
@@ -106,6 +115,14 @@ async fn serve(config: ServerConfig, ready: impl FnOnce(&Listening)) -> Result<(
         }
     };
     let mut listening = Listening { urls: Vec::new(), certificate: None };
+    // Closed TCP connections orphan the sessions logged in over them (module `conns`).
+    let (closed_tx, mut closed_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let orphaning = Arc::clone(&state);
+    let orphaner = tokio::spawn(async move {
+        while let Some(peer) = closed_rx.recv().await {
+            orphaning.sessions.orphan(&peer);
+        }
+    });
     let mut tasks = tokio::task::JoinSet::new();
     let tls = if config.plaintext || config.listen.is_empty() {
         None
@@ -128,7 +145,10 @@ async fn serve(config: ServerConfig, ready: impl FnOnce(&Listening)) -> Result<(
             .tcp_nodelay(true)
             .initial_stream_window_size(8 << 20)
             .initial_connection_window_size(16 << 20)
-            .http2_keepalive_interval(Some(Duration::from_secs(30)));
+            // A peer that vanished without closing (its machine lost, a cable pulled) is
+            // found within 20 s: its connection then closes and its sessions end (`conns`).
+            .http2_keepalive_interval(Some(Duration::from_secs(10)))
+            .http2_keepalive_timeout(Some(Duration::from_secs(10)));
         let scheme = match &tls {
             Some(t) => {
                 builder = builder
@@ -140,8 +160,11 @@ async fn serve(config: ServerConfig, ready: impl FnOnce(&Listening)) -> Result<(
         };
         listening.urls.push(format!("{scheme}://{local}"));
         let router = builder.add_service(node.clone()).add_service(admin.clone());
-        let incoming =
-            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+        let closed = closed_tx.clone();
+        let incoming = tokio_stream::StreamExt::map(
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+            move |accepted| accepted.map(|tcp| conns::Tracked::new(tcp, closed.clone())),
+        );
         tasks.spawn(router.serve_with_incoming_shutdown(incoming, stopped()));
     }
     if let Some(path) = config.socket_path() {
@@ -166,16 +189,17 @@ async fn serve(config: ServerConfig, ready: impl FnOnce(&Listening)) -> Result<(
     }
     ready(&listening);
 
-    // Sessions left idle (a client that died without logging out) are ended.
+    // Sessions left idle are ended, and those whose connection closed (a client killed, its
+    // machine gone) within seconds unless a request reclaimed them.
     let idle = Duration::from_secs(config.idle_timeout_minutes.max(1) * 60);
     let reaper_state = Arc::clone(&state);
     let reaper = tokio::spawn(async move {
         loop {
-            tokio::time::sleep(Duration::from_secs(30)).await;
+            tokio::time::sleep(REAP_EVERY).await;
             let state = Arc::clone(&reaper_state);
             let _ = tokio::task::spawn_blocking(move || {
-                for s in state.sessions.expire(idle) {
-                    state.end_record(&s, "expired");
+                for (s, how) in state.sessions.expire(idle, ORPHAN_GRACE) {
+                    state.end_record(&s, how);
                 }
             })
             .await;
@@ -195,6 +219,7 @@ async fn serve(config: ServerConfig, ready: impl FnOnce(&Listening)) -> Result<(
     };
     let _ = stop_tx.send(true);
     reaper.abort();
+    orphaner.abort();
     // Expiration and reclamation stop at their next transaction boundary.
     state.processes.cancel_all();
     // Let running transactions see their streams end; what was committed stays committed.

@@ -17,6 +17,7 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::auth::{self, NewSession, Session};
 use crate::logins;
 use crate::state::State;
+use crate::streams::SendWithin;
 
 /// Versions per inventory message.
 const INVENTORY_BATCH: usize = 1000;
@@ -289,10 +290,15 @@ impl Node for NodeService {
             let token = auth::new_token().map_err(Status::internal)?;
             let new =
                 NewSession { account: r.account.clone(), node, record, client: r.client, peer };
-            let session =
-                state.sessions.open(new, token.clone(), state.config.max_sessions).ok_or_else(
-                    || Status::resource_exhausted("the server has as many sessions as it allows"),
-                )?;
+            let session = state
+                .sessions
+                .open(
+                    new,
+                    token.clone(),
+                    state.config.max_sessions,
+                    state.config.max_node_sessions,
+                )
+                .map_err(Status::resource_exhausted)?;
             state.log(
                 Severity::Info,
                 &format!(
@@ -403,9 +409,11 @@ impl Node for NodeService {
                 )));
             }
         };
+        let permit = self.state.streams.start(node, &session.account)?;
         let state = Arc::clone(&self.state);
         let (tx, rx) = mpsc::channel(4);
         tokio::task::spawn_blocking(move || {
+            let _permit = permit;
             let run = || -> Result<(), Status> {
                 check_owner(&state.store, node, fs)?;
                 let mut batch = Vec::with_capacity(INVENTORY_BATCH);
@@ -421,7 +429,7 @@ impl Node for NodeService {
                         if session.is_cancelled() {
                             return Err(CatalogError::Refused("cancelled".into()));
                         }
-                        if tx.blocking_send(Ok(v1::VersionBatch { versions })).is_err() {
+                        if tx.send_within(Ok(v1::VersionBatch { versions })).is_err() {
                             return Err(CatalogError::Refused("the client went away".into()));
                         }
                     }
@@ -441,12 +449,12 @@ impl Node for NodeService {
                 }
                 result.map_err(catalog_status)?;
                 if !batch.is_empty() {
-                    let _ = tx.blocking_send(Ok(v1::VersionBatch { versions: batch }));
+                    let _ = tx.send_within(Ok(v1::VersionBatch { versions: batch }));
                 }
                 Ok(())
             };
             if let Err(status) = run() {
-                let _ = tx.blocking_send(Err(status));
+                let _ = tx.send_within(Err(status));
             }
         });
         Ok(Response::new(ReceiverStream::new(rx)))
@@ -479,15 +487,18 @@ impl Node for NodeService {
         request: Request<Streaming<v1::BackupRequest>>,
     ) -> Result<Response<Self::BackupStream>, Status> {
         let (session, node) = self.session(&request)?;
+        let permit = self.state.streams.start(node, &session.account)?;
         let mut inbound = request.into_inner();
         let state = Arc::clone(&self.state);
         let (tx, rx) = mpsc::channel(4);
         let handle = tokio::runtime::Handle::current();
+        let idle = std::time::Duration::from_secs(state.config.idle_timeout_minutes.max(1) * 60);
         tokio::task::spawn_blocking(move || {
+            let _permit = permit;
             let mut receiver =
-                Receiver { handle: &handle, inbound: &mut inbound, session: &session };
+                Receiver { handle: &handle, inbound: &mut inbound, session: &session, idle };
             if let Err(status) = run_backup(&state, node, &session, &mut receiver, &tx) {
-                let _ = tx.blocking_send(Err(status));
+                let _ = tx.send_within(Err(status));
             }
             state.update_record(&session);
         });
@@ -602,11 +613,13 @@ impl Node for NodeService {
                 objects.len()
             )));
         }
+        let permit = self.state.streams.start(node, &session.account)?;
         let state = Arc::clone(&self.state);
         let (tx, rx) = mpsc::channel(4);
         tokio::task::spawn_blocking(move || {
+            let _permit = permit;
             if let Err(status) = run_fetch(&state, node, &session, &objects, &tx) {
-                let _ = tx.blocking_send(Err(status));
+                let _ = tx.send_within(Err(status));
             }
         });
         Ok(Response::new(ReceiverStream::new(rx)))
@@ -670,6 +683,9 @@ struct Receiver<'a> {
     handle: &'a tokio::runtime::Handle,
     inbound: &'a mut Streaming<v1::BackupRequest>,
     session: &'a Session,
+    /// How long the client may send nothing (a long scan of unchanged files sends nothing):
+    /// the session's idle timeout.
+    idle: std::time::Duration,
 }
 
 impl Receiver<'_> {
@@ -682,7 +698,14 @@ impl Receiver<'_> {
                 self.session.id
             )));
         }
-        match self.handle.block_on(self.inbound.message())? {
+        let next = tokio::time::timeout(self.idle, self.inbound.message());
+        let message = self.handle.block_on(next).map_err(|_| {
+            Status::deadline_exceeded(format!(
+                "nothing arrived on the backup stream for {} s: it is ended; what was committed stays",
+                self.idle.as_secs()
+            ))
+        })?;
+        match message? {
             Some(m) => Ok(m),
             None => Err(Status::aborted(
                 "the client ended the backup stream without finishing it: its uncommitted objects are dropped",
@@ -800,7 +823,7 @@ fn run_backup(
                     if count(committed) {
                         state.update_record(session);
                         let reply = load.reply(objects, bytes, false);
-                        if tx.blocking_send(Ok(reply)).is_err() {
+                        if tx.send_within(Ok(reply)).is_err() {
                             return Ok(());
                         }
                     }
@@ -887,7 +910,7 @@ fn run_backup(
                     let c = batch.finish(qsm_catalog::now()).map_err(store_status)?;
                     count(Some(c));
                     load.busy += working.elapsed().as_secs_f64();
-                    let _ = tx.blocking_send(Ok(load.reply(objects, bytes, true)));
+                    let _ = tx.send_within(Ok(load.reply(objects, bytes, true)));
                     return Ok(());
                 }
             }
@@ -953,7 +976,7 @@ fn run_fetch(
         }
         *size = 0;
         session.touch();
-        Ok(tx.blocking_send(Ok(std::mem::take(batch))).is_ok())
+        Ok(tx.send_within(Ok(std::mem::take(batch))).is_ok())
     };
     for &raw_id in objects {
         let id = ObjectId(convert::id_from_wire(raw_id, "object id").map_err(malformed)?);

@@ -21,6 +21,8 @@ pub struct State {
     pub processes: Processes,
     /// Failed logins, lockouts and the bound on concurrent password checks.
     pub logins: crate::logins::Logins,
+    /// The streams running, bounded in all and per node.
+    pub streams: Arc<crate::streams::Streams>,
 }
 
 /// What a process's work reports when it ends: its result, a line for the process table and

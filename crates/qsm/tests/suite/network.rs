@@ -1895,3 +1895,123 @@ fn passwords_change_and_administrators_are_locked_and_removed() {
         assert!(said.iter().any(|m| m.contains(what)), "{what:?} not logged: {said:?}");
     }
 }
+
+/// The node sessions the server lists (administrators' left out).
+fn node_sessions(server: &ServerProc) -> Vec<serde_json::Value> {
+    let all = json(admin(server).args(["query", "session"]));
+    all.as_array().unwrap().iter().filter(|s| s["admin"] == false).cloned().collect()
+}
+
+/// Issue 23: 64 clients (8 nodes, 8 each) killed with -9 in the middle of their backups: every
+/// session they held is ended within 30 s (their connections closed), not at the 60-minute
+/// idle timeout; and a ninth client of a node is refused, since a node has at most 16.
+#[test]
+fn sessions_of_killed_clients_end_within_seconds() {
+    let dir = TempDir::new().unwrap();
+    let server = ServerProc::start(&dir.path().join("srv"), false);
+    let src = dir.path().join("src");
+    big_tree(&src, 8);
+    let mut clients = Vec::new();
+    for n in 0..8 {
+        let node = format!("node{n}");
+        register(&server, &node, &format!("{node}-password"));
+        let pw = password_file(dir.path(), &node, &format!("{node}-password"));
+        for _ in 0..8 {
+            let child = StdCommand::new(assert_cmd::cargo::cargo_bin("qsm"))
+                .env("QSM_SERVER", &server.url)
+                .env("QSM_NODE", &node)
+                .env("QSM_PASSWORD_FILE", &pw)
+                .env("QSM_HOME", "/nonexistent/embedded-must-not-be-used")
+                .env("HOME", dir.path())
+                .args(["backup", "--full", "--compression", "off", "--limit-upload", "256KB"])
+                .arg(&src)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            clients.push(child);
+        }
+    }
+    wait_for("64 sessions", || node_sessions(&server).len() == 64);
+    for c in &mut clients {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    let killed = Instant::now();
+    wait_for("the killed clients' sessions to end", || node_sessions(&server).is_empty());
+    // Their catalog records are closed one after the other, each saying why.
+    wait_for("64 sessions recorded as ended", || {
+        let ended = json(admin(&server).args(["query", "actlog", "--search", "connection closed"]));
+        ended.as_array().unwrap().len() >= 64
+    });
+    let took = killed.elapsed();
+    eprintln!("64 sessions of killed clients ended {took:?} after the kill");
+    assert!(took < Duration::from_secs(30), "their sessions ended only after {took:?}");
+}
+
+/// Issue 23: 500 backup streams opened by one node and left idle, then abandoned: those past
+/// the node's limit are refused at once, and a new login and backup go through meanwhile.
+#[test]
+fn idle_and_abandoned_streams_cannot_stall_the_server() {
+    use qsm_proto::v1::{self, node_client::NodeClient};
+    let dir = TempDir::new().unwrap();
+    let server = ServerProc::start(&dir.path().join("srv"), false);
+    register(&server, "alpha", "alpha-password");
+    register(&server, "beta", "beta-password");
+    let pb = password_file(dir.path(), "pb", "beta-password");
+    let src = dir.path().join("src");
+    tree(&src);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (opened, refused) = rt.block_on(async {
+        let channel = tonic::transport::Endpoint::from_shared(server.url.clone())
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let login = v1::LoginRequest {
+            protocol: qsm_proto::PROTOCOL,
+            account: "alpha".into(),
+            password: "alpha-password".into(),
+            ..Default::default()
+        };
+        let token = NodeClient::new(channel.clone()).login(login).await.unwrap().into_inner().token;
+        let bearer: tonic::metadata::MetadataValue<_> = format!("Bearer {token}").parse().unwrap();
+        let mut node = NodeClient::with_interceptor(channel, move |mut r: tonic::Request<()>| {
+            r.metadata_mut().insert("authorization", bearer.clone());
+            Ok(r)
+        });
+        let (mut opened, mut refused, mut held) = (0, 0, Vec::new());
+        for _ in 0..500 {
+            // A request stream that never sends anything.
+            let (keep, rx) = tokio::sync::mpsc::channel::<v1::BackupRequest>(1);
+            match node.backup(tokio_stream::wrappers::ReceiverStream::new(rx)).await {
+                Ok(replies) => {
+                    opened += 1;
+                    held.push((keep, replies));
+                }
+                Err(e) => {
+                    assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
+                    refused += 1;
+                }
+            }
+        }
+        // Meanwhile, another node logs in and backs up.
+        let started = Instant::now();
+        client(&server, "beta", &pb).arg("backup").arg(&src).assert().success();
+        eprintln!("a backup beside 500 idle streams took {:?}", started.elapsed());
+        assert!(started.elapsed() < Duration::from_secs(20));
+        // Abandoned: the connection goes, and with it the streams.
+        drop(held);
+        drop(node);
+        (opened, refused)
+    });
+    drop(rt);
+    assert!(opened <= 16, "{opened} idle streams of one node were let in");
+    assert_eq!(opened + refused, 500);
+    let started = Instant::now();
+    client(&server, "beta", &pb).arg("backup").arg(&src).assert().success();
+    eprintln!("a backup after the streams were abandoned took {:?}", started.elapsed());
+    wait_for("alpha's abandoned session to end", || {
+        node_sessions(&server).iter().all(|s| s["account"] != "alpha")
+    });
+}
