@@ -43,6 +43,8 @@ pub const CASES: &[(&str, Case)] = &[
     ("state_and_snapshot", state_and_snapshot),
     ("trees_and_generations", trees_and_generations),
     ("deleting_filespaces_and_nodes", deleting_filespaces_and_nodes),
+    ("listing_interleaved_with_commits", listing_interleaved_with_commits),
+    ("listing_a_path_longer_than_a_page", listing_a_path_longer_than_a_page),
 ];
 
 /// Runs every case on catalogs from `make`; returns the failures.
@@ -86,6 +88,14 @@ fn file(fs: FilespaceId, path: &[u8], size: u64, chunks: Vec<ObjectChunk>) -> Ne
             gid: 100,
             link_target: None,
             ino: u64::MAX - 7,
+            // Carried in the `meta` column: both backends must give them back byte for byte.
+            rdev: 0x0801,
+            xattrs: vec![
+                (b"user.k".to_vec(), vec![0, 0xff]),
+                (b"system.posix_acl_access".to_vec(), vec![2, 0, 0, 0, 1, 0, 6, 0]),
+            ],
+            extents: (size >= 10).then(|| vec![(2, 3), (size - 1, 1)]),
+            sealed_by: size.is_multiple_of(2).then_some(*b"sealing key id16"),
         },
         mgmt_class: None,
         description: None,
@@ -346,7 +356,11 @@ pub fn versions_and_active_inventory(cat: &dyn Catalog) -> CaseResult {
         got.attrs.mode == 0o100644
             && got.attrs.uid == 1000
             && got.attrs.mtime_ns == 1_700_000_000_000_000_000
-            && got.attrs.ino == u64::MAX - 7,
+            && got.attrs.ino == u64::MAX - 7
+            && got.attrs.rdev == 0x0801
+            && got.attrs.xattrs.len() == 2
+            && got.attrs.xattrs[0] == (b"user.k".to_vec(), vec![0, 0xff])
+            && got.attrs.extents == Some(vec![(2, 3), (19, 1)]),
         "attributes {:?}",
         got.attrs
     );
@@ -1124,4 +1138,163 @@ pub fn deleting_filespaces_and_nodes(cat: &dyn Catalog) -> CaseResult {
     cat.delete_node(node).map_err(e)?;
     ensure!(cat.node("alpha").map_err(e)?.is_none(), "the node is still there");
     consistent(cat)
+}
+
+/// Issue 23: the full version listing, over several pages, interleaved with commits made
+/// while its caller holds a row (as a restore or `query backup --inactive | less` does): it
+/// neither skips nor repeats a path, returns exactly what the catalog holds past the point
+/// each commit was made, and stays in path order, newest first within a path.
+pub fn listing_interleaved_with_commits(cat: &dyn Catalog) -> CaseResult {
+    listing_interleaved_with_commits_probed(cat, &|| Ok(()))
+}
+
+/// [`listing_interleaved_with_commits`], calling `idle_reader` while the listing is paused in
+/// its caller after commits: a backend's check that the paused listing holds no read
+/// transaction (on SQLite, that the WAL can be checkpointed and truncated).
+pub fn listing_interleaved_with_commits_probed(
+    cat: &dyn Catalog,
+    idle_reader: &dyn Fn() -> CaseResult,
+) -> CaseResult {
+    let f = fixture(cat)?;
+    keep_every_version(cat)?;
+    // More rows than a page on either backend (SQLite reads up to 5,000 rows from each of its
+    // two indexes, PostgreSQL 10,000 a page), with an archive on every seventh path so pages
+    // end inside a path's versions as well as between paths.
+    let paths = 6_007u64;
+    let name = |p: u64| format!("/d/f{p:05}").into_bytes();
+    let mut t = cat.begin().map_err(e)?;
+    for p in 0..paths {
+        t.insert_object(&file(f.fs, &name(p), 1, vec![]), 100).map_err(e)?;
+        if p % 7 == 0 {
+            let archive =
+                NewObject { kind: ObjectKind::Archive, ..file(f.fs, &name(p), 3, vec![]) };
+            t.insert_object(&archive, 150).map_err(e)?;
+        }
+        t.insert_object(&file(f.fs, &name(p), 2, vec![]), 200).map_err(e)?;
+    }
+    t.commit().map_err(e)?;
+    let expire = cat
+        .versions(f.fs, &name(paths - 3))
+        .map_err(e)?
+        .into_iter()
+        .find(|v| !v.active)
+        .ok_or("no inactive version to expire")?
+        .id;
+
+    let mut seen: Vec<(Vec<u8>, ObjectId, Timestamp, bool)> = Vec::new();
+    let mut behind = Vec::new();
+    let mut probe_failed = None;
+    let mut probes = 0;
+    cat.for_each_version(f.fs, &mut |v| {
+        seen.push((v.path.clone(), v.id, v.inserted, v.active));
+        let at = |p: u64| v.path == name(p) && v.inserted == 200;
+        if at(1_000) {
+            // Behind the listing: a new version of a path already passed and a path before
+            // every other. Ahead: a new version, a deactivation, an expired version, a new
+            // path after every other.
+            let mut t = cat.begin()?;
+            behind.push(t.insert_object(&file(f.fs, &name(0), 4, vec![]), 300)?);
+            behind.push(t.insert_object(&file(f.fs, b"/a/new", 5, vec![]), 300)?);
+            t.insert_object(&file(f.fs, &name(paths - 1), 6, vec![]), 300)?;
+            t.deactivate(f.fs, &name(paths - 2), 300)?;
+            t.delete_object(expire)?;
+            t.insert_object(&file(f.fs, b"/e/new", 7, vec![]), 300)?;
+            t.commit()?;
+        }
+        if at(1_000) || at(5_500) {
+            if at(5_500) {
+                // Behind again: the page holding the rest may already be read.
+                let mut t = cat.begin()?;
+                behind.push(t.insert_object(&file(f.fs, &name(1), 8, vec![]), 400)?);
+                t.commit()?;
+            }
+            probes += 1;
+            if let Err(msg) = idle_reader() {
+                probe_failed = Some(msg);
+                return Err(CatalogError::Refused("the paused listing holds a reader".into()));
+            }
+        }
+        Ok(())
+    })
+    .map_err(|err| probe_failed.clone().unwrap_or_else(|| e(err)))?;
+    ensure!(probes == 2, "the listing never reached the paths where it commits ({probes})");
+
+    // What the catalog holds now, less what was committed behind the listing.
+    let mut now = Vec::new();
+    cat.for_each_version(f.fs, &mut |v| {
+        now.push((v.path.clone(), v.id, v.inserted, v.active));
+        Ok(())
+    })
+    .map_err(e)?;
+    let ordered = now.windows(2).all(|w| {
+        (&w[0].0, std::cmp::Reverse((w[0].2, w[0].1.0)))
+            < (&w[1].0, std::cmp::Reverse((w[1].2, w[1].1.0)))
+    });
+    ensure!(ordered, "versions out of order (path, then newest first)");
+    ensure!(now.len() as u64 == paths * 2 + paths.div_ceil(7) + 4, "{} versions now", now.len());
+    let key = |r: &(Vec<u8>, ObjectId, Timestamp, bool)| (r.0.clone(), r.1, r.2);
+    let expected: Vec<_> = now.iter().filter(|r| !behind.contains(&r.1)).map(key).collect();
+    let listed: Vec<_> = seen.iter().map(key).collect();
+    if listed != expected {
+        let first = listed.iter().zip(&expected).position(|(a, b)| a != b);
+        return Err(format!(
+            "{}:{}: the listing interleaved with commits differs from the catalog: {} rows \
+             listed, {} expected, first difference at {first:?}: {:?} vs {:?}",
+            file!(),
+            line!(),
+            listed.len(),
+            expected.len(),
+            first.map(|i| &listed[i]),
+            first.map(|i| &expected[i]),
+        ));
+    }
+    let mut actives = std::collections::HashMap::new();
+    for r in seen.iter().filter(|r| r.3) {
+        *actives.entry(r.0.clone()).or_insert(0) += 1;
+    }
+    ensure!(actives.values().all(|&n| n == 1), "a path listed with two active versions");
+    // Every path had its active version when listed but the one deactivated ahead, and
+    // "/e/new" is one more.
+    ensure!(actives.len() as u64 == paths, "{} active paths listed", actives.len());
+    consistent(cat)
+}
+
+/// Issue 23: one path with more versions than a page of the listing reads from an index (its
+/// archives), between paths with few: the listing gives every path whole, once, in path order
+/// and newest first, exactly as [`Catalog::versions`] gives each path.
+pub fn listing_a_path_longer_than_a_page(cat: &dyn Catalog) -> CaseResult {
+    let f = fixture(cat)?;
+    keep_every_version(cat)?;
+    let mut t = cat.begin().map_err(e)?;
+    for (path, backups) in [(&b"/p0"[..], 3), (b"/p1", 1), (b"/p2", 2)] {
+        for k in 0..backups {
+            t.insert_object(&file(f.fs, path, 1, vec![]), 100 + k).map_err(e)?;
+        }
+    }
+    for k in 0..5_003 {
+        let archive = NewObject { kind: ObjectKind::Archive, ..file(f.fs, b"/p1", 2, vec![]) };
+        // Some at the same time, so the id decides among them.
+        t.insert_object(&archive, 1_000 + k / 2).map_err(e)?;
+    }
+    t.commit().map_err(e)?;
+    let mut listed = Vec::new();
+    cat.for_each_version(f.fs, &mut |v| {
+        listed.push((v.path.clone(), v.id));
+        Ok(())
+    })
+    .map_err(e)?;
+    let mut expected = Vec::new();
+    for path in [&b"/p0"[..], b"/p1", b"/p2"] {
+        let versions = cat.versions(f.fs, path).map_err(e)?;
+        expected.extend(versions.into_iter().map(|v| (v.path, v.id)));
+    }
+    ensure!(expected.len() == 3 + 1 + 2 + 5_003, "{} versions stored", expected.len());
+    ensure!(
+        listed == expected,
+        "{} listed, {} expected; first difference at {:?}",
+        listed.len(),
+        expected.len(),
+        listed.iter().zip(&expected).position(|(a, b)| a != b)
+    );
+    Ok(())
 }

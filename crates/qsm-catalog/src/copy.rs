@@ -114,6 +114,7 @@ pub const TABLES: &[Table] = &[
             ("chunk_list", B),
             ("ino", I),
             ("damaged", I),
+            ("meta", B),
         ],
     ),
     (

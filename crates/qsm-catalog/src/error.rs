@@ -48,6 +48,18 @@ pub enum CatalogError {
     /// Stored data that cannot be right (e.g. an undecodable chunk list).
     #[error("catalog is damaged: {0}")]
     Damaged(String),
+    /// The file system holding the catalog has no space left: the operation was rolled back.
+    #[error(
+        "the disk holding the catalog {path} is full ({detail}) while {op}: the catalog was not changed; free space on that disk, or move the catalog"
+    )]
+    DiskFull {
+        /// The catalog's database file.
+        path: PathBuf,
+        /// What was being done.
+        op: &'static str,
+        /// What the database said, and the space left.
+        detail: String,
+    },
     /// The database failed.
     #[error("catalog database error while {op}: {source}")]
     Db {

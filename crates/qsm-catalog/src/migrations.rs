@@ -215,6 +215,12 @@ ALTER TABLE admins ADD COLUMN privileges TEXT NOT NULL DEFAULT 'system';
     r#"
 ALTER TABLE filespaces ADD COLUMN generation BIGINT NOT NULL DEFAULT 0;
 "#,
+    // 7: file-system metadata beyond the fixed columns (issue 22): a device's number,
+    // extended attributes and ACLs, in the encoding of `meta.rs` (docs/FORMAT.md). NULL when
+    // there is none, as for every version stored before it.
+    r#"
+ALTER TABLE objects ADD COLUMN meta {BYTES};
+"#,
 ];
 
 /// The newest schema version this program knows.
@@ -223,7 +229,7 @@ pub const LATEST: u32 = MIGRATIONS.len() as u32;
 /// The columns of `objects` every object query reads, in the order both backends decode.
 pub(crate) const OBJECT_COLUMNS: &str = "id, filespace_id, state, path, object_type, size, \
      mtime_ns, ctime_ns, mode, uid, gid, inserted, deactivated, mgmt_class_id, description, \
-     retain_until, link_target, chunk_list, ino, damaged";
+     retain_until, link_target, chunk_list, ino, damaged, meta";
 
 // Object states (0 = inactive backup is written as a literal in the UPDATEs).
 pub(crate) const STATE_ACTIVE: i64 = 1;

@@ -286,25 +286,60 @@ pub enum ObjectType {
     Directory,
     /// A symbolic link (its target in `link_target`).
     Symlink,
+    /// A named pipe (FIFO).
+    Fifo,
+    /// A character device (its device number in `rdev`).
+    CharDevice,
+    /// A block device (its device number in `rdev`).
+    BlockDevice,
+    /// Another name of a regular file backed up in the same backup: `link_target` is the path
+    /// (within the filespace) of the group's first name in path order, whose version holds
+    /// the data. It has no chunks of its own.
+    Hardlink,
 }
 
 impl ObjectType {
-    pub(crate) fn code(self) -> i64 {
+    /// The type's permanent code, in the catalog and in meta encodings: never renumber.
+    pub fn code(self) -> i64 {
         match self {
             ObjectType::File => 0,
             ObjectType::Directory => 1,
             ObjectType::Symlink => 2,
+            ObjectType::Fifo => 3,
+            ObjectType::CharDevice => 4,
+            ObjectType::BlockDevice => 5,
+            ObjectType::Hardlink => 6,
         }
     }
-    pub(crate) fn from_code(code: i64) -> Option<ObjectType> {
+    /// The name `qsm query` shows.
+    pub fn name(self) -> &'static str {
+        match self {
+            ObjectType::File => "file",
+            ObjectType::Directory => "dir",
+            ObjectType::Symlink => "symlink",
+            ObjectType::Fifo => "fifo",
+            ObjectType::CharDevice => "chardev",
+            ObjectType::BlockDevice => "blockdev",
+            ObjectType::Hardlink => "hardlink",
+        }
+    }
+    /// The type of a code, `None` for codes this version does not know.
+    pub fn from_code(code: i64) -> Option<ObjectType> {
         match code {
             0 => Some(ObjectType::File),
             1 => Some(ObjectType::Directory),
             2 => Some(ObjectType::Symlink),
+            3 => Some(ObjectType::Fifo),
+            4 => Some(ObjectType::CharDevice),
+            5 => Some(ObjectType::BlockDevice),
+            6 => Some(ObjectType::Hardlink),
             _ => None,
         }
     }
 }
+
+/// One extended attribute: its full name (`user.comment`) and its value, raw bytes.
+pub type Xattr = (Vec<u8>, Vec<u8>);
 
 /// File-system metadata of an object version.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -326,6 +361,35 @@ pub struct Attributes {
     /// Inode number on the client (0: not recorded). Compared by incremental backup only, never
     /// restored.
     pub ino: u64,
+    /// Device number of a character or block device (0 otherwise). Kept in the `meta`
+    /// column ([`crate::meta`]).
+    pub rdev: u64,
+    /// Extended attributes, `(name, value)` in name order, of every namespace the backup
+    /// could read (`user.`, `trusted.`, `security.`, and `system.` — POSIX ACLs are their
+    /// `system.posix_acl_access` / `system.posix_acl_default` values, byte for byte). Kept in
+    /// the `meta` column ([`crate::meta`]).
+    pub xattrs: Vec<Xattr>,
+    /// A sparse file's data extents, `(offset, length)` in file order, not overlapping, within
+    /// `size`: its chunks hold only these bytes, one after the other, and everything else is
+    /// a hole. `None`: an ordinary file, whose chunks hold all `size` bytes. Kept in the
+    /// `meta` column ([`crate::meta`]).
+    pub extents: Option<Vec<(u64, u64)>>,
+    /// The key a file's data was sealed with (its fingerprint's 16 bytes), `None` for data
+    /// stored in the clear or recorded before keys were (an incremental backup with
+    /// encryption on sends a file again when this is not its key). Kept in the `meta`
+    /// column ([`crate::meta`]).
+    pub sealed_by: Option<[u8; 16]>,
+}
+
+impl Attributes {
+    /// The bytes an object's chunks hold: its data extents' total for a sparse file, else its
+    /// size.
+    pub fn data_len(&self) -> u64 {
+        match &self.extents {
+            Some(extents) => extents.iter().map(|(_, len)| len).sum(),
+            None => self.size,
+        }
+    }
 }
 
 /// A dedup scope's id.

@@ -409,6 +409,64 @@ impl PostgresCatalog {
         }
     }
 
+    /// One page of [`Catalog::for_each_version`], as on SQLite ([`crate::paging`]): every
+    /// version of the next paths after `after`, read along the two partial indexes in one
+    /// short read-only transaction (repeatable read, so the page is one snapshot), and the
+    /// page's last path (`None` for the last page).
+    fn versions_page(
+        &self,
+        filespace: FilespaceId,
+        after: Option<&[u8]>,
+    ) -> Result<(Vec<ObjectVersion>, Option<Vec<u8>>)> {
+        let arm = |states: &str, from: &str| {
+            format!(
+                "SELECT {OBJECT_COLUMNS} FROM objects WHERE filespace_id = $1 AND {states}{from} ORDER BY path LIMIT $2"
+            )
+        };
+        let rest = format!(
+            "SELECT {OBJECT_COLUMNS} FROM objects WHERE filespace_id = $1 AND state <> 1 AND path = $2"
+        );
+        let limit = crate::paging::VERSION_ARM as i64;
+        self.in_txn("listing versions", |c| {
+            c.batch(
+                "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY",
+                "listing versions",
+            )?;
+            let (mut active, mut inactive) = (Vec::new(), Vec::new());
+            match after {
+                None => {
+                    query_objects(c, &arm("state = 1", ""), &[&filespace.0, &limit], &mut active)?;
+                    query_objects(
+                        c,
+                        &arm("state <> 1", ""),
+                        &[&filespace.0, &limit],
+                        &mut inactive,
+                    )?;
+                }
+                Some(a) => {
+                    let from = " AND path > $3";
+                    query_objects(
+                        c,
+                        &arm("state = 1", from),
+                        &[&filespace.0, &limit, &a],
+                        &mut active,
+                    )?;
+                    query_objects(
+                        c,
+                        &arm("state <> 1", from),
+                        &[&filespace.0, &limit, &a],
+                        &mut inactive,
+                    )?;
+                }
+            }
+            let (last, reread) = crate::paging::cut(&mut active, &mut inactive);
+            if let (Some(path), true) = (&last, reread) {
+                query_objects(c, &rest, &[&filespace.0, path], &mut inactive)?;
+            }
+            Ok((crate::paging::sorted(active, inactive), last))
+        })
+    }
+
     fn expirable_page(
         &self,
         filespace: FilespaceId,
@@ -512,7 +570,8 @@ fn object_from_row(row: &Row) -> Result<ObjectVersion> {
         .ok_or_else(|| CatalogError::Damaged(format!("object {id} has unknown type {code}")))?;
     let blob: Vec<u8> = get(row, 17, op)?;
     let int = |i: usize| -> Result<i64> { get::<i64>(row, i, op) };
-    Ok(ObjectVersion {
+    let meta: Option<Vec<u8>> = get(row, 20, op)?;
+    let mut v = ObjectVersion {
         id: ObjectId(id),
         filespace: FilespaceId(int(1)?),
         path: get(row, 3, op)?,
@@ -528,6 +587,10 @@ fn object_from_row(row: &Row) -> Result<ObjectVersion> {
             gid: int(10)? as u32,
             link_target: get(row, 16, op)?,
             ino: int(18)? as u64,
+            rdev: 0,
+            xattrs: Vec::new(),
+            extents: None,
+            sealed_by: None,
         },
         inserted: int(11)?,
         deactivated: get(row, 12, op)?,
@@ -537,7 +600,12 @@ fn object_from_row(row: &Row) -> Result<ObjectVersion> {
         chunks: chunk_list::decode(&blob)
             .map_err(|e| CatalogError::Damaged(format!("object {id}: {e}")))?,
         damaged: int(19)? != 0,
-    })
+    };
+    if let Some(m) = meta {
+        crate::meta::decode(&m, &mut v.attrs)
+            .map_err(|e| CatalogError::Damaged(format!("object {id}: {e}")))?;
+    }
+    Ok(v)
 }
 
 fn chunk_from_row(row: &Row) -> Result<Chunk> {
@@ -1382,39 +1450,9 @@ impl Catalog for PostgresCatalog {
         filespace: FilespaceId,
         visit: &mut dyn FnMut(&ObjectVersion) -> Result<()>,
     ) -> Result<()> {
-        // Pages by (path, inserted, id), newest first within a path: a cursor would pin one
-        // connection and snapshot for as long as the caller takes.
-        let first = format!(
-            "SELECT {OBJECT_COLUMNS} FROM objects WHERE filespace_id = $1 \
-             ORDER BY path, inserted DESC, id DESC LIMIT $2"
-        );
-        let next = format!(
-            "SELECT {OBJECT_COLUMNS} FROM objects WHERE filespace_id = $1 \
-             AND (path > $3 OR (path = $3 AND (inserted < $4 OR (inserted = $4 AND id < $5)))) \
-             ORDER BY path, inserted DESC, id DESC LIMIT $2"
-        );
-        let mut after: Option<(Vec<u8>, i64, i64)> = None;
-        loop {
-            let mut page = Vec::new();
-            self.read(|c| {
-                page.clear();
-                match &after {
-                    None => query_objects(c, &first, &[&filespace.0, &PAGE], &mut page),
-                    Some((p, ins, id)) => {
-                        query_objects(c, &next, &[&filespace.0, &PAGE, p, ins, id], &mut page)
-                    }
-                }
-            })?;
-            for v in &page {
-                visit(v)?;
-            }
-            match page.last() {
-                Some(last) if page.len() == PAGE as usize => {
-                    after = Some((last.path.clone(), last.inserted, last.id.0));
-                }
-                _ => return Ok(()),
-            }
-        }
+        // In pages of whole paths, as on SQLite: a cursor would pin one connection and
+        // snapshot for as long as the caller takes.
+        crate::paging::for_each_in_pages(|after| self.versions_page(filespace, after), visit)
     }
 
     fn for_each_expirable(
@@ -2076,8 +2114,8 @@ impl Txn for PgTxn<'_> {
         let a = &object.attrs;
         let r = c
             .one(
-                "INSERT INTO objects (filespace_id, state, path, object_type, size, mtime_ns, ctime_ns, mode, uid, gid, inserted, mgmt_class_id, description, retain_until, link_target, chunk_list, ino, damaged) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18) RETURNING id",
+                "INSERT INTO objects (filespace_id, state, path, object_type, size, mtime_ns, ctime_ns, mode, uid, gid, inserted, mgmt_class_id, description, retain_until, link_target, chunk_list, ino, damaged, meta) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19) RETURNING id",
                 &[
                     &object.filespace.0,
                     &state,
@@ -2097,6 +2135,7 @@ impl Txn for PgTxn<'_> {
                     &chunk_list::encode(&ids),
                     &(a.ino as i64),
                     &i64::from(damaged),
+                    &crate::meta::encode(a),
                 ],
                 "inserting an object version",
             )

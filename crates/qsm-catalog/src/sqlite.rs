@@ -3,6 +3,12 @@
 //! which WAL lets run beside the writer, so a long inventory stream never blocks a backup.
 //! `synchronous = FULL`: a committed transaction survives power loss, not only a crash,
 //! because the commit protocol promises that what the catalog says exists is durable.
+//!
+//! Long reads (the inventories, the version listing, the expiration scan) go in pages, each
+//! its own short read transaction, so a slow caller never holds a snapshot that would stop
+//! WAL checkpoints (`crate::paging`). On a full disk the catalog opens read-only, since even
+//! SQLite's usual open of a WAL database writes (it grows the `-shm` WAL index), and every
+//! write fails as [`CatalogError::DiskFull`], naming the catalog.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -35,7 +41,10 @@ pub struct SqliteCatalog {
     path: PathBuf,
     writer: Mutex<Connection>,
     readers: Mutex<Vec<Connection>>,
-    upgraded: Option<Upgrade>,
+    // Boxed: rare, and `AnyCatalog` holds this struct unboxed beside a boxed PostgreSQL one.
+    upgraded: Option<Box<Upgrade>>,
+    /// Opened read-only because its disk was full.
+    read_only: bool,
 }
 
 /// An upgrade of the schema done when the catalog was opened.
@@ -53,8 +62,81 @@ fn classify(path: &Path, op: &'static str) -> impl FnOnce(rusqlite::Error) -> Ca
     let path = path.to_path_buf();
     move |e| match e.sqlite_error_code() {
         Some(ErrorCode::NotADatabase) => CatalogError::NotADatabase { path, detail: e.to_string() },
+        Some(ErrorCode::DiskFull) => {
+            let detail = match space_left(&path) {
+                Some(free) => format!("{free} bytes free; SQLite: {e}"),
+                None => format!("SQLite: {e}"),
+            };
+            CatalogError::DiskFull { path, op, detail }
+        }
+        // SQLite reports ENOSPC on its shared-memory file (growing the WAL index) as a plain
+        // "disk I/O error", and a write refused by a catalog opened read-only because its disk
+        // was full as "readonly": either, on a disk with (almost) nothing left, is that disk.
+        Some(ErrorCode::SystemIoFailure | ErrorCode::ReadOnly)
+            if space_left(&path).is_some_and(|free| free < LOW_SPACE) =>
+        {
+            let free = space_left(&path).unwrap_or(0);
+            CatalogError::DiskFull { path, op, detail: format!("{free} bytes free; SQLite: {e}") }
+        }
         _ => CatalogError::Db { op, source: e },
     }
+}
+
+/// Free space below which an I/O error is taken for a full disk: less than SQLite needs to
+/// grow its WAL index (32 KiB) or write a page or two of WAL.
+const LOW_SPACE: u64 = 1 << 20;
+
+/// The bytes this process may still write on the file system holding `path` (the reserve
+/// kept for root counts only for root), or `None` if that cannot be told.
+fn space_left(path: &Path) -> Option<u64> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let st = rustix::fs::statvfs(dir).ok()?;
+    let blocks = if rustix::process::geteuid().is_root() { st.f_bfree } else { st.f_bavail };
+    Some(blocks.saturating_mul(st.f_frsize))
+}
+
+/// Opens `path` (an existing catalog) for reading only, writing nothing, for when its disk is
+/// full: SQLite's usual open of a WAL database must grow the shared-memory WAL index (the
+/// `-shm` file, 32 KiB) and fails with "disk I/O error" on a full disk. `readonly_shm=1`
+/// opens that file read-only: when a server or backup has the catalog open, its WAL index is
+/// read as they keep it; when nobody has, SQLite rebuilds it in this process's memory from
+/// the WAL. Both files are created empty if missing (an empty file needs no free blocks).
+fn open_read_only(path: &Path) -> Result<Connection> {
+    use rusqlite::OpenFlags;
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::OpenOptionsExt;
+    for suffix in ["-shm", "-wal"] {
+        let mut name = path.as_os_str().to_owned();
+        name.push(suffix);
+        // Never truncated or touched if it exists: a running server's WAL is in there.
+        let _ = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(name);
+    }
+    // A URI (for `readonly_shm`), so the path is percent-encoded byte by byte.
+    let mut uri = String::from("file:");
+    for &b in path.as_os_str().as_bytes() {
+        if b.is_ascii_alphanumeric() || b"/-._~".contains(&b) {
+            uri.push(char::from(b));
+        } else {
+            uri.push_str(&format!("%{b:02X}"));
+        }
+    }
+    uri.push_str("?mode=ro&readonly_shm=1");
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+        | OpenFlags::SQLITE_OPEN_URI
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let op = "opening the catalog read-only";
+    let conn = Connection::open_with_flags(&uri, flags).map_err(classify(path, op))?;
+    conn.busy_timeout(std::time::Duration::from_millis(u64::from(BUSY_TIMEOUT_MS)))
+        .map_err(classify(path, op))?;
+    conn.execute_batch("PRAGMA query_only = 1; PRAGMA cache_size = -65536;")
+        .map_err(classify(path, op))?;
+    // The first read is where a file that cannot be read this way says so.
+    conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get::<_, i64>(0))
+        .map_err(classify(path, op))?;
+    Ok(conn)
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -199,7 +281,16 @@ impl SqliteCatalog {
     /// Opens the catalog and migrates it only up to `version` (for migration tests and
     /// tools); newer than `version` but not than the program is fine.
     pub fn open_at(path: &Path, version: u32) -> Result<SqliteCatalog> {
-        let conn = open_connection(path)?;
+        let mut read_only = false;
+        let conn = match open_connection(path) {
+            // Reading needs no free space, so on a full disk queries and restores still work;
+            // writes fail, naming the full disk (`classify`).
+            Err(CatalogError::DiskFull { .. }) if path.exists() => {
+                read_only = true;
+                open_read_only(path)?
+            }
+            other => other?,
+        };
         let found = read_version(&conn, path)?;
         if found > LATEST {
             return Err(CatalogError::TooNew {
@@ -214,6 +305,13 @@ impl SqliteCatalog {
             // A catalog in use is copied before its schema changes: a migration that fails
             // half-way rolls back, but one that succeeds and turns out wrong, or a program
             // that must be downgraded, needs the catalog as it was.
+            if read_only {
+                return Err(CatalogError::DiskFull {
+                    path: path.to_path_buf(),
+                    op: "upgrading the catalog's schema",
+                    detail: format!("schema {found} must become {to}"),
+                });
+            }
             if found > 0 {
                 let backup = pre_upgrade_path(path, found);
                 copy_database(&conn, &backup).map_err(|e| {
@@ -223,7 +321,7 @@ impl SqliteCatalog {
                         backup.display()
                     ))
                 })?;
-                upgraded = Some(Upgrade { from: found, to, backup });
+                upgraded = Some(Box::new(Upgrade { from: found, to, backup }));
             }
             migrate(&conn, path, found, to)?;
         }
@@ -232,6 +330,7 @@ impl SqliteCatalog {
             writer: Mutex::new(conn),
             readers: Mutex::new(Vec::new()),
             upgraded,
+            read_only,
         })
     }
 
@@ -242,7 +341,21 @@ impl SqliteCatalog {
 
     /// The schema upgrade done at opening, with the copy taken before it, if there was one.
     pub fn upgraded(&self) -> Option<&Upgrade> {
-        self.upgraded.as_ref()
+        self.upgraded.as_deref()
+    }
+
+    /// Why the catalog was opened read-only, if it was: its disk was full, and reading is all
+    /// that needs no free space.
+    pub fn read_only(&self) -> Option<String> {
+        self.read_only.then(|| {
+            let free = space_left(&self.path)
+                .map_or_else(String::new, |free| format!(" ({free} bytes free)"));
+            format!(
+                "the disk holding the catalog {} is full{free}: it is open read-only, so nothing \
+                 can be backed up, archived or changed until space is freed",
+                self.path.display()
+            )
+        })
     }
 
     /// Runs raw SQL on the writer connection. For tests that must build states the API
@@ -290,9 +403,50 @@ impl SqliteCatalog {
         })
     }
 
+    /// One page of [`Catalog::for_each_version`]: every version of the next paths after
+    /// `after` (from the first when `None`), in the listing's order, and the page's last path
+    /// (`None` when it was the last page). Read along the two partial indexes as
+    /// [`crate::paging`] explains, in one read transaction that ends before the caller sees a
+    /// row.
+    fn versions_page(
+        &self,
+        filespace: FilespaceId,
+        after: Option<&[u8]>,
+    ) -> Result<(Vec<ObjectVersion>, Option<Vec<u8>>)> {
+        let op = "listing versions";
+        let from = if after.is_some() { "path > ?2" } else { "?2 IS NULL" };
+        let arm = |states: &str| {
+            format!(
+                "SELECT {OBJECT_COLUMNS} FROM objects WHERE filespace_id = ?1 AND {states} AND {from} ORDER BY path LIMIT ?3"
+            )
+        };
+        let rest = format!(
+            "SELECT {OBJECT_COLUMNS} FROM objects WHERE filespace_id = ?1 AND state <> 1 AND path = ?2"
+        );
+        self.with_reader(|c| {
+            let tx = c.unchecked_transaction().map_err(CatalogError::db(op))?;
+            let limit = crate::paging::VERSION_ARM as i64;
+            let (mut active, mut inactive) = (Vec::new(), Vec::new());
+            query_objects(&tx, &arm("state = 1"), params![filespace.0, after, limit], &mut active)?;
+            query_objects(
+                &tx,
+                &arm("state <> 1"),
+                params![filespace.0, after, limit],
+                &mut inactive,
+            )?;
+            let (last, reread) = crate::paging::cut(&mut active, &mut inactive);
+            if let (Some(path), true) = (&last, reread) {
+                query_objects(&tx, &rest, params![filespace.0, path], &mut inactive)?;
+            }
+            tx.commit().map_err(CatalogError::db(op))?;
+            Ok((crate::paging::sorted(active, inactive), last))
+        })
+    }
+
     fn with_reader<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
         let conn = match lock(&self.readers).pop() {
             Some(c) => c,
+            None if self.read_only => open_read_only(&self.path)?,
             None => {
                 let c = open_connection(&self.path)?;
                 c.execute_batch("PRAGMA query_only = 1")
@@ -313,7 +467,7 @@ impl SqliteCatalog {
         f: impl FnOnce(&Connection) -> rusqlite::Result<T>,
         op: &'static str,
     ) -> Result<T> {
-        f(&lock(&self.writer)).map_err(CatalogError::db(op))
+        f(&lock(&self.writer)).map_err(classify(&self.path, op))
     }
 }
 
@@ -330,7 +484,8 @@ fn object_from_row(row: &Row<'_>) -> Result<ObjectVersion> {
         .ok_or_else(|| CatalogError::Damaged(format!("object {id} has unknown type {code}")))?;
     let blob: Vec<u8> = row.get(17).map_err(get)?;
     let int = |i: usize| -> Result<i64> { row.get::<_, i64>(i).map_err(get) };
-    Ok(ObjectVersion {
+    let meta: Option<Vec<u8>> = row.get(20).map_err(get)?;
+    let mut v = ObjectVersion {
         id: ObjectId(id),
         filespace: FilespaceId(int(1)?),
         path: row.get(3).map_err(get)?,
@@ -346,6 +501,10 @@ fn object_from_row(row: &Row<'_>) -> Result<ObjectVersion> {
             gid: int(10)? as u32,
             link_target: row.get(16).map_err(get)?,
             ino: int(18)? as u64,
+            rdev: 0,
+            xattrs: Vec::new(),
+            extents: None,
+            sealed_by: None,
         },
         inserted: int(11)?,
         deactivated: row.get(12).map_err(get)?,
@@ -355,7 +514,12 @@ fn object_from_row(row: &Row<'_>) -> Result<ObjectVersion> {
         chunks: chunk_list::decode(&blob)
             .map_err(|e| CatalogError::Damaged(format!("object {id}: {e}")))?,
         damaged: int(19)? != 0,
-    })
+    };
+    if let Some(m) = meta {
+        crate::meta::decode(&m, &mut v.attrs)
+            .map_err(|e| CatalogError::Damaged(format!("object {id}: {e}")))?;
+    }
+    Ok(v)
 }
 
 fn query_objects(
@@ -455,7 +619,7 @@ impl Catalog for SqliteCatalog {
             Err(e) if unique_violation(&e) => {
                 Err(CatalogError::Exists { what: "domain", name: name.into() })
             }
-            Err(e) => Err(CatalogError::Db { op: "defining a domain", source: e }),
+            Err(e) => Err(classify(&self.path, "defining a domain")(e)),
         }
     }
 
@@ -477,7 +641,7 @@ impl Catalog for SqliteCatalog {
         archive: ArchiveCopyGroup,
     ) -> Result<MgmtClassId> {
         let mut conn = lock(&self.writer);
-        let tx = conn.transaction().map_err(CatalogError::db("defining a management class"))?;
+        let tx = conn.transaction().map_err(classify(&self.path, "defining a management class"))?;
         let id = match tx.execute(
             "INSERT INTO mgmt_classes (domain_id, name) VALUES (?1, ?2)",
             params![domain.0, name],
@@ -488,14 +652,14 @@ impl Catalog for SqliteCatalog {
                 let known: Option<i64> = tx
                     .query_row("SELECT id FROM domains WHERE id = ?1", [domain.0], |r| r.get(0))
                     .optional()
-                    .map_err(CatalogError::db("defining a management class"))?;
+                    .map_err(classify(&self.path, "defining a management class"))?;
                 return Err(match known {
                     Some(_) => CatalogError::Exists { what: "management class", name: name.into() },
                     None => CatalogError::NotFound { what: "domain", key: domain.0.to_string() },
                 });
             }
             Err(e) => {
-                return Err(CatalogError::Db { op: "defining a management class", source: e });
+                return Err(classify(&self.path, "defining a management class")(e));
             }
         };
         tx.execute(
@@ -507,8 +671,8 @@ impl Catalog for SqliteCatalog {
             "INSERT INTO archive_copygroups (mgmt_class_id, retain_version_days) VALUES (?1, ?2)",
             params![id, archive.retain_version_days],
         )
-        .map_err(CatalogError::db("defining a copy group"))?;
-        tx.commit().map_err(CatalogError::db("defining a management class"))?;
+        .map_err(classify(&self.path, "defining a copy group"))?;
+        tx.commit().map_err(classify(&self.path, "defining a management class"))?;
         Ok(MgmtClassId(id))
     }
 
@@ -529,9 +693,9 @@ impl Catalog for SqliteCatalog {
     fn delete_domain(&self, domain: DomainId) -> Result<()> {
         let mut conn = lock(&self.writer);
         let op = "deleting a domain";
-        let t = conn.transaction().map_err(CatalogError::db(op))?;
+        let t = conn.transaction().map_err(classify(&self.path, op))?;
         let count = |sql: &str| -> Result<i64> {
-            t.query_row(sql, [domain.0], |r| r.get(0)).map_err(CatalogError::db(op))
+            t.query_row(sql, [domain.0], |r| r.get(0)).map_err(classify(&self.path, op))
         };
         let nodes = count("SELECT count(*) FROM nodes WHERE domain_id = ?1")?;
         if nodes > 0 {
@@ -552,15 +716,15 @@ impl Catalog for SqliteCatalog {
             "DELETE FROM archive_copygroups WHERE mgmt_class_id IN (SELECT id FROM mgmt_classes WHERE domain_id = ?1)",
             "DELETE FROM mgmt_classes WHERE domain_id = ?1",
         ] {
-            t.execute(sql, [domain.0]).map_err(CatalogError::db(op))?;
+            t.execute(sql, [domain.0]).map_err(classify(&self.path, op))?;
         }
         let n = t
             .execute("DELETE FROM domains WHERE id = ?1", [domain.0])
-            .map_err(CatalogError::db(op))?;
+            .map_err(classify(&self.path, op))?;
         if n == 0 {
             return Err(CatalogError::NotFound { what: "domain", key: domain.0.to_string() });
         }
-        t.commit().map_err(CatalogError::db(op))
+        t.commit().map_err(classify(&self.path, op))
     }
 
     fn update_mgmt_class(
@@ -571,7 +735,7 @@ impl Catalog for SqliteCatalog {
     ) -> Result<()> {
         let mut conn = lock(&self.writer);
         let op = "updating a management class";
-        let t = conn.transaction().map_err(CatalogError::db(op))?;
+        let t = conn.transaction().map_err(classify(&self.path, op))?;
         let n = t
             .execute(
                 "UPDATE backup_copygroups SET versions_exist = ?1, versions_deleted = ?2, retain_extra_days = ?3, retain_only_days = ?4 WHERE mgmt_class_id = ?5",
@@ -594,19 +758,19 @@ impl Catalog for SqliteCatalog {
             "UPDATE archive_copygroups SET retain_version_days = ?1 WHERE mgmt_class_id = ?2",
             params![archive.retain_version_days, class.0],
         )
-        .map_err(CatalogError::db(op))?;
-        t.commit().map_err(CatalogError::db(op))
+        .map_err(classify(&self.path, op))?;
+        t.commit().map_err(classify(&self.path, op))
     }
 
     fn delete_mgmt_class(&self, class: MgmtClassId) -> Result<()> {
         let mut conn = lock(&self.writer);
         let op = "deleting a management class";
-        let t = conn.transaction().map_err(CatalogError::db(op))?;
+        let t = conn.transaction().map_err(classify(&self.path, op))?;
         let bound: i64 = t
             .query_row("SELECT count(*) FROM objects WHERE mgmt_class_id = ?1", [class.0], |r| {
                 r.get(0)
             })
-            .map_err(CatalogError::db(op))?;
+            .map_err(classify(&self.path, op))?;
         if bound > 0 {
             return Err(CatalogError::Refused(format!(
                 "{bound} versions are bound to the management class"
@@ -621,26 +785,26 @@ impl Catalog for SqliteCatalog {
                 [class.0],
                 |r| r.get(0),
             )
-            .map_err(CatalogError::db(op))?;
+            .map_err(classify(&self.path, op))?;
         if nodes > 0 {
             return Err(CatalogError::Refused(format!(
                 "it is the default class of the domain's {nodes} nodes: move them to another domain first"
             )));
         }
         t.execute("DELETE FROM backup_copygroups WHERE mgmt_class_id = ?1", [class.0])
-            .map_err(CatalogError::db(op))?;
+            .map_err(classify(&self.path, op))?;
         t.execute("DELETE FROM archive_copygroups WHERE mgmt_class_id = ?1", [class.0])
-            .map_err(CatalogError::db(op))?;
+            .map_err(classify(&self.path, op))?;
         let n = t
             .execute("DELETE FROM mgmt_classes WHERE id = ?1", [class.0])
-            .map_err(CatalogError::db(op))?;
+            .map_err(classify(&self.path, op))?;
         if n == 0 {
             return Err(CatalogError::NotFound {
                 what: "management class",
                 key: class.0.to_string(),
             });
         }
-        t.commit().map_err(CatalogError::db(op))
+        t.commit().map_err(classify(&self.path, op))
     }
 
     fn set_node_domain(&self, node: NodeId, domain: DomainId) -> Result<()> {
@@ -703,10 +867,10 @@ impl Catalog for SqliteCatalog {
         ) {
             Ok(_) => Ok(NodeId(conn.last_insert_rowid())),
             Err(e) if unique_violation(&e) => {
-                let exists: bool = conn.query_row("SELECT count(*) FROM nodes WHERE name = ?1", [name], |r| r.get::<_, i64>(0)).map_err(CatalogError::db("registering a node"))? > 0;
+                let exists: bool = conn.query_row("SELECT count(*) FROM nodes WHERE name = ?1", [name], |r| r.get::<_, i64>(0)).map_err(classify(&self.path, "registering a node"))? > 0;
                 Err(if exists { CatalogError::Exists { what: "node", name: name.into() } } else { CatalogError::NotFound { what: "domain", key: domain.0.to_string() } })
             }
-            Err(e) => Err(CatalogError::Db { op: "registering a node", source: e }),
+            Err(e) => Err(classify(&self.path, "registering a node")(e)),
         }
     }
 
@@ -757,7 +921,7 @@ impl Catalog for SqliteCatalog {
             Err(e) if unique_violation(&e) => {
                 Err(CatalogError::Exists { what: "administrator", name: name.into() })
             }
-            Err(e) => Err(CatalogError::Db { op: "registering an administrator", source: e }),
+            Err(e) => Err(classify(&self.path, "registering an administrator")(e)),
         }
     }
 
@@ -845,7 +1009,7 @@ impl Catalog for SqliteCatalog {
                 |r| r.get(0),
             )
             .optional()
-            .map_err(CatalogError::db("reading a filespace"))?;
+            .map_err(classify(&self.path, "reading a filespace"))?;
         if let Some(id) = found {
             return Ok(FilespaceId(id));
         }
@@ -857,7 +1021,7 @@ impl Catalog for SqliteCatalog {
             Err(e) if e.sqlite_error_code() == Some(ErrorCode::ConstraintViolation) => {
                 Err(CatalogError::NotFound { what: "node", key: node.0.to_string() })
             }
-            Err(e) => Err(CatalogError::Db { op: "creating a filespace", source: e }),
+            Err(e) => Err(classify(&self.path, "creating a filespace")(e)),
         }
     }
 
@@ -876,12 +1040,12 @@ impl Catalog for SqliteCatalog {
                     "SELECT id FROM objects WHERE filespace_id = ?1 AND state = 1 LIMIT ?2",
                     "SELECT id FROM objects WHERE filespace_id = ?1 AND state <> 1 LIMIT ?2",
                 ] {
-                    let mut stmt = c.prepare_cached(sql).map_err(CatalogError::db(op))?;
+                    let mut stmt = c.prepare_cached(sql).map_err(classify(&self.path, op))?;
                     let rows = stmt
                         .query_map(params![filespace.0, limit], |r| r.get(0))
-                        .map_err(CatalogError::db(op))?;
+                        .map_err(classify(&self.path, op))?;
                     for id in rows {
-                        ids.push(id.map_err(CatalogError::db(op))?);
+                        ids.push(id.map_err(classify(&self.path, op))?);
                     }
                 }
                 Ok(ids)
@@ -906,7 +1070,7 @@ impl Catalog for SqliteCatalog {
                     r.get::<_, i64>(0)
                 })
                 .map(|n| n > 0)
-                .map_err(CatalogError::db(op))
+                .map_err(classify(&self.path, op))
             })
         };
         crate::delete_filespace_in_batches(self, filespace, batch, stop, &ids, &remove, &exists)
@@ -917,13 +1081,13 @@ impl Catalog for SqliteCatalog {
         let op = "deleting a node";
         let filespaces: i64 = conn
             .query_row("SELECT count(*) FROM filespaces WHERE node_id = ?1", [node.0], |r| r.get(0))
-            .map_err(CatalogError::db(op))?;
+            .map_err(classify(&self.path, op))?;
         if filespaces > 0 {
             return Err(CatalogError::Refused(format!(
                 "the node still has {filespaces} filespaces: delete them first"
             )));
         }
-        conn.execute_batch("BEGIN IMMEDIATE").map_err(CatalogError::db(op))?;
+        conn.execute_batch("BEGIN IMMEDIATE").map_err(classify(&self.path, op))?;
         let result = (|| {
             conn.execute("DELETE FROM sessions WHERE node_id = ?1", [node.0])?;
             let n = conn.execute("DELETE FROM nodes WHERE id = ?1", [node.0])?;
@@ -973,7 +1137,7 @@ impl Catalog for SqliteCatalog {
             Err(e) if unique_violation(&e) => {
                 Err(CatalogError::Exists { what: "storage pool", name: name.into() })
             }
-            Err(e) => Err(CatalogError::Db { op: "defining a storage pool", source: e }),
+            Err(e) => Err(classify(&self.path, "defining a storage pool")(e)),
         }
     }
 
@@ -1064,13 +1228,13 @@ impl Catalog for SqliteCatalog {
         // an administrator's set-dedup-scope running at the same time is never undone.
         let mut conn = lock(&self.writer);
         let op = "reading a node's dedup scope";
-        let t = conn.transaction().map_err(CatalogError::db(op))?;
+        let t = conn.transaction().map_err(classify(&self.path, op))?;
         let found: Option<(String, Option<i64>)> = t
             .query_row("SELECT name, dedup_scope FROM nodes WHERE id = ?1", [node.0], |r| {
                 Ok((r.get(0)?, r.get(1)?))
             })
             .optional()
-            .map_err(CatalogError::db(op))?;
+            .map_err(classify(&self.path, op))?;
         let (name, scope) = found
             .ok_or_else(|| CatalogError::NotFound { what: "node", key: node.0.to_string() })?;
         let id = match scope {
@@ -1081,12 +1245,12 @@ impl Catalog for SqliteCatalog {
                     "UPDATE nodes SET dedup_scope = ?1 WHERE id = ?2 AND dedup_scope IS NULL",
                     params![id, node.0],
                 )
-                .map_err(CatalogError::db(op))?;
+                .map_err(classify(&self.path, op))?;
                 id
             }
         };
         let scope = scope_by_id(&t, DedupScopeId(id))?;
-        t.commit().map_err(CatalogError::db(op))?;
+        t.commit().map_err(classify(&self.path, op))?;
         Ok(scope)
     }
 
@@ -1098,16 +1262,16 @@ impl Catalog for SqliteCatalog {
     ) -> Result<DedupScope> {
         let mut conn = lock(&self.writer);
         let op = "setting a node's dedup scope";
-        let t = conn.transaction().map_err(CatalogError::db(op))?;
+        let t = conn.transaction().map_err(classify(&self.path, op))?;
         let id = scope_named(&t, name, &new_secret, op)?;
         let n = t
             .execute("UPDATE nodes SET dedup_scope = ?1 WHERE id = ?2", params![id, node.0])
-            .map_err(CatalogError::db(op))?;
+            .map_err(classify(&self.path, op))?;
         if n == 0 {
             return Err(CatalogError::NotFound { what: "node", key: node.0.to_string() });
         }
         let scope = scope_by_id(&t, DedupScopeId(id))?;
-        t.commit().map_err(CatalogError::db(op))?;
+        t.commit().map_err(classify(&self.path, op))?;
         Ok(scope)
     }
 
@@ -1170,7 +1334,7 @@ impl Catalog for SqliteCatalog {
     fn begin(&self) -> Result<Box<dyn Txn + '_>> {
         let conn = lock(&self.writer);
         conn.execute_batch("BEGIN IMMEDIATE")
-            .map_err(CatalogError::db("starting a transaction"))?;
+            .map_err(classify(&self.path, "starting a transaction"))?;
         Ok(Box::new(SqliteTxn {
             conn,
             done: false,
@@ -1223,18 +1387,10 @@ impl Catalog for SqliteCatalog {
         filespace: FilespaceId,
         visit: &mut dyn FnMut(&ObjectVersion) -> Result<()>,
     ) -> Result<()> {
-        self.with_reader(|c| {
-            // Sorted by SQLite (a temporary B-tree): neither partial index covers all states.
-            let sql = format!(
-                "SELECT {OBJECT_COLUMNS} FROM objects WHERE filespace_id = ?1 ORDER BY path, inserted DESC, id DESC"
-            );
-            let mut stmt = c.prepare_cached(&sql).map_err(CatalogError::db("listing versions"))?;
-            let mut rows = stmt.query([filespace.0]).map_err(CatalogError::db("listing versions"))?;
-            while let Some(row) = rows.next().map_err(CatalogError::db("listing versions"))? {
-                visit(&object_from_row(row)?)?;
-            }
-            Ok(())
-        })
+        // In pages of whole paths, each its own short read transaction: a restore or a
+        // listing piped into `less` must not hold a snapshot while its reader dawdles, or WAL
+        // checkpoints stop and the WAL grows without bound. `visit` runs between pages.
+        crate::paging::for_each_in_pages(|after| self.versions_page(filespace, after), visit)
     }
 
     fn for_each_expirable(
@@ -1420,7 +1576,7 @@ impl Catalog for SqliteCatalog {
     ) -> Result<()> {
         let conn = lock(&self.writer);
         conn.execute_batch("BEGIN IMMEDIATE")
-            .map_err(CatalogError::db("starting a transaction"))?;
+            .map_err(classify(&self.path, "starting a transaction"))?;
         let mut t = SqliteTxn {
             conn,
             done: false,
@@ -1432,7 +1588,7 @@ impl Catalog for SqliteCatalog {
             t.conn
                 .prepare_cached("UPDATE chunks SET damaged = 1 WHERE id = ?1")
                 .and_then(|mut s| s.execute([id.0]))
-                .map_err(CatalogError::db(op))?;
+                .map_err(classify(&self.path, op))?;
         }
         // Versions committed since the scan that found `objects`: few, and read in this
         // transaction, so none can slip between the scan and the marks.
@@ -1442,11 +1598,11 @@ impl Catalog for SqliteCatalog {
             let mut stmt = t
                 .conn
                 .prepare_cached("SELECT id, chunk_list FROM objects WHERE id > ?1")
-                .map_err(CatalogError::db(op))?;
-            let mut rows = stmt.query([after.0]).map_err(CatalogError::db(op))?;
-            while let Some(r) = rows.next().map_err(CatalogError::db(op))? {
-                let id: i64 = r.get(0).map_err(CatalogError::db(op))?;
-                let blob: Vec<u8> = r.get(1).map_err(CatalogError::db(op))?;
+                .map_err(classify(&self.path, op))?;
+            let mut rows = stmt.query([after.0]).map_err(classify(&self.path, op))?;
+            while let Some(r) = rows.next().map_err(classify(&self.path, op))? {
+                let id: i64 = r.get(0).map_err(classify(&self.path, op))?;
+                let blob: Vec<u8> = r.get(1).map_err(classify(&self.path, op))?;
                 if chunk_list::decode(&blob)?.iter().any(|c| wanted.contains(c)) {
                     later.push(ObjectId(id));
                 }
@@ -1461,7 +1617,7 @@ impl Catalog for SqliteCatalog {
                     "UPDATE objects SET damaged = 1 WHERE id = ?1 RETURNING filespace_id",
                 )
                 .and_then(|mut s| s.query_row([id.0], |r| r.get(0)).optional())
-                .map_err(CatalogError::db(op))?;
+                .map_err(classify(&self.path, op))?;
             t.changed.extend(fs);
         }
         Box::new(t).commit()
@@ -1524,7 +1680,7 @@ impl Catalog for SqliteCatalog {
             "INSERT INTO sessions (node_id, started, state) VALUES (?1, ?2, 'running')",
             params![node.0, crate::now()],
         )
-        .map_err(CatalogError::db("starting a session"))?;
+        .map_err(classify(&self.path, "starting a session"))?;
         Ok(SessionId(conn.last_insert_rowid()))
     }
 
@@ -1580,7 +1736,7 @@ impl Catalog for SqliteCatalog {
             "INSERT INTO processes (kind, started, state, detail) VALUES (?1, ?2, 'running', ?3)",
             params![kind, crate::now(), detail],
         )
-        .map_err(CatalogError::db("starting a process"))?;
+        .map_err(classify(&self.path, "starting a process"))?;
         Ok(ProcessId(conn.last_insert_rowid()))
     }
 
@@ -1860,8 +2016,8 @@ impl Txn for SqliteTxn<'_> {
         }
         let a = &object.attrs;
         c.prepare_cached(
-            "INSERT INTO objects (filespace_id, state, path, object_type, size, mtime_ns, ctime_ns, mode, uid, gid, inserted, mgmt_class_id, description, retain_until, link_target, chunk_list, ino, damaged) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
+            "INSERT INTO objects (filespace_id, state, path, object_type, size, mtime_ns, ctime_ns, mode, uid, gid, inserted, mgmt_class_id, description, retain_until, link_target, chunk_list, ino, damaged, meta) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)",
         )
         .and_then(|mut s| {
             s.execute(params![
@@ -1883,6 +2039,7 @@ impl Txn for SqliteTxn<'_> {
                 chunk_list::encode(&ids),
                 a.ino as i64,
                 i64::from(damaged),
+                crate::meta::encode(a),
             ])
         })
         .map_err(|e| {
@@ -2029,7 +2186,9 @@ impl Txn for SqliteTxn<'_> {
                 .and_then(|mut s| s.execute([fs]))
                 .map_err(CatalogError::db("renewing a filespace's generation"))?;
         }
-        self.conn.execute_batch("COMMIT").map_err(CatalogError::db("committing"))?;
+        // A full disk shows at commit, when the transaction's pages go to the WAL.
+        let path = PathBuf::from(self.conn.path().unwrap_or_default());
+        self.conn.execute_batch("COMMIT").map_err(classify(&path, "committing"))?;
         self.done = true;
         Ok(())
     }

@@ -236,3 +236,78 @@ impl Drop for Cluster {
         let _ = self.pg_ctl(&["-m", "immediate", "-w", "stop"]);
     }
 }
+
+/// A small tmpfs mounted for a test that needs a disk of its own to fill (issue 23: a full
+/// disk under the catalog), unmounted when dropped. Mounting needs root: [`Tmpfs::mount`]
+/// gives `Ok(None)` when not root, after saying on stderr what `test` skipped and why, and an
+/// error instead when `QSM_TEST_REQUIRE_ROOT=1` (as CI sets it), so such a test never passes
+/// silently without running.
+#[derive(Debug)]
+pub struct Tmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    /// Mounts a tmpfs of `size` (as `mount -o size=` reads it: "8m") on a new directory.
+    pub fn mount(test: &str, size: &str) -> Result<Option<Tmpfs>, String> {
+        let skip = |why: String| {
+            if std::env::var("QSM_TEST_REQUIRE_ROOT").as_deref() == Ok("1") {
+                return Err(format!("{test}: QSM_TEST_REQUIRE_ROOT=1, but {why}"));
+            }
+            eprintln!("{test}: skipped: {why}");
+            Ok(None)
+        };
+        if !rustix::process::geteuid().is_root() {
+            return skip("mounting a tmpfs to fill needs root".into());
+        }
+        let dir = tempfile::TempDir::new().map_err(|e| format!("a directory to mount on: {e}"))?;
+        let out = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0700"), "tmpfs"])
+            .arg(dir.path())
+            .output()
+            .map_err(|e| format!("running mount: {e}"))?;
+        if !out.status.success() {
+            // Root without the capability (an unprivileged container): the test cannot run.
+            return skip(format!(
+                "mount -t tmpfs failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        Ok(Some(Tmpfs { dir }))
+    }
+
+    /// Where it is mounted.
+    pub fn path(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
+    /// Fills it: writes a file (`fill` in its root) until the disk refuses with ENOSPC.
+    /// Returns the bytes written.
+    pub fn fill(&self) -> Result<u64, String> {
+        use std::io::Write;
+        let path = self.path().join("fill");
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(&path)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let block = vec![0x5a_u8; 4096];
+        let mut written = 0u64;
+        loop {
+            match f.write(&block) {
+                Ok(0) => return Err(format!("{}: wrote nothing, yet no error", path.display())),
+                Ok(n) => written += n as u64,
+                Err(e) if e.raw_os_error() == Some(28) => return Ok(written),
+                Err(e) => return Err(format!("filling {}: {e}", path.display())),
+            }
+        }
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        // Lazily: a file still open (a child killed mid-test) must not leave the mount behind.
+        let _ = std::process::Command::new("umount").arg("-l").arg(self.dir.path()).status();
+    }
+}

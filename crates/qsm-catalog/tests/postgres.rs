@@ -249,3 +249,24 @@ fn the_connection_is_encrypted_and_verified_when_asked() {
     let e = qsm_catalog::testing::execute(&url, encrypted).unwrap_err();
     assert!(e.to_lowercase().contains("certificate"), "{e}");
 }
+
+/// Issue 23: a version listing paused by its caller holds no transaction open on PostgreSQL
+/// (which would hold back vacuum as a held SQLite snapshot holds back checkpoints); and the
+/// check itself sees a transaction that is open.
+#[test]
+fn a_paused_listing_holds_no_transaction() {
+    let db = TempDatabase::new().unwrap();
+    let cat = PostgresCatalog::open(&db.url).unwrap();
+    let idle = || {
+        qsm_catalog::testing::execute(
+            &db.url,
+            "DO $$ BEGIN IF EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database() \
+             AND pid <> pg_backend_pid() AND xact_start IS NOT NULL) THEN \
+             RAISE EXCEPTION 'a transaction is open on the catalog'; END IF; END $$",
+        )
+    };
+    conformance::listing_interleaved_with_commits_probed(&cat, &idle).unwrap();
+    let open = cat.begin().unwrap();
+    assert!(idle().is_err(), "an open transaction went unnoticed");
+    drop(open);
+}

@@ -174,27 +174,14 @@ fn a_full_disk_loses_no_committed_transaction() {
     use qsm_catalog::{
         Attributes, ContainerId, NewChunk, NewObject, ObjectChunk, ObjectKind, ObjectType,
     };
-    let dir = TempDir::new().unwrap();
-    let mount = dir.path().join("small");
-    std::fs::create_dir_all(&mount).unwrap();
-    let mounted = std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
-        .arg(&mount)
-        .status()
-        .is_ok_and(|s| s.success());
-    if !mounted {
-        eprintln!(
-            "SKIPPED: cannot mount a tmpfs here (needs root); the full-disk case is not tested"
-        );
+    // Not skipped silently where it cannot mount (issue 23): `Tmpfs::mount` says so, or fails
+    // under QSM_TEST_REQUIRE_ROOT=1.
+    let Some(disk) =
+        qsm_catalog::testing::Tmpfs::mount("a_full_disk_loses_no_committed", "1m").unwrap()
+    else {
         return;
-    }
-    struct Unmount(std::path::PathBuf);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("umount").arg(&self.0).status();
-        }
-    }
-    let _guard = Unmount(mount.clone());
+    };
+    let mount = disk.path();
     let path = mount.join("catalog.db");
     let cat = SqliteCatalog::open(&path).unwrap();
     let d = cat.define_domain("standard", "").unwrap();
@@ -284,4 +271,122 @@ fn tables_list_every_column() {
         expected.sort();
         assert_eq!(actual, expected, "table {table}");
     }
+}
+
+/// Issue 23: a listing paused by its caller (`qsm query backup --inactive | less`) holds no
+/// read transaction, so the WAL can be checkpointed and truncated to nothing meanwhile; and
+/// the check itself fails when a reader does hold one.
+#[test]
+fn a_paused_listing_lets_the_wal_be_checkpointed_and_truncated() {
+    let dir = TempDir::new().unwrap();
+    let path = dir.path().join("catalog.db");
+    let cat = SqliteCatalog::open(&path).unwrap();
+    let wal = dir.path().join("catalog.db-wal");
+    let other = rusqlite::Connection::open(&path).unwrap();
+    other.busy_timeout(std::time::Duration::from_millis(200)).unwrap();
+    let truncated = || -> Result<(), String> {
+        let busy: i64 = other
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0))
+            .map_err(|e| e.to_string())?;
+        let left = std::fs::metadata(&wal).map_err(|e| e.to_string())?.len();
+        if busy != 0 || left != 0 {
+            return Err(format!("WAL not truncated: busy {busy}, {left} bytes left"));
+        }
+        Ok(())
+    };
+    conformance::listing_interleaved_with_commits_probed(&cat, &truncated).unwrap();
+
+    // The probe sees a reader that holds a snapshot.
+    let reader = rusqlite::Connection::open(&path).unwrap();
+    reader.execute_batch("BEGIN").unwrap();
+    reader.query_row("SELECT count(*) FROM objects", [], |r| r.get::<_, i64>(0)).unwrap();
+    cat.log(qsm_catalog::Severity::Info, "a commit the reader does not see", None, None, None)
+        .unwrap();
+    assert!(truncated().is_err(), "a reader holding a snapshot went unnoticed");
+}
+
+/// Issue 23: a catalog on a full disk still opens and reads (read-only, saying why), and a
+/// write to it fails naming the full disk and the catalog, both when the catalog is opened
+/// after the disk filled and when it was already open (a server running). Needs root for a
+/// tmpfs of its own.
+#[test]
+fn a_full_disk_still_reads_and_names_itself_on_writes() {
+    use qsm_catalog::{NewObject, ObjectKind, ObjectType};
+    let Some(disk) = qsm_catalog::testing::Tmpfs::mount("a_full_disk_still_reads", "8m").unwrap()
+    else {
+        return;
+    };
+    let path = disk.path().join("catalog.db");
+    let fs = {
+        let cat = SqliteCatalog::open(&path).unwrap();
+        let d = cat.define_domain("standard", "").unwrap();
+        let node = cat.register_node("alpha", "h", d).unwrap();
+        let fs = cat.filespace(node, "/home").unwrap();
+        let mut t = cat.begin().unwrap();
+        for i in 0..2_000u32 {
+            let object = NewObject {
+                filespace: fs,
+                path: format!("/f{i:05}").into_bytes(),
+                kind: ObjectKind::Backup,
+                object_type: ObjectType::Directory,
+                attrs: Default::default(),
+                mgmt_class: None,
+                description: None,
+                retain_until: None,
+                chunks: vec![],
+            };
+            t.insert_object(&object, 100).unwrap();
+        }
+        t.commit().unwrap();
+        fs
+    };
+    // Open before the disk fills, as a running server has it.
+    let running = SqliteCatalog::open(&path).unwrap();
+    assert!(running.read_only().is_none());
+    disk.fill().unwrap();
+
+    let named = |e: CatalogError| {
+        let text = e.to_string();
+        assert!(matches!(e, CatalogError::DiskFull { .. }), "{text}");
+        assert!(text.contains("is full") && text.contains(&path.display().to_string()), "{text}");
+    };
+    let count = |cat: &SqliteCatalog| {
+        let mut n = 0;
+        cat.for_each_version(fs, &mut |_| {
+            n += 1;
+            Ok(())
+        })
+        .unwrap();
+        n
+    };
+    // The catalog open before: its writes fail naming the full disk, and it still reads, as
+    // does another opened beside it (its WAL index is there already).
+    let big = "x".repeat(64 << 10);
+    let mut failed = None;
+    for _ in 0..200 {
+        if let Err(e) = running.log(qsm_catalog::Severity::Info, &big, None, None, None) {
+            failed = Some(e);
+            break;
+        }
+    }
+    named(failed.expect("13 MB of log entries fitted on an 8 MB disk"));
+    assert_eq!(count(&running), 2_000);
+    let beside = SqliteCatalog::open(&path).unwrap();
+    assert_eq!(count(&beside), 2_000);
+    drop((running, beside));
+
+    // Filled while nobody had it open: SQLite's usual open would have to make and grow the
+    // WAL index (the "disk I/O error … enabling WAL" of the issue).
+    std::fs::remove_file(disk.path().join("fill")).unwrap();
+    drop(SqliteCatalog::open(&path).unwrap());
+    assert!(!disk.path().join("catalog.db-shm").exists(), "the WAL index outlived its catalog");
+    disk.fill().unwrap();
+    let cat = SqliteCatalog::open(&path).unwrap();
+    let why = cat.read_only().expect("opened for writing on a full disk");
+    assert!(why.contains("is full") && why.contains(&path.display().to_string()), "{why}");
+    let node = cat.node("alpha").unwrap().unwrap();
+    assert_eq!(cat.filespaces(node.id).unwrap().len(), 1);
+    assert_eq!(count(&cat), 2_000);
+    named(cat.define_domain("other", "").unwrap_err());
+    named(cat.begin().map(drop).unwrap_err());
 }

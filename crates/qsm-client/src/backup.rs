@@ -12,7 +12,7 @@
 //! directories only. Measured in docs/PERFORMANCE.md 4.1: 21 MB for an unchanged tree of
 //! 300,000 files.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -70,7 +70,19 @@ pub struct BackupOptions {
     pub bindings: crate::filter::Bindings,
     /// The class of what no binding names (`None`: the domain's default; `--archmc`).
     pub default_class: Option<String>,
+    /// How many times a file that changed while it was read is read again before it is
+    /// reported and left out (TSM's `changingretries`).
+    pub changing_retries: u32,
+    /// The filespace to back up into (`--filespace`): the path's own name makes it a
+    /// filespace of its own even below another; `None`: the existing filespace that contains
+    /// the path, if any ([`target_filespace`]).
+    pub filespace: Option<String>,
 }
+
+/// The default of [`BackupOptions::changing_retries`]: a few more reads catch a file written
+/// now and then between two writes; a file written all the time (a busy log) costs at most
+/// this many more reads before it is reported.
+pub const CHANGING_RETRIES: u32 = 3;
 
 impl Default for BackupOptions {
     fn default() -> Self {
@@ -90,9 +102,16 @@ impl Default for BackupOptions {
             journal: None,
             bindings: Default::default(),
             default_class: None,
+            changing_retries: CHANGING_RETRIES,
+            filespace: None,
         }
     }
 }
+
+/// How long a backup waits before it reads again a file that changed while it was read, once
+/// nothing else is left to read: long enough for a file written in bursts to settle, short
+/// beside a backup (at most [`CHANGING_RETRIES`] times this per such file by default).
+const RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Chunk ids the dedup cache keeps: 262,144 ids (about 25 MB of memory) cover 16 GiB of
 /// distinct data at the 64 KiB average chunk; past that the oldest go, and the server is
@@ -104,6 +123,9 @@ pub const DEDUP_CACHE_IDS: usize = 1 << 18;
 pub struct BackupSummary {
     /// The filespace (the absolute root path).
     pub filespace: String,
+    /// The path backed up below the filespace's root (`/`-separated), when it is not the
+    /// root itself: only this subtree was compared and could become inactive.
+    pub subtree: Option<Vec<u8>>,
     /// Entries examined.
     pub examined: u64,
     /// Entries sent (new or changed).
@@ -112,8 +134,14 @@ pub struct BackupSummary {
     pub unchanged: u64,
     /// Entries that could not be read or changed while being read (not backed up).
     pub failed: u64,
+    /// Reads of files that changed while being read and were read again (each counted once
+    /// per time; a file that then came whole is in `backed_up`, one that never did in
+    /// `failed`).
+    pub retried: u64,
     /// Active versions marked inactive because their file is gone.
     pub deactivated: u64,
+    /// Entries QSM does not back up (sockets), each named in `warnings`; not failures.
+    pub skipped: u64,
     /// File bytes read.
     pub bytes_read: u64,
     /// Frame bytes stored.
@@ -147,10 +175,16 @@ pub struct BackupSummary {
     pub encrypt_seconds: f64,
     /// The fingerprint of the key frames were sealed with.
     pub key_fingerprint: Option<String>,
+    /// Files unchanged but sent again to be sealed with this key: stored in the clear, under
+    /// another key, or before keys were recorded (encryption on only).
+    pub resealed: u64,
     /// How the change journal served: "N changes" when it replaced the scan, or why not.
     pub journal: Option<String>,
     /// Whether the change journal replaced the scan.
     pub journal_used: bool,
+    /// The journal note is routine: the tree is not journaled at all (a display shows it only
+    /// when asked to be verbose).
+    pub journal_routine: bool,
     /// The codec settings used, and (adaptive) what limited the backup.
     pub compression: crate::adaptive::Report,
 }
@@ -181,6 +215,73 @@ pub fn filespace_name(root: &Path) -> Result<String> {
     })
 }
 
+/// Whether `entry`'s data must be sent again to be sealed with this backup's key: encryption
+/// is on (the entry carries the key) and the active version was stored in the clear, under
+/// another key, or before keys were recorded. With encryption off nothing is sent again for
+/// this: data sealed earlier stays sealed.
+fn needs_sealing(entry: &Entry, active: &(ObjectType, Attributes)) -> bool {
+    entry.attrs.sealed_by.is_some() && active.1.sealed_by != entry.attrs.sealed_by
+}
+
+/// The filespace `root` goes into, and where below its root: the longest existing filespace
+/// of the node that contains `root` (TSM backs a path up into the filespace holding it, so a
+/// subdirectory of a backed-up tree is never a second, overlapping filespace), or `root`'s own
+/// name when none does. `asked` (`--filespace`) overrides: `root`'s own name makes it a
+/// filespace of its own, the name of a filespace containing `root` puts it there; any other
+/// name is refused, as restore and query find filespaces by the paths they contain.
+pub fn target_filespace(
+    server: &dyn Server,
+    root: &Path,
+    asked: Option<&str>,
+) -> Result<(String, Vec<u8>)> {
+    let path = filespace_name(root)?;
+    // The part of `path` below `name`, if `name` contains it ("/" contains every path).
+    let below = |name: &str| -> Option<Vec<u8>> {
+        if name == path {
+            return Some(Vec::new());
+        }
+        let rest = path.strip_prefix(name)?;
+        let rest = if name.ends_with('/') { rest } else { rest.strip_prefix('/')? };
+        Some(rest.as_bytes().to_vec())
+    };
+    if let Some(name) = asked {
+        return below(name).map(|rel| (name.to_owned(), rel)).ok_or_else(|| {
+            ClientError::Invalid(format!(
+                "--filespace {name}: {path} is not at or below it (name {path} itself for a \
+                 filespace of its own, or a filespace that contains it)"
+            ))
+        });
+    }
+    let containing = server
+        .filespaces()?
+        .into_iter()
+        .filter_map(|f| below(&f.name).map(|rel| (f.name, rel)))
+        .max_by_key(|(name, _)| name.len());
+    Ok(containing.unwrap_or((path, Vec::new())))
+}
+
+/// Whether a walk of the subtree `below` of the filespace `filespace` (at `walked`) takes
+/// what a walk of the whole filespace takes there: no ancestor of it is excluded, and it is
+/// included on its own merits. (A walk of the filespace decides below it from its ancestors'
+/// verdicts, which the subtree's walk does not know; and it takes its own root whatever the
+/// patterns say.)
+fn filtered_alike(filter: &Filter, filespace: &str, below: &[u8], walked: &Path) -> bool {
+    use crate::filter::Verdict;
+    use std::os::unix::ffi::OsStrExt;
+    let root = Path::new(filespace);
+    let ancestors_kept = below.iter().enumerate().filter(|(_, b)| **b == b'/').all(|(i, _)| {
+        let up = &below[..i];
+        filter.verdict(up, &root.join(std::ffi::OsStr::from_bytes(up)), true, false)
+            != Verdict::Excluded
+    });
+    ancestors_kept && filter.verdict(below, walked, walked.is_dir(), false) == Verdict::Included
+}
+
+/// Whether the catalog path `path` is `top` or below it (everything is below the root, `[]`).
+fn within(path: &[u8], top: &[u8]) -> bool {
+    top.is_empty() || path == top || (path.starts_with(top) && path.get(top.len()) == Some(&b'/'))
+}
+
 /// Whether `entry` differs from its active version. An inode of 0 was not recorded (versions
 /// from before it was) and is not compared.
 fn changed(entry: &Entry, active: &(ObjectType, Attributes), ignore_inode: bool) -> bool {
@@ -195,6 +296,8 @@ fn changed(entry: &Entry, active: &(ObjectType, Attributes), ignore_inode: bool)
         || a.uid != entry.attrs.uid
         || a.gid != entry.attrs.gid
         || a.link_target != entry.attrs.link_target
+        || a.rdev != entry.attrs.rdev
+        || a.xattrs != entry.attrs.xattrs
 }
 
 /// Called after each object sent with the counts so far (for progress displays).
@@ -211,16 +314,18 @@ pub fn backup(
 }
 
 /// Archives `root` for `node`: every entry is sent, whatever the backups hold, as an archive
-/// with `description`, kept for `retain_days` (the archive copy group's retain-version).
+/// with `description`, kept as its management class's archive copy group says, or for
+/// `retain_days` if that is longer ([`crate::server::archive_retention`]).
 pub fn archive(
     server: &dyn Server,
     root: &Path,
     description: &str,
-    retain_days: u32,
+    retain_days: Option<u32>,
     options: &BackupOptions,
     progress: &mut Progress<'_>,
 ) -> Result<BackupSummary> {
-    let until = now().saturating_add(i64::from(retain_days) * 86_400);
+    // Only a requested retention is sent: the server keeps the class's unless this is longer.
+    let until = retain_days.map(|d| now().saturating_add(i64::from(d) * 86_400));
     run(server, root, options, Some((description.to_owned(), until)), progress)
 }
 
@@ -239,22 +344,27 @@ fn run(
     server: &dyn Server,
     root: &Path,
     options: &BackupOptions,
-    archive: Option<(String, i64)>,
+    archive: Option<(String, Option<i64>)>,
     progress: &mut Progress<'_>,
 ) -> Result<BackupSummary> {
     let started = Instant::now();
     let cpu_start = cpu_seconds();
-    let name = filespace_name(root)?;
-    // Walk what the filespace names: a root given through a symlink is walked where it
-    // points, not recorded as one symlink (which would deactivate everything below).
-    let canonical = std::path::PathBuf::from(&name);
+    // Walk what the path names: a root given through a symlink is walked where it points,
+    // not recorded as one symlink (which would deactivate everything below).
+    let canonical = std::path::PathBuf::from(filespace_name(root)?);
+    // Into the filespace that contains it: `below` is where the walk sits in it.
+    let (name, below) = target_filespace(server, root, options.filespace.as_deref())?;
     let fs = server.open_filespace(&name, true)?.ok_or_else(|| {
         ClientError::Invalid(format!("{}: no filespace {name}", server.describe()))
     })?;
     let setting = options.compression;
     FrameEncoder::new(setting).map_err(|e| ClientError::Invalid(e.to_string()))?;
     let quantum = qsm_codec::DEFAULT_QUANTUM;
-    let mut summary = BackupSummary { filespace: name, ..BackupSummary::default() };
+    let mut summary = BackupSummary {
+        filespace: name,
+        subtree: (!below.is_empty()).then(|| below.clone()),
+        ..BackupSummary::default()
+    };
     let keys = options.encryption.as_deref();
     summary.key_fingerprint = keys.map(|k| k.fingerprint.clone());
     let dedup = if options.dedup { Some(Dedup::start(server, options, keys)?) } else { None };
@@ -267,7 +377,41 @@ fn run(
     let sealer = sealer.as_ref();
     let ids_ref = ids.as_ref();
     let shared = dedup.is_some();
-    let journal = match (&options.journal, options.full || archive.is_some()) {
+    // The journal's plan covers a whole filespace: a subtree's backup scans (the subtree
+    // only), and leaves the journal's changes pending for the next backup of the filespace.
+    if let Some(path) = options.journal.as_deref()
+        && !below.is_empty()
+        && !options.full
+        && archive.is_none()
+    {
+        let watched = crate::journal::Journal::open(path)?.journaled(&summary.filespace)?;
+        summary.journal_routine = !watched;
+        summary.journal = Some(format!(
+            "scanned: a subtree of filespace {}, whose journal (if any) serves backups of the \
+             whole filespace",
+            summary.filespace
+        ));
+    }
+    // A subtree's backup that takes what a backup of the whole filespace would take there
+    // keeps the journal serving: the filespace's generation before it, to move the journal's
+    // record on once it has committed (`Journal::advanced`).
+    let journal_kept = match options.journal.as_deref() {
+        Some(path)
+            if !below.is_empty()
+                && !options.full
+                && archive.is_none()
+                && filtered_alike(
+                    &options.filter,
+                    &summary.filespace,
+                    below.as_slice(),
+                    &canonical,
+                ) =>
+        {
+            Some((path, generation(server, &summary.filespace)?))
+        }
+        _ => None,
+    };
+    let journal = match (&options.journal, options.full || archive.is_some() || !below.is_empty()) {
         (Some(path), false) => Some(JournalUse::start(
             path,
             server,
@@ -285,6 +429,7 @@ fn run(
             }
             crate::journal::Plan::Scan { why, .. } => {
                 summary.journal = Some(format!("scanned: {why}"));
+                summary.journal_routine = !j.watched;
                 None
             }
         },
@@ -294,7 +439,7 @@ fn run(
     let mut bindings = options.bindings.clone();
     let mut default_class = options.default_class.clone();
     if !bindings.is_empty() || default_class.is_some() {
-        let known = server.mgmt_classes()?;
+        let known: Vec<String> = server.mgmt_classes()?.into_iter().map(|c| c.name).collect();
         let mut unknown = bindings.keep_known(&known);
         if let Some(c) = default_class.take_if(|c| !known.contains(c)) {
             unknown.push(c);
@@ -322,6 +467,7 @@ fn run(
     let is_archive = archive.is_some();
     let scan = ScanProgress::default();
     let scan = &scan;
+    let below = &below;
     let mut last_progress = Instant::now();
 
     let outcome = std::thread::scope(|scope| {
@@ -330,7 +476,12 @@ fn run(
         let inventory = (!is_archive).then(|| {
             let (inv_tx, inv_rx) = crossbeam_channel::bounded(INVENTORY_AHEAD);
             let reader = scope.spawn(move || {
+                // A subtree's backup compares (and may deactivate) only what is below it. The
+                // whole inventory still streams past: the node interface has no prefix query.
                 server.inventory(fs, Scope::Active, &mut |v| {
+                    if !within(&v.path, below) {
+                        return Ok(());
+                    }
                     inv_tx.send(v).map_err(|_| ClientError::Invalid("backup stopped".into()))
                 })
             });
@@ -353,15 +504,20 @@ fn run(
                 kept: Vec::new(),
                 unchanged: 0,
                 warnings: Vec::new(),
+                skipped: Vec::new(),
+                links: HashMap::new(),
+                sealed_by: keys.map(|k| k.key_id),
+                resealed: 0,
             };
             if let Some(changes) = journal_changes {
                 // The journal lists what changed: no scan, no inventory.
                 drop(inventory);
                 let result = merge.journal(&canonical, changes, &walk_options);
                 scan.done.store(true, Ordering::Relaxed);
-                return (result, scan.examined.load(Ordering::Relaxed), 0, merge.warnings);
+                let examined = scan.examined.load(Ordering::Relaxed);
+                return (result, examined, 0, merge.warnings, merge.skipped, 0);
             }
-            let result = scan::walk_sorted(&canonical, &walk_options, |events| {
+            let result = scan::walk_sorted_at(&canonical, below.clone(), &walk_options, |events| {
                 if let Some((versions, reader)) = inventory {
                     for v in versions.iter() {
                         merge.inventory(events, v)?;
@@ -376,10 +532,11 @@ fn run(
             })
             .and_then(|r| r);
             scan.done.store(true, Ordering::Relaxed);
-            (result, scan.examined.load(Ordering::Relaxed), merge.unchanged, merge.warnings)
+            let examined = scan.examined.load(Ordering::Relaxed);
+            (result, examined, merge.unchanged, merge.warnings, merge.skipped, merge.resealed)
         });
 
-        let mut reader = Reader::new(rx, quantum, dedup, server);
+        let mut reader = Reader::new(rx, quantum, dedup, server, options.changing_retries);
         // Shared chunks sent in objects that ended: what the cache may learn once everything
         // is committed (chunks of an abandoned object never are).
         let mut ended = Ended { shared, sealed: keys.is_some(), ..Ended::default() };
@@ -490,7 +647,7 @@ fn run(
         forget_cache();
         return Err(e);
     }
-    let (walk_result, examined, unchanged, warnings) =
+    let (walk_result, examined, unchanged, warnings, skipped, resealed) =
         walked.map_err(|_| ClientError::Invalid("the directory walk panicked".into()))?;
     // The pipeline's error first: when it fails, the walk only reports that it was stopped.
     if let Err(e) = pipeline_result {
@@ -500,8 +657,11 @@ fn run(
     walk_result?;
     summary.examined = examined;
     summary.unchanged = unchanged;
+    summary.resealed = resealed;
     summary.failed += warnings.len() as u64;
     summary.warnings.extend(warnings);
+    summary.skipped = skipped.len() as u64;
+    summary.warnings.extend(skipped);
     if let Err(e) = batch.finish() {
         forget_cache();
         return Err(e);
@@ -511,6 +671,20 @@ fn run(
         && let Err(e) = j.finish(server, &summary.filespace, summary.failed > 0)
     {
         summary.warnings.push(format!("change journal not updated: {e}"));
+    }
+    if let Some((path, before)) = journal_kept {
+        let kept = generation(server, &summary.filespace).and_then(|after| {
+            crate::journal::Journal::open(path)?.advanced(
+                &summary.filespace,
+                &server.describe(),
+                before,
+                after,
+                &options.filter.fingerprint(),
+            )
+        });
+        if let Err(e) = kept {
+            summary.warnings.push(format!("change journal not updated: {e}"));
+        }
     }
     // Everything is committed: what this backup sent is on the server now.
     if let (Some(d), Some(path)) = (dedup, &options.dedup_cache)
@@ -527,7 +701,8 @@ fn run(
 /// What the walker hands the reader: an entry to send, or the path of an active version whose
 /// file is gone.
 enum Work {
-    Send(Entry),
+    /// Boxed: an entry is ten times the size of the other variants, and the queue holds many.
+    Send(Box<Entry>),
     Gone(Vec<u8>),
     /// Everything below a path gone (journal-based backup).
     GoneBelow(Vec<u8>),
@@ -549,10 +724,63 @@ struct Merge<'a> {
     /// Paths that could not be examined: their active versions, and those below, are kept.
     kept: Vec<Vec<u8>>,
     unchanged: u64,
+    /// Entries that could not be examined or backed up whole: each a failure.
     warnings: Vec<String>,
+    /// Entries not backed up by design (sockets): notes, not failures.
+    skipped: Vec<String>,
+    /// The first name (in path order) of each multiply linked file seen, by device and
+    /// inode: later names of the group become `Hardlink` objects pointing at it.
+    links: HashMap<(u64, u64), Vec<u8>>,
+    /// The key this backup seals with (encryption on): recorded with every file with data.
+    sealed_by: Option<[u8; 16]>,
+    /// Files sent again only to be sealed with it.
+    resealed: u64,
 }
 
 impl Merge<'_> {
+    /// Readies a walked entry for comparison and sending: a later name of a link group
+    /// becomes a `Hardlink` to the group's first name (so the data is stored once), and
+    /// attributes that could not be read become a warning.
+    ///
+    /// The first name in path order holds the data. The walk is in path order, so it is the
+    /// same name backup after backup while the group is unchanged, and an incremental backup
+    /// compares each name with its own active version as usual: a change of the inode's
+    /// content or metadata changes its ctime, which every name shares, so every name is sent
+    /// again (the later ones as small `Hardlink` records). If the first name goes, the next
+    /// one becomes a `File` (its type changed, so it is sent with its data). A journal-based
+    /// backup sees only the names the journal reports: a changed name whose first name is
+    /// not among them is stored with its data and restored as a separate file until the next
+    /// full scan.
+    fn prepare(&mut self, mut e: Entry) -> Entry {
+        if let Some(why) = e.xattr_error.take() {
+            self.warnings.push(format!(
+                "{}: backed up without its extended attributes: {why}",
+                e.path.display()
+            ));
+        }
+        if let Some(key) = self.sealed_by.filter(|_| e.object_type == ObjectType::File)
+            && e.attrs.data_len() > 0
+        {
+            e.attrs.sealed_by = Some(key);
+        }
+        if e.object_type == ObjectType::File && e.nlink > 1 {
+            match self.links.entry((e.dev, e.attrs.ino)) {
+                std::collections::hash_map::Entry::Occupied(first) => {
+                    e.object_type = ObjectType::Hardlink;
+                    e.attrs.link_target = Some(first.get().clone());
+                }
+                std::collections::hash_map::Entry::Vacant(slot) => {
+                    slot.insert(e.rel.clone());
+                }
+            }
+        }
+        e
+    }
+
+    fn skip(&mut self, path: &Path) {
+        self.skipped.push(format!("{}: a socket, not backed up", path.display()));
+    }
+
     fn send(&self, work: Work) -> Result<()> {
         if self.stop.load(Ordering::Relaxed) {
             return Err(ClientError::Invalid("backup stopped".into()));
@@ -589,6 +817,14 @@ impl Merge<'_> {
                     self.warnings.push(format!("{}: not examined: {error}", path.display()));
                     self.kept.push(rel);
                 }
+                scan::Event::Skipped { path, rel } => {
+                    if upto.is_some_and(|p| rel.as_slice() > p) {
+                        self.next = Some(scan::Event::Skipped { path, rel });
+                        return Ok(None);
+                    }
+                    // At `upto` too: the version there is of something else, now gone.
+                    self.skip(&path);
+                }
                 scan::Event::Entry(e) => match upto.map(|p| e.rel.as_slice().cmp(p)) {
                     Some(std::cmp::Ordering::Equal) => return Ok(Some(e)),
                     Some(std::cmp::Ordering::Greater) => {
@@ -597,7 +833,8 @@ impl Merge<'_> {
                     }
                     _ => {
                         self.examine();
-                        self.send(Work::Send(e))?;
+                        let e = self.prepare(e);
+                        self.send(Work::Send(Box::new(e)))?;
                     }
                 },
             }
@@ -618,11 +855,17 @@ impl Merge<'_> {
         match self.advance(events, Some(&v.path))? {
             Some(e) => {
                 self.examine();
+                let e = self.prepare(e);
                 let active = (v.object_type, v.attrs);
-                if !self.selective && !changed(&e, &active, self.ignore_inode) {
+                let differs = changed(&e, &active, self.ignore_inode);
+                let seal = needs_sealing(&e, &active);
+                if !self.selective && !differs && !seal {
                     self.unchanged += 1;
                 } else {
-                    self.send(Work::Send(e))?;
+                    if seal && !differs && !self.selective {
+                        self.resealed += 1;
+                    }
+                    self.send(Work::Send(Box::new(e)))?;
                 }
             }
             None => {
@@ -682,7 +925,8 @@ impl Merge<'_> {
                     continue 'changes;
                 }
                 let p = at(up);
-                if !std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_dir()) {
+                let meta = scan::reach(&p).and_then(|r| std::fs::symlink_metadata(r.path()));
+                if !meta.is_ok_and(|m| m.is_dir()) {
                     self.gone(&rel)?;
                     continue 'changes;
                 }
@@ -697,9 +941,10 @@ impl Merge<'_> {
             }
             let path = at(&rel);
             let entry = match scan::entry(&path, rel.clone()) {
-                Ok(Some(e)) => e,
-                // A socket or a FIFO now: not backed up, and what was there is gone.
+                Ok(Some(e)) => self.prepare(e),
+                // A socket now: not backed up, and what was there is gone.
                 Ok(None) => {
+                    self.skip(&path);
                     self.gone(&rel)?;
                     continue;
                 }
@@ -733,12 +978,12 @@ impl Merge<'_> {
                 // It may have been a directory: its old contents go.
                 self.send(Work::GoneBelow(rel))?;
                 self.examine();
-                self.send(Work::Send(entry))?;
+                self.send(Work::Send(Box::new(entry)))?;
                 continue;
             }
             if !change.tree {
                 self.examine();
-                self.send(Work::Send(entry))?;
+                self.send(Work::Send(Box::new(entry)))?;
                 continue;
             }
             self.send(Work::GoneBelow(rel.clone()))?;
@@ -747,8 +992,10 @@ impl Merge<'_> {
                     match event {
                         scan::Event::Entry(e) => {
                             self.examine();
-                            self.send(Work::Send(e))?;
+                            let e = self.prepare(e);
+                            self.send(Work::Send(Box::new(e)))?;
                         }
+                        scan::Event::Skipped { path, .. } => self.skip(&path),
                         scan::Event::Unreadable { path, error, .. } => {
                             self.warnings
                                 .push(format!("{}: not examined: {error}", path.display()));
@@ -780,6 +1027,8 @@ struct Classes<'a> {
 struct JournalUse {
     journal: crate::journal::Journal,
     plan: crate::journal::Plan,
+    /// The root is journaled at all (otherwise scanning is the normal course).
+    watched: bool,
     server: String,
     /// The backup's include/exclude patterns ([`Filter::fingerprint`]).
     patterns: String,
@@ -799,7 +1048,8 @@ impl JournalUse {
         let journal = crate::journal::Journal::open(path)?;
         let key = server.describe();
         let plan = journal.plan(name, &key, generation(server, name)?, patterns)?;
-        Ok(JournalUse { journal, plan, server: key, patterns: patterns.to_owned() })
+        let watched = journal.journaled(name)?;
+        Ok(JournalUse { journal, plan, watched, server: key, patterns: patterns.to_owned() })
     }
 
     /// The backup committed; `skipped` files it could not read or that changed under it.
@@ -873,6 +1123,9 @@ struct Piece {
     last: bool,
     /// The file failed while being read: the object is dropped with this warning.
     failed: Option<String>,
+    /// The file changed while being read and will be read again: the object is dropped
+    /// without a warning (`failed` says why).
+    retry: bool,
     /// The controller's rung for this quantum.
     rung: usize,
     /// Not an object: the active version of this path (or, when set, of everything below
@@ -914,7 +1167,7 @@ impl Piece {
         &self,
         batch: &mut dyn Upload,
         fs: FilespaceId,
-        archive: &Option<(String, i64)>,
+        archive: &Option<(String, Option<i64>)>,
         classes: &Classes<'_>,
         ended: &mut Ended,
         summary: &mut BackupSummary,
@@ -938,7 +1191,7 @@ impl Piece {
                 attrs: entry.attrs.clone(),
                 mgmt_class: None,
                 description: archive.as_ref().map(|(d, _)| d.clone()),
-                retain_until: archive.as_ref().map(|(_, until)| *until),
+                retain_until: archive.as_ref().and_then(|(_, until)| *until),
                 chunks: Vec::new(),
             };
             let is_dir = entry.object_type == ObjectType::Directory;
@@ -949,8 +1202,12 @@ impl Piece {
         if let Some(why) = &self.failed {
             batch.abandon_object()?;
             ended.current.clear();
-            summary.failed += 1;
-            summary.warnings.push(why.clone());
+            if self.retry {
+                summary.retried += 1;
+            } else {
+                summary.failed += 1;
+                summary.warnings.push(why.clone());
+            }
             return Ok(());
         }
         if self.raw_len > 0 {
@@ -1065,7 +1322,12 @@ impl Dedup {
             self.cache.insert(ChunkId(*id));
         }
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)?;
+            // Owner-only, as the cache itself: what it lists tells what the node holds.
+            std::os::unix::fs::DirBuilderExt::mode(
+                std::fs::DirBuilder::new().recursive(true),
+                0o700,
+            )
+            .create(dir)?;
         }
         self.cache.save(path)
     }
@@ -1123,7 +1385,7 @@ const WINDOW_BYTES: usize = 8 << 20;
 struct Reader<'s> {
     rx: crossbeam_channel::Receiver<Work>,
     /// The file being read, its entry, and the bytes read so far.
-    file: Option<(File, Entry, u64)>,
+    file: Option<(Source, Entry, u64)>,
     quantum: usize,
     dedup: Option<Dedup>,
     server: &'s dyn Server,
@@ -1138,6 +1400,13 @@ struct Reader<'s> {
     spare: Vec<Piece>,
     /// The server failed while asked about chunks.
     failed: Option<ClientError>,
+    /// Files that changed while being read, to read again once the walk has sent everything
+    /// else (time in which they may settle), with the reads they have had.
+    again: VecDeque<(Entry, u32)>,
+    /// The reads the current file has had before this one.
+    reads: u32,
+    /// [`BackupOptions::changing_retries`].
+    retries: u32,
 }
 
 impl<'s> Reader<'s> {
@@ -1146,6 +1415,7 @@ impl<'s> Reader<'s> {
         quantum: usize,
         dedup: Option<Dedup>,
         server: &'s dyn Server,
+        retries: u32,
     ) -> Reader<'s> {
         Reader {
             rx,
@@ -1160,6 +1430,9 @@ impl<'s> Reader<'s> {
             window: VecDeque::new(),
             spare: Vec::new(),
             failed: None,
+            again: VecDeque::new(),
+            reads: 0,
+            retries,
         }
     }
 
@@ -1201,10 +1474,14 @@ impl<'s> Reader<'s> {
         piece.gone = None;
         piece.id = None;
         piece.fate = Fate::Send;
+        piece.retry = false;
 
         if self.file.is_none() {
             let entry = match self.rx.recv() {
-                Ok(Work::Send(entry)) => entry,
+                Ok(Work::Send(entry)) => {
+                    self.reads = 0;
+                    *entry
+                }
                 Ok(Work::Gone(path)) => {
                     piece.gone = Some((path, false));
                     piece.last = true;
@@ -1215,7 +1492,16 @@ impl<'s> Reader<'s> {
                     piece.last = true;
                     return Ok(true);
                 }
-                Err(_) => return Ok(false),
+                // The walk is over: the files that changed while read get their next read,
+                // after a pause in which a file written now and then may settle.
+                Err(_) => match self.again.pop_front() {
+                    Some((entry, reads)) => {
+                        std::thread::sleep(RETRY_PAUSE);
+                        self.reads = reads;
+                        entry
+                    }
+                    None => return Ok(false),
+                },
             };
             if entry.object_type != ObjectType::File {
                 piece.begin = Some(entry);
@@ -1225,7 +1511,9 @@ impl<'s> Reader<'s> {
             match open_same_file(&entry) {
                 Ok((f, entry)) => {
                     piece.begin = Some(entry.clone());
-                    self.file = Some((f, entry, 0));
+                    let source =
+                        Source { file: f, extents: entry.attrs.extents.clone(), next: 0, pos: 0 };
+                    self.file = Some((source, entry, 0));
                     (self.pos, self.len, self.eof) = (0, 0, false);
                 }
                 Err(e) => {
@@ -1259,12 +1547,21 @@ impl<'s> Reader<'s> {
 
             // Changed while being read (size, times, or bytes read differ from the stat at
             // open, on the same descriptor): stored torn otherwise, so drop it and say so.
-            let still = file.metadata().ok().is_some_and(|m| same_content(&m, &entry.attrs));
-            if !failed && (!still || *total != entry.attrs.size) {
-                piece.failed = Some(format!(
-                    "{}: not backed up: it changed while being read",
-                    entry.path.display()
-                ));
+            let still = file.file.metadata().ok().is_some_and(|m| same_content(&m, &entry.attrs));
+            if !failed && (!still || *total != entry.attrs.data_len()) {
+                let reads = self.reads + 1;
+                piece.failed = Some(if reads > 1 {
+                    format!(
+                        "{}: not backed up: it changed while being read, {reads} times",
+                        entry.path.display()
+                    )
+                } else {
+                    format!("{}: not backed up: it changed while being read", entry.path.display())
+                });
+                if reads <= self.retries {
+                    piece.retry = true;
+                    self.again.push_back((entry.clone(), reads));
+                }
             }
             self.file = None;
         }
@@ -1297,7 +1594,7 @@ impl<'s> Reader<'s> {
                 Err(e) => return Err(e),
             }
         }
-        if *total >= entry.attrs.size {
+        if *total >= entry.attrs.data_len() {
             self.eof = true;
         }
         Ok(n - start)
@@ -1368,7 +1665,11 @@ fn open_same_file(entry: &Entry) -> std::result::Result<(File, Entry), String> {
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(&entry.path)
+        .open(
+            scan::reach(&entry.path)
+                .map_err(|e| format!("{}: not backed up: {e}", entry.path.display()))?
+                .path(),
+        )
         .map_err(|e| format!("{}: not backed up: {e}", entry.path.display()))?;
     let meta =
         file.metadata().map_err(|e| format!("{}: not backed up: {e}", entry.path.display()))?;
@@ -1379,8 +1680,53 @@ fn open_same_file(entry: &Entry) -> std::result::Result<(File, Entry), String> {
         ));
     }
     let mut entry = entry.clone();
+    // A file on fewer blocks than its size may have holes: only then is it probed, and only
+    // its data extents are read and stored.
+    let extents = if meta.blocks().saturating_mul(512) < meta.len() {
+        crate::fsmeta::data_extents(&file, meta.len()).map_err(|e| {
+            format!("{}: not backed up: finding its holes: {e}", entry.path.display())
+        })?
+    } else {
+        None
+    };
+    // The extended attributes as the walk read them (a change to them since changes the
+    // ctime, which the end-of-read check compares).
+    let xattrs = std::mem::take(&mut entry.attrs.xattrs);
+    let sealed_by = entry.attrs.sealed_by;
     entry.attrs = scan::attributes(&meta, None);
+    entry.attrs.xattrs = xattrs;
+    entry.attrs.extents = extents;
+    entry.attrs.sealed_by = sealed_by;
     Ok((file, entry))
+}
+
+/// A file's data as backup reads it, in order: all of it, or a sparse file's data extents
+/// only, one after the other (what its chunks hold).
+struct Source {
+    file: File,
+    extents: Option<Vec<(u64, u64)>>,
+    /// The extent being read, and how far into it.
+    next: usize,
+    pos: u64,
+}
+
+impl Read for Source {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        use std::os::unix::fs::FileExt;
+        let Some(extents) = &self.extents else { return self.file.read(buf) };
+        while let Some(&(offset, len)) = extents.get(self.next) {
+            if self.pos >= len {
+                (self.next, self.pos) = (self.next + 1, 0);
+                continue;
+            }
+            let want = (len - self.pos).min(buf.len() as u64) as usize;
+            // 0 when the file shrank since it was probed: the end-of-read check catches it.
+            let n = self.file.read_at(&mut buf[..want], offset + self.pos)?;
+            self.pos += n as u64;
+            return Ok(n);
+        }
+        Ok(0)
+    }
 }
 
 fn same_content(meta: &std::fs::Metadata, attrs: &Attributes) -> bool {
@@ -1419,6 +1765,8 @@ mod tests {
                 ..Default::default()
             },
             dev: 1,
+            nlink: 1,
+            xattr_error: None,
         }
     }
 

@@ -35,6 +35,10 @@ pub enum ClientError {
     /// The request is invalid (no such filespace, a path outside the target...).
     #[error("{0}")]
     Invalid(String),
+    /// How the command was given cannot work: an option's value, or a file it names that is
+    /// not what it should be (a CA that holds no certificate). The command exits 2.
+    #[error("{0}")]
+    Usage(String),
 }
 
 impl ClientError {

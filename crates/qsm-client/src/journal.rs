@@ -332,6 +332,52 @@ impl Journal {
             .map_err(db_error(&self.path, "updating"))
     }
 
+    /// A backup of a subtree of `root` to `server` committed and moved the filespace from
+    /// generation `from` to `to`, with the patterns `patterns`. It consumed nothing (every
+    /// change stays pending, and the next backup of `root` sends those below the subtree
+    /// again), so the journal stays as trustworthy as it was: the last backup's record moves
+    /// to `to`, but only if it was at `from` with the same patterns. Otherwise nothing changes
+    /// and the next backup of `root` scans, as it would have.
+    pub fn advanced(
+        &mut self,
+        root: &str,
+        server: &str,
+        from: i64,
+        to: i64,
+        patterns: &str,
+    ) -> Result<()> {
+        self.conn
+            .execute(
+                "UPDATE consumed SET generation = ?4 \
+                 WHERE root = ?1 AND server = ?2 AND generation = ?3 AND patterns = ?5",
+                params![root, server, from, to, patterns],
+            )
+            .map(|_| ())
+            .map_err(db_error(&self.path, "updating"))
+    }
+
+    /// Whether `root` is journaled (a daemon watched it once, whatever its state now).
+    pub fn journaled(&self, root: &str) -> Result<bool> {
+        self.conn
+            .query_row("SELECT 1 FROM roots WHERE root = ?1", [root], |_| Ok(()))
+            .optional()
+            .map(|row| row.is_some())
+            .map_err(db_error(&self.path, "reading"))
+    }
+
+    /// The servers that backups of `root` consumed the journal for, with the filespace
+    /// generation each backup left: what `plan` compares, for a status that cannot ask the
+    /// servers themselves.
+    pub fn consumers(&self, root: &str) -> Result<Vec<(String, i64)>> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT server, generation FROM consumed WHERE root = ?1 ORDER BY server")
+            .map_err(db_error(&self.path, "reading"))?;
+        stmt.query_map([root], |r| Ok((r.get(0)?, r.get(1)?)))
+            .and_then(|rows| rows.collect())
+            .map_err(db_error(&self.path, "reading"))
+    }
+
     /// Every journaled root.
     pub fn status(&self) -> Result<Vec<RootStatus>> {
         let mut stmt = self
@@ -413,12 +459,14 @@ pub fn run_daemon(
 ) -> Result<()> {
     use notify::{RecursiveMode, Watcher};
     let mut journal = Journal::open(path)?;
-    let lock = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(lock_path(path))
-        .map_err(ClientError::io("opening the lock of", path))?;
+    // Owner-only like the journal beside it (the lock holds nothing, but nothing the client
+    // writes is readable by others).
+    let lock = std::os::unix::fs::OpenOptionsExt::mode(
+        std::fs::OpenOptions::new().create(true).truncate(false).write(true),
+        0o600,
+    )
+    .open(lock_path(path))
+    .map_err(ClientError::io("opening the lock of", path))?;
     if let Err(std::fs::TryLockError::WouldBlock) = lock.try_lock() {
         return Err(ClientError::Invalid(format!(
             "a journal daemon already runs on {}",

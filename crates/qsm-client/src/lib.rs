@@ -10,12 +10,14 @@
 //! server of issue 4 will offer the same operations over the wire.
 
 pub mod adaptive;
+pub mod archives;
 pub mod backup;
 pub mod chunker;
 pub mod dedup;
 pub mod embedded;
 pub mod error;
 pub mod filter;
+pub mod fsmeta;
 pub mod journal;
 pub mod keys;
 pub mod remote;

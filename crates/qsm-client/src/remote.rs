@@ -141,7 +141,19 @@ impl RemoteServer {
                 admin: options.admin,
                 client: format!("qsm {} on {}", env!("CARGO_PKG_VERSION"), host.trim()),
             }))
-            .map_err(|s| status(&url, s))?
+            .map_err(|s| {
+                let mut why = wrong_scheme(&url, &format!("{}: {:?}", s.message(), s));
+                // A TLS server may also just close a plaintext connection: ask the port.
+                if why.is_none() && url.starts_with("http:") && rt.block_on(speaks_tls(&url)) {
+                    why = Some(format!(
+                        "{url}: the server speaks TLS: use https:// (with its certificate, --ca)"
+                    ));
+                }
+                match why {
+                    Some(why) => ClientError::Usage(why),
+                    None => status(&url, s),
+                }
+            })?
             .into_inner();
         // The server checked the protocol; a reply in another one means something between us
         // and it is not what it says. A server accepting less than a largest frame's message
@@ -250,8 +262,12 @@ async fn connect_channel(options: &RemoteOptions) -> Result<Channel> {
         let mut tls = ClientTlsConfig::new();
         match &options.ca {
             Some(ca) => {
-                let pem =
-                    std::fs::read(ca).map_err(ClientError::io("reading the CA certificate", ca))?;
+                let pem = std::fs::read(ca).map_err(|e| {
+                    ClientError::Usage(format!("the CA certificate {}: {e}", ca.display()))
+                })?;
+                check_certificates(&pem).map_err(|why| {
+                    ClientError::Usage(format!("the CA certificate {}: {why}", ca.display()))
+                })?;
                 tls = tls.ca_certificate(Certificate::from_pem(pem));
             }
             None => {
@@ -275,7 +291,71 @@ async fn connect_channel(options: &RemoteOptions) -> Result<Channel> {
              link is private"
         )));
     }
-    endpoint.connect().await.map_err(unreachable)
+    endpoint.connect().await.map_err(|e| match wrong_scheme(url, &source_chain(&e)) {
+        Some(why) => ClientError::Usage(why),
+        None => unreachable(e),
+    })
+}
+
+/// Checks that `pem` holds at least one certificate a TLS client can trust: a garbage file
+/// given as `--ca` would otherwise make every connection fail as if the server were at fault.
+fn check_certificates(pem: &[u8]) -> std::result::Result<(), String> {
+    use rustls::pki_types::pem::PemObject;
+    let certs: Vec<rustls::pki_types::CertificateDer<'static>> =
+        rustls::pki_types::CertificateDer::pem_slice_iter(pem)
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|e| format!("not a PEM certificate: {e}"))?;
+    if certs.is_empty() {
+        return Err("holds no PEM certificate (-----BEGIN CERTIFICATE-----)".into());
+    }
+    let mut roots = rustls::RootCertStore::empty();
+    let (added, _) = roots.add_parsable_certificates(certs);
+    if added == 0 {
+        return Err("holds no certificate that parses (damaged PEM)".into());
+    }
+    Ok(())
+}
+
+/// Whether the server at `url` (an `http://` URL whose login failed) answers as TLS: the
+/// HTTP/2 preface sent in clear gets a TLS alert, or the connection closed without a word,
+/// where an HTTP/2 server answers with its SETTINGS frame. Loopback or not, one short probe.
+async fn speaks_tls(url: &str) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(uri) = url.parse::<tonic::transport::Uri>() else { return false };
+    let (Some(host), Some(port)) = (uri.host(), uri.port_u16()) else { return false };
+    let host = host.trim_start_matches('[').trim_end_matches(']').to_owned();
+    let probe = async {
+        let mut tcp = tokio::net::TcpStream::connect((host.as_str(), port)).await.ok()?;
+        tcp.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await.ok()?;
+        let mut first = [0u8; 9];
+        let n = tcp.read(&mut first).await.ok()?;
+        // 0x15: a TLS alert record; 0x16: a handshake record.
+        Some(n == 0 || matches!(first[0], 0x15 | 0x16))
+    };
+    tokio::time::timeout(Duration::from_secs(3), probe).await.ok().flatten().unwrap_or(false)
+}
+
+/// What a connection error means when the scheme does not match the server: plain HTTP/2 to
+/// a TLS port reads the server's TLS alert as a broken HTTP/2 frame, and a TLS handshake with
+/// a plaintext server reads its HTTP/2 frame as a corrupt TLS record.
+fn wrong_scheme(url: &str, text: &str) -> Option<String> {
+    if url.starts_with("http:")
+        && (text.contains("protocol error") || text.contains("frame with invalid size"))
+    {
+        Some(format!("{url}: the server speaks TLS: use https:// (with its certificate, --ca)"))
+    } else if url.starts_with("https:")
+        && (text.contains("InvalidContentType")
+            || text.contains("corrupt message")
+            || text.contains("invalid content type")
+            || text.contains("received corrupt"))
+    {
+        Some(format!(
+            "{url}: the server does not speak TLS (it runs with --plaintext): use http://, on \
+             this machine only"
+        ))
+    } else {
+        None
+    }
 }
 
 /// An error with its causes, which tonic's transport errors keep to themselves.
@@ -476,10 +556,18 @@ impl Server for RemoteServer {
         Ok(())
     }
 
-    fn mgmt_classes(&self) -> Result<Vec<String>> {
+    fn mgmt_classes(&self) -> Result<Vec<crate::server::ClassInfo>> {
         let mut node = self.node();
         let r = self.rt.block_on(node.mgmt_classes(v1::Empty {})).map_err(|s| self.error(s))?;
-        Ok(r.into_inner().names)
+        let r = r.into_inner();
+        // A server older than `archive_days` sends none: TSM's default then.
+        let default = qsm_catalog::ArchiveCopyGroup::default().retain_version_days;
+        let days = r.archive_days.into_iter().chain(std::iter::repeat(default));
+        Ok(r.names
+            .into_iter()
+            .zip(days)
+            .map(|(name, archive_days)| crate::server::ClassInfo { name, archive_days })
+            .collect())
     }
 
     fn get_key(&self) -> Result<Option<Vec<u8>>> {

@@ -4,24 +4,33 @@
 //! verified to be a real directory (a symlink planted in the target is refused, never
 //! followed), and files are written to a new temporary name in their directory and renamed
 //! into place, so an existing symlink is replaced rather than written through.
+//!
+//! **A file is whole or not there:** its frames must cover its data exactly, in order (see
+//! `FrameSource`); a server that withholds, repeats, reorders or cuts short a file's data
+//! fails that file by name, its temporary removed. **Nothing around the restore is changed:**
+//! the target and every directory that exists keep their metadata unless replacing, and the
+//! directories on the way to a subpath are created with their backed-up metadata. Temporaries
+//! of earlier restores that were killed are removed where this one writes
+//! (`sweep_leftovers`).
 
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::ffi::OsString;
-use std::fs::{self, File, FileTimes};
-use std::os::fd::OwnedFd;
+use std::fs::{self, File};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rustix::fs::{AtFlags, FileType, Gid, Mode, OFlags, Uid};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use rustix::io::Errno;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use qsm_catalog::{ObjectId, ObjectKind, ObjectType, ObjectVersion, Timestamp};
 
 use crate::error::{ClientError, Result};
-use crate::server::{Fetch, Scope, Server};
+use crate::fsmeta::{self, At};
+use crate::server::{Fetch, Fetched, Scope, Server};
 
 /// What to do with a file that already exists at the restore location.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -48,6 +57,9 @@ pub enum Selection {
     Version(ObjectId),
     /// Archives, newest per path, optionally only those with this description (retrieve).
     Archives(Option<String>),
+    /// One archive: exactly these versions, the objects of one `qsm archive` run as
+    /// [`crate::archives`] groups them (retrieve of a description or an archive id).
+    Archive(Vec<ObjectId>),
 }
 
 /// How to restore.
@@ -83,16 +95,97 @@ pub struct RestoreSummary {
     pub failed: u64,
     /// Bytes of file data written.
     pub bytes: u64,
+    /// Directories among the objects restored or skipped.
+    pub dirs: u64,
+    /// Temporary files of earlier restores that were killed mid-way, removed from the
+    /// directories this one wrote into.
+    pub leftovers: u64,
+    /// Objects restored without some of their metadata (an owner, an extended attribute, a
+    /// mode or a time that could not be set), each named in `warnings`.
+    pub incomplete: u64,
     /// One line per problem.
     pub warnings: Vec<String>,
+    /// The paths (below the filespace, as bytes) of the objects that failed, each also
+    /// named in `warnings`.
+    pub failed_paths: Vec<Vec<u8>>,
+    /// Objects other than directories that were asked for.
+    pub wanted_files: u64,
+}
+
+impl RestoreSummary {
+    /// Counts the object at `path` (below `filespace`) as not restored, and says why.
+    fn fail(&mut self, filespace: &str, path: &[u8], why: &str) {
+        self.failed += 1;
+        self.failed_paths.push(path.to_vec());
+        let name = String::from_utf8_lossy(path);
+        self.warnings.push(format!("{filespace}/{name}: not restored: {why}"));
+    }
+
+    /// Something failed and nothing else came of the restore: no file, symlink or other
+    /// non-directory object restored or already there (directories alone are not a restore
+    /// of files), or, when only directories were asked for, none of them.
+    pub fn all_failed(&self) -> bool {
+        let others = if self.wanted_files > 0 { self.dirs } else { 0 };
+        self.failed > 0 && self.restored + self.skipped == others
+    }
 }
 
 /// The temporary name a version is restored under, in its final directory: short (far below
 /// NAME_MAX whatever the file's name), and unique per version id and process, so two files
-/// in one directory never share one. A leftover from a crashed restore is never removed: it
-/// makes only that file fail.
+/// in one directory never share one. [`sweep_leftovers`] recognises the pattern.
 fn temp_name(id: ObjectId) -> String {
-    format!(".qsm-restore-{}-{}", std::process::id(), id.0)
+    format!("{TEMP_PREFIX}{}-{}", std::process::id(), id.0)
+}
+
+const TEMP_PREFIX: &str = ".qsm-restore-";
+
+/// The process id a name of [`temp_name`]'s pattern carries, exactly: `.qsm-restore-PID-ID`,
+/// both decimal, nothing before or after.
+fn temp_pid(name: &[u8]) -> Option<u32> {
+    let rest = name.strip_prefix(TEMP_PREFIX.as_bytes())?;
+    let dash = rest.iter().position(|&b| b == b'-')?;
+    let (pid, id) = (&rest[..dash], &rest[dash + 1..]);
+    let digits = |s: &[u8]| !s.is_empty() && s.len() <= 19 && s.iter().all(u8::is_ascii_digit);
+    if !digits(pid) || !digits(id) {
+        return None;
+    }
+    std::str::from_utf8(pid).ok()?.parse().ok()
+}
+
+/// The effective user id, read from the owner of `/proc/self`; `None` without `/proc`, when
+/// no process can be told alive or dead (and nothing is swept).
+fn current_uid() -> Option<u32> {
+    fs::metadata("/proc/self").ok().map(|m| m.uid())
+}
+
+/// Removes from `dir` the temporary files of earlier restores that were killed before they
+/// could remove them, and returns how many. Only what is provably such a leftover: a regular
+/// file (never followed, never a directory or a symlink), owned by this user, named exactly as
+/// [`temp_name`] names them, by a process that no longer runs (no `/proc/PID`). A live
+/// process's files are never touched, even if its PID was reused by another program: leaving
+/// a leftover is harmless, removing a running restore's file is not. (A restore running in
+/// another PID namespace on the same directory would look dead from here; QSM does not support
+/// sharing a restore target across containers.)
+fn sweep_leftovers(dir: &OwnedFd, me: u32) -> u64 {
+    let Ok(entries) = rustix::fs::Dir::read_from(dir) else { return 0 };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = temp_pid(name.to_bytes()) else { continue };
+        // Dead only when /proc says there is no such process; any other answer means alive.
+        let dead = matches!(fs::symlink_metadata(format!("/proc/{pid}")),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound);
+        if pid == std::process::id() || !dead {
+            continue;
+        }
+        let own_file = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|st| {
+            FileType::from_raw_mode(st.st_mode) == FileType::RegularFile && st.st_uid == me
+        });
+        if own_file && rustix::fs::unlinkat(dir, name, AtFlags::empty()).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
 }
 
 /// Checks a catalog path and returns its components.
@@ -151,17 +244,37 @@ fn open_dirs(
     Ok(fd)
 }
 
-fn system_time(ns: i64) -> SystemTime {
-    if ns >= 0 {
-        UNIX_EPOCH + Duration::from_nanos(ns as u64)
-    } else {
-        UNIX_EPOCH - Duration::from_nanos(ns.unsigned_abs())
-    }
-}
-
 fn running_as_root() -> bool {
     // The owner of /proc/self is the process's effective user.
     fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+}
+
+/// Where a catalog path stands to the subpath a restore asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    /// The subpath itself or below it: restored.
+    Selected,
+    /// A directory on the way to it (the filespace root included).
+    Ancestor,
+    /// Anything else.
+    Outside,
+}
+
+/// Where `path` stands to `sub` (empty: the whole filespace), component-wise: `a/b` is below
+/// `a` but not below `a/` or `a/bc`'s sibling `a/b2`.
+fn place(path: &[u8], sub: &[u8]) -> Place {
+    let within = |inner: &[u8], outer: &[u8]| {
+        outer.is_empty()
+            || inner == outer
+            || (inner.starts_with(outer) && inner.get(outer.len()) == Some(&b'/'))
+    };
+    if within(path, sub) {
+        Place::Selected
+    } else if within(sub, path) {
+        Place::Ancestor
+    } else {
+        Place::Outside
+    }
 }
 
 /// Restores versions of `filespace` from `server` into `target`.
@@ -177,18 +290,27 @@ pub fn restore(
             server.describe()
         ))
     })?;
-    let below = |path: &[u8]| match &options.subpath {
-        None => true,
-        Some(p) => {
-            path == p.as_slice() || (path.starts_with(p) && path.get(p.len()) == Some(&b'/'))
-        }
-    };
+    let mut matched = 0u64;
     let mut versions: Vec<ObjectVersion> = Vec::new();
+    let mut ancestors = HashSet::new();
+    // What the subpath selects is restored; of its ancestors, only the directories themselves
+    // (not their other children), so the directories on the way are created with their
+    // backed-up metadata rather than owner-only.
+    let sub = options.subpath.as_deref().unwrap_or_default();
+    let mut keep = |v: ObjectVersion, versions: &mut Vec<ObjectVersion>| match place(&v.path, sub) {
+        Place::Selected => {
+            matched += 1;
+            versions.push(v);
+        }
+        Place::Ancestor if v.object_type == ObjectType::Directory => {
+            ancestors.insert(v.id);
+            versions.push(v);
+        }
+        Place::Ancestor | Place::Outside => {}
+    };
     match &options.select {
         Selection::Active => server.inventory(fs_id, Scope::Active, &mut |v| {
-            if below(&v.path) {
-                versions.push(v);
-            }
+            keep(v, &mut versions);
             Ok(())
         })?,
         Selection::Version(id) => {
@@ -198,32 +320,75 @@ pub fn restore(
                     id.0
                 ))
             })?;
+            // The directories on its way as they are now (an archive's have no such state).
+            if v.kind == ObjectKind::Backup && !v.path.is_empty() {
+                server.inventory(fs_id, Scope::Active, &mut |a| {
+                    if place(&a.path, &v.path) == Place::Ancestor
+                        && a.object_type == ObjectType::Directory
+                    {
+                        ancestors.insert(a.id);
+                        versions.push(a);
+                    }
+                    Ok(())
+                })?;
+            }
             versions.push(v);
+            matched += 1;
         }
         // Versions arrive in path order, newest first: the first that qualifies wins.
         Selection::AsOf(t) => server.inventory(fs_id, Scope::All, &mut |v| {
             let was_active = v.kind == ObjectKind::Backup
                 && v.inserted <= *t
                 && v.deactivated.is_none_or(|d| d > *t);
-            if was_active
-                && below(&v.path)
-                && versions.last().is_none_or(|last| last.path != v.path)
-            {
-                versions.push(v);
+            if was_active && versions.last().is_none_or(|last| last.path != v.path) {
+                keep(v, &mut versions);
             }
             Ok(())
         })?,
+        Selection::Archive(ids) => {
+            let ids: HashSet<ObjectId> = ids.iter().copied().collect();
+            server.inventory(fs_id, Scope::All, &mut |v| {
+                if v.kind == ObjectKind::Archive && ids.contains(&v.id) {
+                    keep(v, &mut versions);
+                }
+                Ok(())
+            })?
+        }
         Selection::Archives(description) => server.inventory(fs_id, Scope::All, &mut |v| {
             let matches = v.kind == ObjectKind::Archive
                 && description
                     .as_ref()
                     .is_none_or(|d| v.description.as_deref() == Some(d.as_str()));
-            if matches && below(&v.path) && versions.last().is_none_or(|last| last.path != v.path) {
-                versions.push(v);
+            if matches && versions.last().is_none_or(|last| last.path != v.path) {
+                keep(v, &mut versions);
             }
             Ok(())
         })?,
     }
+    if matched == 0 {
+        // Said before anything is created: a restore of nothing leaves no empty target.
+        let shown = match &options.subpath {
+            Some(p) => {
+                format!("{}/{}", filespace.trim_end_matches('/'), String::from_utf8_lossy(p))
+            }
+            None => filespace.to_owned(),
+        };
+        return Err(ClientError::Invalid(match &options.select {
+            Selection::Archives(Some(d)) => {
+                format!("nothing to retrieve: no archive of {shown} is described {d:?}")
+            }
+            Selection::Archives(None) => format!("nothing to retrieve: no archive of {shown}"),
+            Selection::Archive(_) => format!("nothing to retrieve: that archive holds no {shown}"),
+            Selection::AsOf(t) => {
+                format!("nothing to restore: no backup version of {shown} was active at @{t}")
+            }
+            _ => format!(
+                "nothing to restore: the backup of {filespace} holds no active version of \
+                 {shown} (see `qsm query backup --inactive`)"
+            ),
+        }));
+    }
+    resolve_outside_links(server, fs_id, &mut versions)?;
     // A filespace whose root is a file (a single file was backed up) restores like `cp`: into
     // the target if it is a directory, as the target otherwise.
     let file_root =
@@ -250,9 +415,21 @@ pub fn restore(
             v.path = name.as_bytes().to_vec();
         }
     }
+    // A target that exists is the user's: its owner, mode and times stay as they are unless
+    // replacing. One this restore creates gets the backed-up root's.
+    let target_existed = fs::symlink_metadata(target).is_ok();
     fs::create_dir_all(target).map_err(ClientError::io("cannot create restore target", target))?;
-    let mut summary = RestoreSummary::default();
+    let mut summary = RestoreSummary {
+        wanted_files: versions
+            .iter()
+            .filter(|v| v.object_type != ObjectType::Directory && !ancestors.contains(&v.id))
+            .count() as u64,
+        ..RestoreSummary::default()
+    };
     let root = running_as_root();
+    let meta = fsmeta::Context::new(root);
+    // Other names of files restored here, linked once their files are in place.
+    let mut links = Vec::new();
     // Everything below is reached from this descriptor, never by path again.
     let target_fd = rustix::fs::openat(
         rustix::fs::CWD,
@@ -267,23 +444,57 @@ pub fn restore(
     })?;
     let mut dirs = Vec::new();
     let mut jobs = Vec::new();
+    let me = current_uid();
+    let mut swept = HashSet::new();
     for v in &versions {
-        let name = String::from_utf8_lossy(&v.path).into_owned();
-        match restore_one(v, target, &target_fd, options.existing, root) {
+        // The directories on the way to what was asked are created with their metadata,
+        // but never changed when they exist, whatever `--replace` says: they were not asked.
+        let ancestor = ancestors.contains(&v.id);
+        let existing = if ancestor { Existing::Skip } else { options.existing };
+        if v.path.is_empty() && v.object_type == ObjectType::Directory {
+            // The filespace root is the target itself.
+            if !target_existed || existing == Existing::Replace {
+                dirs.push(v);
+                summary.restored += u64::from(!ancestor);
+            } else {
+                summary.skipped += u64::from(!ancestor);
+            }
+            summary.dirs += u64::from(!ancestor);
+            continue;
+        }
+        // Before the first entry goes into a directory, what killed restores left there.
+        if let (Some(me), Ok(components), false) = (me, safe_components(&v.path), ancestor) {
+            let parents = components.split_last().map_or(&[][..], |(_, p)| p);
+            if swept.insert(parents.to_vec())
+                && let Ok(dir) = open_dirs(&target_fd, parents, false, target)
+            {
+                summary.leftovers += sweep_leftovers(&dir, me);
+            }
+        }
+        if v.object_type == ObjectType::Hardlink {
+            links.push((v, existing));
+            continue;
+        }
+        match restore_one(v, target, &target_fd, existing, &meta) {
             Ok(Outcome::Restored(bytes, renamed)) => {
                 summary.renamed += u64::from(renamed);
-                summary.restored += 1;
                 summary.bytes += bytes;
+                if !ancestor {
+                    summary.restored += 1;
+                }
                 if v.object_type == ObjectType::Directory {
+                    summary.dirs += u64::from(!ancestor);
                     dirs.push(v);
                 }
             }
-            Ok(Outcome::Skipped) => summary.skipped += 1,
-            Ok(Outcome::File(job)) => jobs.push(*job),
-            Err(Refusal::Warn(why)) => {
-                summary.failed += 1;
-                summary.warnings.push(format!("{filespace}/{name}: not restored: {why}"));
+            Ok(Outcome::Skipped) => {
+                summary.skipped += u64::from(!ancestor);
+                if v.object_type == ObjectType::Directory {
+                    summary.dirs += u64::from(!ancestor);
+                }
             }
+            Ok(Outcome::File(job)) => jobs.push(*job),
+            Err(Refusal::Warn(why)) => summary.fail(filespace, &v.path, &why),
         }
     }
     // Container order: chunk ids grow in the order frames were appended to the pool, so the
@@ -294,27 +505,28 @@ pub fn restore(
         &jobs,
         &target_fd,
         target,
-        root,
+        &meta,
         options.threads,
         &options.keys,
         options.require_sealed,
         &mut summary,
         filespace,
     )?;
+    // Later names of link groups, now that their files are in place.
+    restore_links(&links, &jobs, &target_fd, target, &mut summary, filespace);
     // Directory owner, mode and times last, deepest first: restoring their contents changed
     // them. Through a handle opened without following symlinks, so a directory swapped for a
     // symlink meanwhile is skipped, not followed.
     for v in dirs.iter().rev() {
         let Ok(components) = safe_components(&v.path) else { continue };
         if let Ok(fd) = open_dirs(&target_fd, &components, false, target) {
-            let dir = File::from(fd);
-            if root {
-                let _ = std::os::unix::fs::fchown(&dir, Some(v.attrs.uid), Some(v.attrs.gid));
-            }
-            let _ = dir.set_permissions(fs::Permissions::from_mode(v.attrs.mode & 0o7777));
-            let _ = dir.set_times(FileTimes::new().set_modified(system_time(v.attrs.mtime_ns)));
+            let problems = fsmeta::apply(At::Fd(fd.as_fd()), v.object_type, &v.attrs, &meta);
+            meta.note(&format!("{filespace}/{}", String::from_utf8_lossy(&v.path)), problems);
         }
     }
+    summary.incomplete += meta.incomplete.load(std::sync::atomic::Ordering::Relaxed);
+    summary.warnings.append(&mut meta.take_notes());
+    summary.warnings.extend(meta.setid_note());
     Ok(summary)
 }
 
@@ -337,6 +549,8 @@ struct FileJob {
     tmp: String,
     /// For messages only.
     path: PathBuf,
+    /// Its data and metadata are in place under `name` (hard links may point at it).
+    done: std::sync::atomic::AtomicBool,
 }
 
 /// Why one object was not restored (the restore goes on with the others).
@@ -349,7 +563,7 @@ fn restore_one(
     target: &Path,
     target_fd: &OwnedFd,
     existing: Existing,
-    root: bool,
+    meta: &fsmeta::Context,
 ) -> std::result::Result<Outcome, Refusal> {
     let components = safe_components(&v.path)
         .map_err(|why| Refusal::Warn(format!("unsafe name in the catalog ({why})")))?;
@@ -371,7 +585,12 @@ fn restore_one(
             }
             Ok(Outcome::Restored(0, false))
         }
-        ObjectType::Symlink | ObjectType::File => {
+        ObjectType::Symlink
+        | ObjectType::File
+        | ObjectType::Fifo
+        | ObjectType::CharDevice
+        | ObjectType::BlockDevice
+        | ObjectType::Hardlink => {
             if present.is_some() && existing == Existing::Skip {
                 return Ok(Outcome::Skipped);
             }
@@ -399,21 +618,23 @@ fn restore_one(
                     renamed,
                     tmp,
                     path,
+                    done: false.into(),
                 })));
             }
-            let link = v.attrs.link_target.as_deref().unwrap_or_default();
-            rustix::fs::symlinkat(OsStr::from_bytes(link), &parent, tmp.as_str())
-                .map_err(|e| Refusal::Warn(format!("cannot create symlink: {e}")))?;
-            if root {
-                let owner = (Some(Uid::from_raw(v.attrs.uid)), Some(Gid::from_raw(v.attrs.gid)));
-                let _ = rustix::fs::chownat(
-                    &parent,
-                    tmp.as_str(),
-                    owner.0,
-                    owner.1,
-                    AtFlags::SYMLINK_NOFOLLOW,
-                );
+            if v.object_type == ObjectType::Symlink {
+                let link = v.attrs.link_target.as_deref().unwrap_or_default();
+                rustix::fs::symlinkat(OsStr::from_bytes(link), &parent, tmp.as_str())
+                    .map_err(|e| Refusal::Warn(format!("cannot create symlink: {e}")))?;
+            } else {
+                fsmeta::make_node(parent.as_fd(), OsStr::new(&tmp), v.object_type, v.attrs.rdev)
+                    .map_err(Refusal::Warn)?;
             }
+            // Metadata on the temporary name: a rename changes neither mtime nor owner.
+            let at = At::Name(parent.as_fd(), OsStr::new(&tmp));
+            meta.note(
+                &path.display().to_string(),
+                fsmeta::apply(at, v.object_type, &v.attrs, meta),
+            );
             into_place(&parent, &tmp, last, renamed).map_err(|e| {
                 let _ = rustix::fs::unlinkat(&parent, tmp.as_str(), AtFlags::empty());
                 Refusal::Warn(format!("cannot rename into place: {e}"))
@@ -474,99 +695,260 @@ struct Piece {
     failed: Option<String>,
 }
 
-/// The file the reader is on: its temporary file and its directory, unless they could not be
-/// made (its frames are then read and dropped).
+/// The length of a version's data as its frames carry it, which the frames must cover exactly:
+/// the file's size. This is the one place that says so (a version whose frames carry only
+/// part of the file, such as the data extents of a sparse file, changes it here).
+pub(crate) fn expected_data_len(v: &ObjectVersion) -> u64 {
+    v.attrs.data_len()
+}
+
+/// The file the reader is on: its temporary file and its directory (unless they could not be
+/// made: its frames are then read and dropped), and how far its data has come.
 struct OpenFile {
     file: Option<Arc<File>>,
     parent: Option<Arc<OwnedFd>>,
+    /// Where the next frame must start: frames must run on from byte 0 without gap, overlap
+    /// or reordering, so each one's offset is exactly the end of the one before.
+    next_offset: u64,
+    /// The data the frames must cover ([`expected_data_len`]).
+    expected: u64,
+    /// The file cannot be restored, and why: its later frames are read and dropped, and its
+    /// temporary file is removed at its last one.
+    failed: Option<String>,
 }
 
 /// The reader side: walks the jobs, creates each temporary file, and takes their frames from
 /// the server's stream, which brings them job by job in the order asked.
+///
+/// The server is not trusted to bring them whole: a file is written only if its frames run
+/// from byte 0 to its expected length, each starting where the one before ended, each holding
+/// data, the last marked last and nothing after it. Anything else (a frame withheld,
+/// repeated, reordered, past the end, without data; a file ended early or never begun; data
+/// after the end) fails that file by name, and the restore goes on with the others.
 struct FrameSource<'a> {
     fetch: Box<dyn Fetch + 'a>,
     jobs: &'a [FileJob],
+    /// Each job's index by object id, to tell a frame of a later file (the current one was
+    /// cut short) from one nobody asked for.
+    index: HashMap<ObjectId, usize>,
     target_fd: &'a OwnedFd,
     target: &'a Path,
     next_job: usize,
     current: Option<OpenFile>,
+    /// A frame read ahead (to see that nothing follows a file's last frame, or because it
+    /// begins a later file), with the buffer holding it.
+    ahead: Option<(Fetched, Vec<u8>)>,
+    /// A spare frame buffer for the next read-ahead.
+    spare: Vec<u8>,
+    /// The server's stream has ended: every file still to come fails without being created.
+    ended: bool,
     /// Set when the stream itself failed (the server is gone): the restore stops.
     broken: Option<ClientError>,
 }
 
 impl FrameSource<'_> {
+    /// The next frame into `frame`: the one read ahead, or the next of the stream (`None` at
+    /// its end). A failed stream stops the restore.
+    fn take(
+        &mut self,
+        frame: &mut Vec<u8>,
+    ) -> std::result::Result<Option<Fetched>, qsm_codec::Error> {
+        if let Some((fetched, mut buf)) = self.ahead.take() {
+            std::mem::swap(frame, &mut buf);
+            self.spare = buf;
+            return Ok(Some(fetched));
+        }
+        if self.ended {
+            return Ok(None);
+        }
+        match self.fetch.next(frame) {
+            Ok(Some(f)) => Ok(Some(f)),
+            Ok(None) => {
+                self.ended = true;
+                Ok(None)
+            }
+            Err(e) => {
+                self.broken = Some(e);
+                Err(qsm_codec::Error::Invalid("restore stopped".into()))
+            }
+        }
+    }
+
+    /// Reads the next frame ahead, to be taken by the next call.
+    fn peek(&mut self) -> std::result::Result<Option<&Fetched>, qsm_codec::Error> {
+        if self.ahead.is_none() {
+            let mut buf = std::mem::take(&mut self.spare);
+            if let Some(f) = self.take(&mut buf)? {
+                self.ahead = Some((f, buf));
+            } else {
+                self.spare = buf;
+            }
+        }
+        Ok(self.ahead.as_ref().map(|(f, _)| f))
+    }
+
+    /// Starts `job`: its temporary file, created in its directory reached again from the
+    /// target's descriptor (it was checked in the pre-pass, but could have been swapped since),
+    /// with O_EXCL | O_NOFOLLOW: never an existing file, never through a symlink, and nothing
+    /// already there is removed. Not when the stream has ended: it would only be removed.
+    fn open(&self, job: &FileJob) -> OpenFile {
+        let expected = expected_data_len(&job.version);
+        let failed = |why| OpenFile {
+            file: None,
+            parent: None,
+            next_offset: 0,
+            expected,
+            failed: Some(why),
+        };
+        if self.ended && self.ahead.is_none() {
+            return failed("the server's data ended before this file's began".into());
+        }
+        let parents: Vec<&OsStr> = job.parents.iter().map(|c| c.as_os_str()).collect();
+        let opened = open_dirs(self.target_fd, &parents, false, self.target).and_then(|p| {
+            let flags =
+                OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+            rustix::fs::openat(&p, job.tmp.as_str(), flags, Mode::from_raw_mode(0o600))
+                .map(|fd| (Arc::new(p), Arc::new(File::from(fd))))
+                .map_err(|e| format!("cannot create {}: {e}", job.tmp))
+        });
+        match opened {
+            Ok((parent, file)) => OpenFile {
+                file: Some(file),
+                parent: Some(parent),
+                next_offset: 0,
+                expected,
+                failed: None,
+            },
+            Err(why) => failed(why),
+        }
+    }
+
     fn next(&mut self, piece: &mut Piece) -> std::result::Result<bool, qsm_codec::Error> {
         piece.has_frame = false;
         piece.last = false;
         piece.failed = None;
+        piece.offset = 0;
+        piece.expected_len = 0;
+        piece.chunk_id = None;
         if self.current.is_none() {
             let Some(job) = self.jobs.get(self.next_job) else { return Ok(false) };
-            piece.job = self.next_job;
+            self.current = Some(self.open(job));
             self.next_job += 1;
-            // The directory again from the target's descriptor (it was checked in the pre-pass,
-            // but could have been swapped since), then the file with O_EXCL | O_NOFOLLOW: never an
-            // existing file, never through a symlink, and nothing already there is removed.
-            let parents: Vec<&OsStr> = job.parents.iter().map(|c| c.as_os_str()).collect();
-            let opened = open_dirs(self.target_fd, &parents, false, self.target).and_then(|p| {
-                let flags = OFlags::CREATE
-                    | OFlags::EXCL
-                    | OFlags::WRONLY
-                    | OFlags::NOFOLLOW
-                    | OFlags::CLOEXEC;
-                rustix::fs::openat(&p, job.tmp.as_str(), flags, Mode::from_raw_mode(0o600))
-                    .map(|fd| (Arc::new(p), Arc::new(File::from(fd))))
-                    .map_err(|e| format!("cannot create {}: {e}", job.tmp))
-            });
-            self.current = Some(match opened {
-                Ok((parent, file)) => OpenFile { file: Some(file), parent: Some(parent) },
-                Err(why) => {
-                    piece.failed = Some(why);
-                    OpenFile { file: None, parent: None }
+        }
+        piece.job = self.next_job - 1;
+        let jobs = self.jobs;
+        let job = &jobs[piece.job];
+        let fetched = self.take(&mut piece.frame)?;
+        let Some(cur) = self.current.as_mut() else { return Ok(false) };
+        piece.file = cur.file.clone();
+        piece.parent = cur.parent.clone();
+        let short = |cur: &OpenFile| {
+            format!(
+                "the server's data for it ended at byte {} of {}: the rest is missing",
+                cur.next_offset, cur.expected
+            )
+        };
+        let fetched = match fetched {
+            Some(f) if f.object == job.version.id => f,
+            // The end of the stream, or a later file's frame: this file ends here, whole or
+            // not (a later file's frame is kept for it).
+            end => {
+                let later = end.as_ref().and_then(|f| self.index.get(&f.object).copied());
+                match (end, later) {
+                    (None, _) => {}
+                    (Some(f), Some(k)) if k > piece.job => {
+                        let buf = std::mem::take(&mut piece.frame);
+                        self.ahead = Some((f, buf));
+                    }
+                    // An object not asked for, or a file already ended: dropped, and this
+                    // file, whose frames it came among, fails.
+                    (Some(f), _) => {
+                        cur.failed.get_or_insert_with(|| {
+                            format!(
+                                "the server sent data of object {} among this file's",
+                                f.object.0
+                            )
+                        });
+                        piece.failed = cur.failed.clone();
+                        return Ok(true);
+                    }
                 }
-            });
-        } else {
-            piece.job = self.next_job - 1;
-        }
-        let job = &self.jobs[piece.job];
-        if let Some(OpenFile { file, parent }) = &self.current {
-            piece.file = file.clone();
-            piece.parent = parent.clone();
-        }
-        let fetched = match self.fetch.next(&mut piece.frame) {
-            Ok(Some(f)) if f.object == job.version.id => f,
-            Ok(other) => {
-                let what = match other {
-                    Some(f) => format!("data of object {}", f.object.0),
-                    None => "the end of the data".into(),
-                };
-                self.broken = Some(ClientError::Server(format!(
-                    "the server sent {what} where object {} was expected",
-                    job.version.id.0
-                )));
-                return Err(qsm_codec::Error::Invalid("restore stopped".into()));
-            }
-            Err(e) => {
-                self.broken = Some(e);
-                return Err(qsm_codec::Error::Invalid("restore stopped".into()));
+                if cur.failed.is_none() {
+                    cur.failed = Some(if cur.next_offset == cur.expected {
+                        "the server never marked the end of its data".into()
+                    } else {
+                        short(cur)
+                    });
+                }
+                piece.failed = cur.failed.clone();
+                piece.last = true;
+                self.current = None;
+                return Ok(true);
             }
         };
         piece.offset = fetched.offset;
         piece.expected_len = fetched.raw_len;
         piece.chunk_id = fetched.chunk_id;
         piece.has_frame = fetched.has_frame;
-        if piece.failed.is_none() {
-            piece.failed = fetched.error;
+        let end = fetched.offset.checked_add(u64::from(fetched.raw_len));
+        if cur.failed.is_none() {
+            cur.failed = if let Some(why) = fetched.error {
+                Some(why)
+            } else if fetched.offset < cur.next_offset {
+                Some(format!(
+                    "the server sent data from byte {} again or out of order, where byte {} \
+                     was due",
+                    fetched.offset, cur.next_offset
+                ))
+            } else if fetched.offset > cur.next_offset {
+                Some(format!(
+                    "bytes {} to {} are missing: the server skipped them (withheld or out of \
+                     order)",
+                    cur.next_offset, fetched.offset
+                ))
+            } else if end.is_none_or(|end| end > cur.expected) {
+                // A frame past the expected length would grow the file beyond what was
+                // backed up.
+                Some(format!(
+                    "the server sent data up to byte {} of a file of {} bytes",
+                    u128::from(fetched.offset) + u128::from(fetched.raw_len),
+                    cur.expected
+                ))
+            } else if !fetched.has_frame && fetched.raw_len > 0 {
+                Some(format!(
+                    "the server sent no data for bytes {} to {}",
+                    fetched.offset,
+                    end.unwrap_or(u64::MAX)
+                ))
+            } else {
+                None
+            };
         }
-        // A frame past the version's size would grow the file beyond what was backed up.
-        let end = fetched.offset.saturating_add(u64::from(fetched.raw_len));
-        if piece.failed.is_none() && end > job.version.attrs.size {
-            piece.failed = Some(format!(
-                "the server sent data up to byte {end} of a file of {} bytes",
-                job.version.attrs.size
-            ));
+        if let Some(end) = end.filter(|_| cur.failed.is_none()) {
+            cur.next_offset = end;
         }
         if fetched.last {
+            if cur.failed.is_none() && cur.next_offset != cur.expected {
+                cur.failed = Some(short(cur));
+            }
+            // Nothing of this file may follow its last frame: it would be data the file
+            // was written without.
+            let id = job.version.id;
+            if self.peek()?.is_some_and(|f| f.object == id) {
+                if let Some(cur) = self.current.as_mut() {
+                    cur.failed.get_or_insert_with(|| {
+                        "the server sent more of its data after its last frame".into()
+                    });
+                }
+                // Its frames after the end are skipped here, so the next file starts clean.
+                while self.peek()?.is_some_and(|f| f.object == id) {
+                    self.ahead = None;
+                }
+            }
             piece.last = true;
+        }
+        piece.failed = self.current.as_ref().and_then(|c| c.failed.clone());
+        if piece.last {
             self.current = None;
         }
         Ok(true)
@@ -582,7 +964,7 @@ fn restore_files(
     jobs: &[FileJob],
     target_fd: &OwnedFd,
     target: &Path,
-    root: bool,
+    meta: &fsmeta::Context,
     threads: Option<usize>,
     keys: &Option<Arc<crate::keys::NodeKeys>>,
     require_sealed: bool,
@@ -591,8 +973,19 @@ fn restore_files(
 ) -> Result<()> {
     let keys = keys.as_deref();
     let fetch = server.fetch(jobs.iter().map(|j| j.version.id).collect())?;
-    let mut source =
-        FrameSource { fetch, jobs, target_fd, target, next_job: 0, current: None, broken: None };
+    let mut source = FrameSource {
+        fetch,
+        jobs,
+        index: jobs.iter().enumerate().map(|(i, j)| (j.version.id, i)).collect(),
+        target_fd,
+        target,
+        next_job: 0,
+        current: None,
+        ahead: None,
+        spare: Vec::new(),
+        ended: false,
+        broken: None,
+    };
     let mut failed_job = None;
     let result = qsm_codec::pipeline::run(
         threads.unwrap_or_else(qsm_codec::engine::default_threads),
@@ -634,8 +1027,10 @@ fn restore_files(
                 }
                 Ok(header) => {
                     let n = header.raw_len as usize;
-                    let written =
-                        piece.file.as_ref().map(|f| f.write_all_at(&piece.raw[..n], piece.offset));
+                    let written = piece.file.as_ref().map(|f| {
+                        let extents = jobs[piece.job].version.attrs.extents.as_deref();
+                        fsmeta::write_data(f, &piece.raw[..n], piece.offset, extents)
+                    });
                     if let Some(Err(e)) = written {
                         piece.failed = Some(format!("writing: {e}"));
                     }
@@ -658,9 +1053,7 @@ fn restore_files(
             let job = &jobs[piece.job];
             if let Some(why) = piece.failed.as_ref().filter(|_| failed_job != Some(piece.job)) {
                 failed_job = Some(piece.job);
-                summary.failed += 1;
-                let name = String::from_utf8_lossy(&job.version.path);
-                summary.warnings.push(format!("{filespace}/{name}: not restored: {why}"));
+                summary.fail(filespace, &job.version.path, why);
             }
             if !piece.last {
                 return Ok(());
@@ -674,32 +1067,28 @@ fn restore_files(
             }
             let v = &job.version;
             if let Some(file) = &piece.file {
-                // Owner first: Linux clears setuid and setgid bits on any chown, so the mode
-                // must be set after it. All three through the file handle, never the path.
-                if root {
-                    let _ = std::os::unix::fs::fchown(
-                        file.as_ref(),
-                        Some(v.attrs.uid),
-                        Some(v.attrs.gid),
-                    );
+                // A sparse file's length: its data ends before it when it ends in a hole.
+                let mut problems = Vec::new();
+                if v.attrs.extents.is_some()
+                    && let Err(e) = file.set_len(v.attrs.size)
+                {
+                    problems.push(format!("length {} not set: {e}", v.attrs.size));
                 }
-                let _ = file.set_permissions(fs::Permissions::from_mode(v.attrs.mode & 0o7777));
-                let _ =
-                    file.set_times(FileTimes::new().set_modified(system_time(v.attrs.mtime_ns)));
+                // Through the file handle, never the path (see `fsmeta::apply` for the order).
+                problems.extend(fsmeta::apply(At::Fd(file.as_fd()), v.object_type, &v.attrs, meta));
+                meta.note(&job.path.display().to_string(), problems);
             }
             match into_place(parent, &job.tmp, &job.name, job.renamed) {
                 Ok(()) => {
+                    job.done.store(true, std::sync::atomic::Ordering::Relaxed);
                     summary.restored += 1;
                     summary.renamed += u64::from(job.renamed);
-                    summary.bytes += v.attrs.size;
+                    summary.bytes += v.attrs.data_len();
                 }
                 Err(e) => {
                     let _ = rustix::fs::unlinkat(&**parent, job.tmp.as_str(), AtFlags::empty());
-                    summary.failed += 1;
-                    summary.warnings.push(format!(
-                        "{}: not restored: cannot rename into place: {e}",
-                        job.path.display()
-                    ));
+                    let why = format!("cannot rename into place: {e}");
+                    summary.fail(filespace, &job.version.path, &why);
                 }
             }
             Ok(())
@@ -710,4 +1099,197 @@ fn restore_files(
     }
     result.map_err(|e| ClientError::Invalid(format!("restore of {filespace}: {e}")))?;
     Ok(())
+}
+
+/// Links the later names of link groups (`Hardlink` versions) to their group's file once it is
+/// in place, so the group comes back as one inode. A name whose file was not restored by this
+/// run (it failed, or existed and was skipped) is not linked to whatever is there: it fails,
+/// named.
+fn restore_links(
+    links: &[(&ObjectVersion, Existing)],
+    jobs: &[FileJob],
+    target_fd: &OwnedFd,
+    target: &Path,
+    summary: &mut RestoreSummary,
+    filespace: &str,
+) {
+    if links.is_empty() {
+        return;
+    }
+    let by_path: HashMap<&[u8], &FileJob> =
+        jobs.iter().map(|j| (j.version.path.as_slice(), j)).collect();
+    for (v, existing) in links {
+        match link_one(v, *existing, &by_path, target_fd, target) {
+            Ok(Outcome::Restored(_, renamed)) => {
+                summary.restored += 1;
+                summary.renamed += u64::from(renamed);
+            }
+            Ok(Outcome::Skipped) => summary.skipped += 1,
+            Ok(Outcome::File(_)) => {}
+            Err(Refusal::Warn(why)) => summary.fail(filespace, &v.path, &why),
+        }
+    }
+}
+
+fn link_one(
+    v: &ObjectVersion,
+    existing: Existing,
+    by_path: &HashMap<&[u8], &FileJob>,
+    target_fd: &OwnedFd,
+    target: &Path,
+) -> std::result::Result<Outcome, Refusal> {
+    let components = safe_components(&v.path)
+        .map_err(|why| Refusal::Warn(format!("unsafe name in the catalog ({why})")))?;
+    let Some((last, parents)) = components.split_last() else {
+        return Err(Refusal::Warn("the filespace root cannot be another name of a file".into()));
+    };
+    let parent = open_dirs(target_fd, parents, true, target).map_err(Refusal::Warn)?;
+    let present = rustix::fs::statat(&parent, *last, AtFlags::SYMLINK_NOFOLLOW).ok();
+    if present.is_some() && existing == Existing::Skip {
+        return Ok(Outcome::Skipped);
+    }
+    let first = v.attrs.link_target.as_deref().unwrap_or_default();
+    let job = by_path
+        .get(first)
+        .filter(|j| j.done.load(std::sync::atomic::Ordering::Relaxed))
+        .ok_or_else(|| {
+            Refusal::Warn(format!(
+                "it is another name of {}, which this restore did not restore",
+                String::from_utf8_lossy(first)
+            ))
+        })?;
+    let from_parents: Vec<&OsStr> = job.parents.iter().map(|c| c.as_os_str()).collect();
+    let from = open_dirs(target_fd, &from_parents, false, target).map_err(Refusal::Warn)?;
+    let renamed = present.is_some() && existing == Existing::Rename;
+    if !renamed
+        && present.is_some_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Directory)
+    {
+        return Err(Refusal::Warn(format!("{} is a directory", String::from_utf8_lossy(&v.path))));
+    }
+    let name = if renamed {
+        free_name(&parent, last).map_err(Refusal::Warn)?
+    } else {
+        last.to_os_string()
+    };
+    let tmp = temp_name(v.id);
+    // Without AT_SYMLINK_FOLLOW: whatever is at the file's name is linked itself, never
+    // followed out of the target.
+    rustix::fs::linkat(&from, job.name.as_os_str(), &parent, tmp.as_str(), AtFlags::empty())
+        .map_err(|e| Refusal::Warn(format!("cannot link to {}: {e}", job.path.display())))?;
+    into_place(&parent, &tmp, &name, renamed).map_err(|e| {
+        let _ = rustix::fs::unlinkat(&parent, tmp.as_str(), AtFlags::empty());
+        Refusal::Warn(format!("cannot rename into place: {e}"))
+    })?;
+    Ok(Outcome::Restored(0, renamed))
+}
+
+/// A partial restore may hold later names of a link group without its first name, whose
+/// version holds the data (it is outside the subpath, or not selected): the first such name
+/// in the restore takes the data itself (it becomes that version, under its own path), and
+/// the group's other names in the restore link to it. The first name's version is the one
+/// that was active when the link's version was stored (or, for archives, the newest archive
+/// stored with it or before).
+fn resolve_outside_links(
+    server: &dyn Server,
+    fs_id: qsm_catalog::FilespaceId,
+    versions: &mut [ObjectVersion],
+) -> Result<()> {
+    let files: HashSet<&[u8]> = versions
+        .iter()
+        .filter(|v| v.object_type == ObjectType::File)
+        .map(|v| v.path.as_slice())
+        .collect();
+    // Each missing first name, with the link version that decides which of its versions.
+    let mut missing: HashMap<Vec<u8>, (ObjectKind, Timestamp)> = HashMap::new();
+    for v in versions.iter().filter(|v| v.object_type == ObjectType::Hardlink) {
+        if let Some(t) = v.attrs.link_target.as_deref().filter(|t| !files.contains(t)) {
+            missing.entry(t.to_vec()).or_insert((v.kind, v.inserted));
+        }
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let mut found: HashMap<Vec<u8>, ObjectVersion> = HashMap::new();
+    // Newest first within a path: the first that qualifies is the one.
+    server.inventory(fs_id, Scope::All, &mut |v| {
+        if let Some((kind, at)) = missing.get(&v.path)
+            && v.object_type == ObjectType::File
+            && v.kind == *kind
+            && v.inserted <= *at
+            && (v.kind == ObjectKind::Archive || v.deactivated.is_none_or(|d| d > *at))
+            && !found.contains_key(&v.path)
+        {
+            found.insert(v.path.clone(), v);
+        }
+        Ok(())
+    })?;
+    let mut taken: HashMap<Vec<u8>, Vec<u8>> = HashMap::new();
+    for v in versions.iter_mut().filter(|v| v.object_type == ObjectType::Hardlink) {
+        let Some(first) = v.attrs.link_target.clone() else { continue };
+        if let Some(now) = taken.get(&first) {
+            v.attrs.link_target = Some(now.clone());
+        } else if let Some(data) = found.get(&first) {
+            taken.insert(first, v.path.clone());
+            let path = std::mem::take(&mut v.path);
+            *v = ObjectVersion { path, ..data.clone() };
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn place_is_component_wise() {
+        assert_eq!(place(b"a/b", b""), Place::Selected, "no subpath: everything");
+        assert_eq!(place(b"", b""), Place::Selected);
+        assert_eq!(place(b"a/b", b"a/b"), Place::Selected);
+        assert_eq!(place(b"a/b/c", b"a/b"), Place::Selected);
+        assert_eq!(place(b"a", b"a/b"), Place::Ancestor);
+        assert_eq!(place(b"", b"a/b"), Place::Ancestor, "the root is on the way");
+        assert_eq!(place(b"a/bc", b"a/b"), Place::Outside, "a sibling sharing a prefix");
+        assert_eq!(place(b"a/b2/c", b"a/b"), Place::Outside);
+        assert_eq!(place(b"ab", b"a/b"), Place::Outside, "not an ancestor by prefix");
+        assert_eq!(place(b"x", b"a/b"), Place::Outside);
+    }
+
+    #[test]
+    fn a_restore_failed_when_nothing_but_directories_came_of_it() {
+        let s = |restored, skipped, dirs, failed, wanted_files| RestoreSummary {
+            restored,
+            skipped,
+            dirs,
+            failed,
+            wanted_files,
+            ..RestoreSummary::default()
+        };
+        assert!(s(2, 1, 3, 2, 2).all_failed(), "only directories, every file failed");
+        assert!(!s(3, 1, 3, 1, 2).all_failed(), "a file restored");
+        assert!(!s(2, 2, 3, 1, 2).all_failed(), "a file already there");
+        assert!(!s(3, 0, 3, 0, 2).all_failed(), "nothing failed");
+        assert!(!s(3, 0, 3, 1, 0).all_failed(), "only directories asked, most restored");
+        assert!(s(0, 0, 0, 2, 0).all_failed(), "only directories asked, none restored");
+    }
+
+    #[test]
+    fn only_the_exact_temporary_pattern_names_a_process() {
+        let ours = temp_name(ObjectId(42));
+        assert_eq!(temp_pid(ours.as_bytes()), Some(std::process::id()));
+        assert_eq!(temp_pid(b".qsm-restore-123-4"), Some(123));
+        for other in [
+            &b".qsm-restore-123-"[..],
+            b".qsm-restore--4",
+            b".qsm-restore-12a-4",
+            b".qsm-restore-123-4x",
+            b".qsm-restore-123-4-5",
+            b"x.qsm-restore-123-4",
+            b".qsm-restore-123",
+            b".qsm-restore-99999999999-4",
+            b"report.txt",
+        ] {
+            assert_eq!(temp_pid(other), None, "{}", String::from_utf8_lossy(other));
+        }
+    }
 }

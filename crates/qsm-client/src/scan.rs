@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::ffi::OsStr;
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 
@@ -29,33 +29,118 @@ pub struct Entry {
     /// Device, for one-file-system and, with the inode in `attrs`, to recognise the file when
     /// it is opened.
     pub dev: u64,
+    /// Hard links to the inode: above 1, backup looks for the group's other names.
+    pub nlink: u64,
+    /// The extended attributes could not all be read, and why: the entry is backed up without
+    /// them and the backup names it in a warning.
+    pub xattr_error: Option<String>,
 }
 
-/// Metadata of `path` (not following a symlink), or `None` for a type QSM does not back up
-/// (sockets, FIFOs, devices).
+/// Metadata of `path` (not following a symlink) with its extended attributes, or `None` for a
+/// socket (and any other type QSM cannot re-create), which the caller notes as skipped.
 pub fn entry(path: &Path, rel: Vec<u8>) -> std::io::Result<Option<Entry>> {
-    let meta = fs::symlink_metadata(path)?;
+    let reached = reach(path)?;
+    let at = reached.path();
+    let meta = fs::symlink_metadata(at)?;
     let ft = meta.file_type();
     let (object_type, link_target) = if ft.is_file() {
         (ObjectType::File, None)
     } else if ft.is_dir() {
         (ObjectType::Directory, None)
     } else if ft.is_symlink() {
-        (ObjectType::Symlink, Some(fs::read_link(path)?.as_os_str().as_bytes().to_vec()))
+        (ObjectType::Symlink, Some(fs::read_link(at)?.as_os_str().as_bytes().to_vec()))
+    } else if ft.is_fifo() {
+        (ObjectType::Fifo, None)
+    } else if ft.is_char_device() {
+        (ObjectType::CharDevice, None)
+    } else if ft.is_block_device() {
+        (ObjectType::BlockDevice, None)
     } else {
         return Ok(None);
+    };
+    let mut attrs = attributes(&meta, link_target);
+    let xattr_error = match crate::fsmeta::read_xattrs(at) {
+        Ok(x) => {
+            attrs.xattrs = x;
+            None
+        }
+        Err(why) => Some(why),
     };
     Ok(Some(Entry {
         rel,
         path: path.to_path_buf(),
         object_type,
-        attrs: attributes(&meta, link_target),
+        attrs,
         dev: meta.dev(),
+        nlink: meta.nlink(),
+        xattr_error,
     }))
 }
 
+/// Paths from this length on are reached through a descriptor ([`reach`]): below PATH_MAX
+/// (4096, counting the NUL) with room to spare.
+const LONG_PATH: usize = 3072;
+
+/// A path that path-based calls accept whatever its length: a short one as it is; one longer
+/// than PATH_MAX allows as `/proc/self/fd/N/NAME`, where N is a descriptor of its directory
+/// reached one piece of the path at a time (`openat` from the previous piece), held open as
+/// long as this value lives. So trees deeper than PATH_MAX are backed up.
+#[derive(Debug)]
+pub(crate) struct Reached<'a> {
+    /// Borrowed for the common short path: the walk pays no copy for it.
+    path: std::borrow::Cow<'a, Path>,
+    _dir: Option<std::os::fd::OwnedFd>,
+}
+
+impl Reached<'_> {
+    /// The path to use.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// See [`Reached`].
+pub(crate) fn reach(path: &Path) -> std::io::Result<Reached<'_>> {
+    use rustix::fs::{Mode, OFlags};
+    use std::borrow::Cow;
+    let as_is = Reached { path: Cow::Borrowed(path), _dir: None };
+    if path.as_os_str().len() < LONG_PATH {
+        return Ok(as_is);
+    }
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return Ok(as_is);
+    };
+    // The directory, in pieces of whole components each below LONG_PATH bytes.
+    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let mut dir: Option<std::os::fd::OwnedFd> = None;
+    let mut piece = PathBuf::new();
+    let open = |dir: &Option<std::os::fd::OwnedFd>, piece: &Path| match dir {
+        None => rustix::fs::openat(rustix::fs::CWD, piece, flags, Mode::empty()),
+        Some(d) => rustix::fs::openat(d, piece, flags, Mode::empty()),
+    };
+    for c in parent.components() {
+        let c = c.as_os_str();
+        if !piece.as_os_str().is_empty() && piece.as_os_str().len() + c.len() + 1 >= LONG_PATH {
+            dir = Some(open(&dir, &piece)?);
+            piece = PathBuf::new();
+        }
+        piece.push(c);
+    }
+    if !piece.as_os_str().is_empty() {
+        dir = Some(open(&dir, &piece)?);
+    }
+    let Some(dir) = dir else {
+        return Ok(as_is);
+    };
+    let mut short =
+        PathBuf::from(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&dir)));
+    short.push(name);
+    Ok(Reached { path: Cow::Owned(short), _dir: Some(dir) })
+}
+
 /// The catalog's attributes of a file from its metadata (`lstat` or `fstat`): size for
-/// regular files only, times in nanoseconds, mode and owner.
+/// regular files only, times in nanoseconds, mode and owner, a device's number; no extended
+/// attributes (see [`crate::fsmeta::read_xattrs`]).
 pub fn attributes(meta: &fs::Metadata, link_target: Option<Vec<u8>>) -> Attributes {
     let nanos = |s: i64, ns: i64| s.saturating_mul(1_000_000_000).saturating_add(ns);
     Attributes {
@@ -67,6 +152,15 @@ pub fn attributes(meta: &fs::Metadata, link_target: Option<Vec<u8>>) -> Attribut
         gid: meta.gid(),
         link_target,
         ino: meta.ino(),
+        rdev: if meta.file_type().is_char_device() || meta.file_type().is_block_device() {
+            meta.rdev()
+        } else {
+            0
+        },
+        xattrs: Vec::new(),
+        extents: None,
+        // Set by the backup when it seals the data.
+        sealed_by: None,
     }
 }
 
@@ -86,6 +180,14 @@ pub struct WalkOptions<'a> {
 pub enum Event {
     /// An entry to back up (or compare with its active version).
     Entry(Entry),
+    /// A socket: QSM cannot re-create it, so it is not backed up (and an active version at its
+    /// path is gone); the caller notes and counts it.
+    Skipped {
+        /// Where it is.
+        path: PathBuf,
+        /// Below the root, catalog form.
+        rel: Vec<u8>,
+    },
     /// Could not be read: nothing at or below `rel` was examined, so the caller must not take
     /// it for deleted.
     Unreadable {
@@ -191,6 +293,8 @@ enum Item {
     /// `name.txt`, as the catalog orders `name/x` after `name.txt`.
     Subtree(Dir),
     Unreadable(PathBuf, Vec<u8>, std::io::Error),
+    /// A socket, not backed up.
+    Skipped(PathBuf, Vec<u8>),
 }
 
 /// Listings ahead of the walk.
@@ -311,6 +415,7 @@ impl Iterator for SortedWalk<'_> {
                 Item::Unreadable(path, rel, error) => {
                     return Some(Event::Unreadable { path, rel, error });
                 }
+                Item::Skipped(path, rel) => return Some(Event::Skipped { path, rel }),
                 Item::Subtree(dir) => {
                     let items = self.listing(&dir);
                     self.enter(items);
@@ -332,7 +437,11 @@ impl Lister<'_> {
     /// `Unreadable`; one gone since it was seen is empty.
     fn list(&self, dir: &Dir) -> Vec<Item> {
         let mut keyed: Vec<(Vec<u8>, Item)> = Vec::new();
-        let rd = match fs::read_dir(&dir.path) {
+        let reached = match reach(&dir.path) {
+            Ok(r) => r,
+            Err(err) => return vec![Item::Unreadable(dir.path.clone(), dir.rel.clone(), err)],
+        };
+        let rd = match fs::read_dir(reached.path()) {
             Ok(rd) => rd,
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Vec::new(),
             Err(err) => return vec![Item::Unreadable(dir.path.clone(), dir.rel.clone(), err)],
@@ -354,7 +463,15 @@ impl Lister<'_> {
             let rel = join_rel(&dir.rel, OsStr::new(&name));
             let e = match entry(&path, rel) {
                 Ok(Some(e)) => e,
-                Ok(None) => continue,
+                Ok(None) => {
+                    let rel = join_rel(&dir.rel, OsStr::new(&name));
+                    if self.options.filter.verdict(&rel, &path, false, dir.included)
+                        == Verdict::Included
+                    {
+                        keyed.push((name.as_bytes().to_vec(), Item::Skipped(path, rel)));
+                    }
+                    continue;
+                }
                 // Vanished between listing and lstat: truly gone, nothing to keep.
                 Err(err) if err.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(err) => {
@@ -412,6 +529,16 @@ mod tests {
             fs::write(root.join(f), f).unwrap();
         }
         std::os::unix::fs::symlink("a", root.join("a.link")).unwrap();
+        // A FIFO is an entry; a socket is reported as skipped, in its place in the order.
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            root.join("b/fifo"),
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        let _socket = std::os::unix::net::UnixListener::bind(root.join("a/sock")).unwrap();
         for threads in [1, 2, 4] {
             let filter = Filter::default();
             let options = WalkOptions { one_file_system: false, filter: &filter, threads };
@@ -419,15 +546,18 @@ mod tests {
                 events
                     .map(|e| match e {
                         Event::Entry(e) => e.rel,
+                        Event::Skipped { rel, .. } => [&rel[..], b" (skipped)"].concat(),
                         Event::Unreadable { path, error, .. } => panic!("{path:?}: {error}"),
                     })
                     .collect()
             })
             .unwrap();
+            assert!(rels.contains(&b"a/sock (skipped)".to_vec()), "socket noted: {rels:?}");
             let mut sorted = rels.clone();
             sorted.sort();
             assert_eq!(rels, sorted, "{threads} threads");
-            assert_eq!(rels.len(), 18, "every entry once: {rels:?}");
+            assert!(rels.contains(&b"b/fifo".to_vec()));
+            assert_eq!(rels.len(), 20, "every entry once: {rels:?}");
             assert_eq!(rels[0], b"");
         }
     }

@@ -49,7 +49,34 @@ pub trait Server: Send + Sync {
     /// The server's copy of the node's wrapped key file, if any.
     fn get_key(&self) -> Result<Option<Vec<u8>>>;
     /// The management classes of the node's policy domain.
-    fn mgmt_classes(&self) -> Result<Vec<String>>;
+    fn mgmt_classes(&self) -> Result<Vec<ClassInfo>>;
+}
+
+/// A management class of the node's domain, as a client needs to know it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClassInfo {
+    /// Its name.
+    pub name: String,
+    /// Days it keeps archives ([`qsm_catalog::expire::NO_LIMIT`]: for ever).
+    pub archive_days: u32,
+}
+
+/// Days an archive bound to `class` (`None`: the domain's default, the class called
+/// `standard`, or TSM's 365 days without one) is kept when `requested` days were asked for:
+/// the class's retention, which a request can lengthen but never shorten (as expiration
+/// applies it).
+pub fn archive_retention(
+    classes: &[ClassInfo],
+    class: Option<&str>,
+    requested: Option<u32>,
+) -> u32 {
+    // The domain's default class is the one called "standard", as expiration reads it.
+    let name = class.unwrap_or("standard");
+    let by_class = classes
+        .iter()
+        .find(|c| c.name == name)
+        .map_or(qsm_catalog::ArchiveCopyGroup::default().retain_version_days, |c| c.archive_days);
+    by_class.max(requested.unwrap_or(0))
 }
 
 /// What deduplication needs to know of the server.
@@ -117,7 +144,7 @@ impl<T: Server + ?Sized> Server for &T {
     fn get_key(&self) -> Result<Option<Vec<u8>>> {
         (**self).get_key()
     }
-    fn mgmt_classes(&self) -> Result<Vec<String>> {
+    fn mgmt_classes(&self) -> Result<Vec<ClassInfo>> {
         (**self).mgmt_classes()
     }
 }
@@ -315,9 +342,12 @@ impl Server for LocalServer<'_> {
         Ok(self.store.catalog().set_node_key(self.node, key_file)?)
     }
 
-    fn mgmt_classes(&self) -> Result<Vec<String>> {
+    fn mgmt_classes(&self) -> Result<Vec<ClassInfo>> {
         let classes = qsm_catalog::node_classes(self.store.catalog().as_ref(), self.node)?;
-        Ok(classes.into_iter().map(|c| c.name).collect())
+        Ok(classes
+            .into_iter()
+            .map(|c| ClassInfo { name: c.name, archive_days: c.archive.retain_version_days })
+            .collect())
     }
 
     fn get_key(&self) -> Result<Option<Vec<u8>>> {

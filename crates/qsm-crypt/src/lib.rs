@@ -3,6 +3,8 @@
 //! - [`key`]: the node's master key, generated on first use, and the key file that keeps it
 //!   wrapped under a passphrase (argon2id, then AES-256-GCM). A copy of the same file on the
 //!   server lets a new machine restore with only the passphrase; the server cannot open it.
+//!   Version 2 of the file also states, in clear but authenticated, its key's fingerprint and
+//!   when it was wrapped, so machines can tell a rewrapped key from another one.
 //! - [`chunk`]: chunk ids as a BLAKE3 keyed hash of the plaintext, with a key derived from the
 //!   master key, so an id says nothing about content to anyone without the key.
 //! - [`seal`]: frame payloads sealed with an AEAD (AES-256-GCM by default, ChaCha20-Poly1305

@@ -28,12 +28,32 @@ pub fn attributes_to_wire(a: &Attributes) -> v1::Attributes {
         gid: a.gid,
         link_target: a.link_target.clone().map(Into::into),
         ino: a.ino,
+        rdev: a.rdev,
+        xattrs: a
+            .xattrs
+            .iter()
+            .map(|(name, value)| v1::Xattr {
+                name: name.clone().into(),
+                value: value.clone().into(),
+            })
+            .collect(),
+        sparse: a.extents.as_ref().map(|extents| v1::SparseMap {
+            data: extents.iter().map(|&(offset, length)| v1::Extent { offset, length }).collect(),
+        }),
+        sealed_by: a.sealed_by.map(|k| k.to_vec().into()),
     }
 }
 
 /// Wire attributes in the catalog's terms.
 pub fn attributes_from_wire(a: Option<&v1::Attributes>) -> Result<Attributes, Malformed> {
     let a = a.ok_or_else(|| Malformed("attributes missing".into()))?;
+    let extents = a
+        .sparse
+        .as_ref()
+        .map(|s| s.data.iter().map(|e| (e.offset, e.length)).collect::<Vec<(u64, u64)>>());
+    if let Some(extents) = &extents {
+        qsm_catalog::meta::check_extents(a.size, extents).map_err(|e| Malformed(e.to_string()))?;
+    }
     Ok(Attributes {
         size: a.size,
         mtime_ns: a.mtime_ns,
@@ -43,6 +63,15 @@ pub fn attributes_from_wire(a: Option<&v1::Attributes>) -> Result<Attributes, Ma
         gid: a.gid,
         link_target: a.link_target.as_ref().map(|t| t.to_vec()),
         ino: a.ino,
+        rdev: a.rdev,
+        xattrs: a.xattrs.iter().map(|x| (x.name.to_vec(), x.value.to_vec())).collect(),
+        extents,
+        sealed_by: match &a.sealed_by {
+            None => None,
+            Some(k) => Some(k.as_ref().try_into().map_err(|_| {
+                Malformed(format!("a sealing key id of {} bytes; key ids have 16", k.len()))
+            })?),
+        },
     })
 }
 
@@ -69,6 +98,10 @@ pub fn type_to_wire(t: ObjectType) -> v1::ObjectType {
         ObjectType::File => v1::ObjectType::File,
         ObjectType::Directory => v1::ObjectType::Directory,
         ObjectType::Symlink => v1::ObjectType::Symlink,
+        ObjectType::Fifo => v1::ObjectType::Fifo,
+        ObjectType::CharDevice => v1::ObjectType::CharDevice,
+        ObjectType::BlockDevice => v1::ObjectType::BlockDevice,
+        ObjectType::Hardlink => v1::ObjectType::Hardlink,
     }
 }
 
@@ -78,6 +111,10 @@ pub fn type_from_wire(t: i32) -> Result<ObjectType, Malformed> {
         Ok(v1::ObjectType::File) => Ok(ObjectType::File),
         Ok(v1::ObjectType::Directory) => Ok(ObjectType::Directory),
         Ok(v1::ObjectType::Symlink) => Ok(ObjectType::Symlink),
+        Ok(v1::ObjectType::Fifo) => Ok(ObjectType::Fifo),
+        Ok(v1::ObjectType::CharDevice) => Ok(ObjectType::CharDevice),
+        Ok(v1::ObjectType::BlockDevice) => Ok(ObjectType::BlockDevice),
+        Ok(v1::ObjectType::Hardlink) => Ok(ObjectType::Hardlink),
         Err(_) => Err(Malformed(format!("unknown object type {t}"))),
     }
 }
@@ -147,6 +184,10 @@ mod tests {
                 gid: 2,
                 link_target: Some(b"t".to_vec()),
                 ino: 99,
+                rdev: 0x0801,
+                xattrs: vec![(b"user.\xff".to_vec(), vec![0, 1]), (b"user.e".to_vec(), vec![])],
+                extents: None,
+                sealed_by: Some([7; 16]),
             },
             mgmt_class: None,
             description: Some("d".into()),
@@ -157,9 +198,33 @@ mod tests {
             damaged: false,
         };
         assert_eq!(version_from_wire(&version_to_wire(&v)), Ok(v.clone()));
+        for t in [
+            ObjectType::Fifo,
+            ObjectType::CharDevice,
+            ObjectType::BlockDevice,
+            ObjectType::Hardlink,
+        ] {
+            let v = ObjectVersion { object_type: t, ..v.clone() };
+            assert_eq!(version_from_wire(&version_to_wire(&v)), Ok(v));
+        }
+        let mut w = version_to_wire(&v);
+        if let Some(a) = w.attrs.as_mut() {
+            a.sealed_by = Some(vec![7; 15].into());
+        }
+        assert!(version_from_wire(&w).unwrap_err().0.contains("key ids have 16"));
         let mut w = version_to_wire(&v);
         w.kind = 9;
         assert!(version_from_wire(&w).unwrap_err().0.contains("kind 9"));
+        // Sparse: extents round-trip, an empty map (all hole) stays sparse, and extents
+        // outside the file are refused.
+        for extents in [vec![(0, 2), (3, 2)], vec![]] {
+            let mut s = v.clone();
+            s.attrs.extents = Some(extents);
+            assert_eq!(version_from_wire(&version_to_wire(&s)), Ok(s));
+        }
+        let mut s = v.clone();
+        s.attrs.extents = Some(vec![(4, 2)]);
+        assert!(version_from_wire(&version_to_wire(&s)).unwrap_err().0.contains("extent 0"));
         let mut w = version_to_wire(&v);
         w.attrs = None;
         assert!(version_from_wire(&w).unwrap_err().0.contains("attributes"));

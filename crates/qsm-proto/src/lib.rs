@@ -10,8 +10,10 @@ pub mod v1 {
     tonic::include_proto!("qsm.v1");
 }
 
-/// The protocol version this build speaks.
-pub const PROTOCOL: u32 = 1;
+/// The protocol version this build speaks. 2: object types FIFO, character and block device
+/// and hard link (issue 22), which protocol-1 peers refuse as unknown enum values, so the
+/// peers of another protocol are refused at login instead of failing mid-restore.
+pub const PROTOCOL: u32 = 2;
 
 /// The largest gRPC message either side accepts: a 16 MiB quantum's frame plus room for the
 /// operations batched with it. Larger messages are refused before they are allocated.

@@ -243,7 +243,10 @@ mod tests {
         let refused = logins.check(&[Key::Account("fresh".into()), source.clone()], t0);
         assert_eq!(refused.unwrap_err().what, "source 10.0.0.2");
         let later = t0 + FORGET_AFTER + MAX_LOCKOUT;
-        assert!(logins.failed(&[source.clone()], later).is_empty(), "old failures counted");
+        assert!(
+            logins.failed(std::slice::from_ref(&source), later).is_empty(),
+            "old failures counted"
+        );
     }
 
     #[test]

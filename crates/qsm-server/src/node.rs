@@ -29,6 +29,9 @@ const FETCH_MESSAGE_FRAMES: usize = 10_000;
 const FETCH_MAX_OBJECTS: usize = 1_000_000;
 /// The longest path component list a client may send (bytes).
 const MAX_PATH: usize = 64 * 1024;
+/// Extended attribute bytes (names and values) one object may carry: Linux caps one value at
+/// 64 KiB and most file systems a whole list far below this.
+const MAX_XATTR_BYTES: usize = 1 << 20;
 
 /// The service.
 #[derive(Debug, Clone)]
@@ -41,6 +44,7 @@ pub(crate) fn catalog_status(e: CatalogError) -> Status {
         CatalogError::NotFound { .. } => Status::not_found(e.to_string()),
         CatalogError::Exists { .. } => Status::already_exists(e.to_string()),
         CatalogError::Refused(_) => Status::failed_precondition(e.to_string()),
+        CatalogError::DiskFull { .. } => Status::resource_exhausted(e.to_string()),
         _ => Status::internal(e.to_string()),
     }
 }
@@ -283,8 +287,14 @@ impl Node for NodeService {
                         r.account
                     )));
                 }
-                let record = catalog.start_session(node.id).map_err(catalog_status)?;
-                (Some(node.id), Some(record))
+                // A full catalog disk still lets the node read (queries, restores): the session
+                // goes unrecorded, and whatever it tries to write fails naming the full disk.
+                let record = match catalog.start_session(node.id) {
+                    Ok(record) => Some(record),
+                    Err(CatalogError::DiskFull { .. }) => None,
+                    Err(e) => return Err(catalog_status(e)),
+                };
+                (Some(node.id), record)
             };
             state.logins.succeeded(&keys);
             let token = auth::new_token().map_err(Status::internal)?;
@@ -583,6 +593,7 @@ impl Node for NodeService {
             let domain = domain.name;
             Ok(Response::new(v1::ClassList {
                 domain,
+                archive_days: classes.iter().map(|c| c.archive.retain_version_days).collect(),
                 names: classes.into_iter().map(|c| c.name).collect(),
             }))
         })
@@ -628,7 +639,7 @@ impl Node for NodeService {
 
 /// Keyed ids one HaveChunks call may ask about.
 const HAVE_MAX: usize = 10_000;
-/// The largest key file the server keeps for a node (a QSM key file is 96 bytes).
+/// The largest key file the server keeps for a node (a QSM key file is 96 or 120 bytes).
 const KEY_FILE_MAX: usize = 4096;
 
 /// A new dedup scope secret, from the same generator as the node keys (`qsm-crypt`).
@@ -783,6 +794,24 @@ fn run_backup(
                         convert::attributes_from_wire(b.attrs.as_ref()).map_err(malformed)?;
                     if attrs.link_target.as_ref().is_some_and(|t| t.len() > MAX_PATH) {
                         return Err(Status::invalid_argument("a symlink target is too long"));
+                    }
+                    let xattr_bytes: usize =
+                        attrs.xattrs.iter().map(|(n, v)| n.len() + v.len()).sum();
+                    if xattr_bytes > MAX_XATTR_BYTES {
+                        return Err(Status::invalid_argument(format!(
+                            "the extended attributes of an object hold {xattr_bytes} bytes, more \
+                             than {MAX_XATTR_BYTES}"
+                        )));
+                    }
+                    if attrs
+                        .extents
+                        .as_ref()
+                        .is_some_and(|e| e.len() > qsm_catalog::meta::MAX_EXTENTS)
+                    {
+                        return Err(Status::invalid_argument(format!(
+                            "a sparse file of more than {} data extents",
+                            qsm_catalog::meta::MAX_EXTENTS
+                        )));
                     }
                     if b.description.as_ref().is_some_and(|d| d.len() > 4096) {
                         return Err(Status::invalid_argument("a description is too long"));

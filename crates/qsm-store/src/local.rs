@@ -79,6 +79,14 @@ pub fn open_with_pool(catalog: AnyCatalog, pool: Arc<dyn Pool>) -> Result<Store>
             None,
         );
     }
+    // Said once where the store is opened: queries and restores work, anything that writes
+    // fails naming the full disk.
+    let read_only = match &catalog {
+        AnyCatalog::Sqlite(sqlite) => sqlite.read_only(),
+        _ => None,
+    };
     let catalog: Arc<dyn Catalog> = catalog.into_shared();
-    Store::new(catalog, pool, &name)
+    let mut store = Store::new(catalog, pool, &name)?;
+    store.warnings.extend(read_only);
+    Ok(store)
 }

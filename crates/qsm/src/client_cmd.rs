@@ -1,6 +1,7 @@
 //! `qsm backup`, `qsm restore`, `qsm archive`, `qsm retrieve` and `qsm query`, against a QSM
 //! server or the embedded store (see `conn`).
 
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
@@ -56,6 +57,19 @@ pub struct BackupArgs {
     /// Scan, even if a valid change journal could replace the scan (wins over --journal).
     #[arg(long)]
     no_journal: bool,
+    /// How many times a file that changed while it was read is read again, after the rest,
+    /// before it is reported and left out (TSM's CHANGINGRETRIES; default 3, or
+    /// `changing_retries` in client.toml).
+    #[arg(long, value_name = "N")]
+    changing_retries: Option<u32>,
+    /// The filespace to back up into. By default a path below an existing filespace goes
+    /// into it, as an incremental of that subtree; naming the path itself makes it a
+    /// filespace of its own.
+    #[arg(long, value_name = "NAME")]
+    filespace: Option<PathBuf>,
+    /// Say more: also why the change journal was not used for a tree that is not journaled.
+    #[arg(long, short = 'v')]
+    verbose: bool,
     #[command(flatten)]
     patterns: Patterns,
     #[command(flatten)]
@@ -65,6 +79,18 @@ pub struct BackupArgs {
     json: bool,
     #[command(flatten)]
     home: Conn,
+}
+
+/// A `--filespace` name as filespaces are named: the absolute, symlink-free path when it
+/// exists, else the path made absolute.
+fn filespace_arg(given: &Path) -> Result<String> {
+    let path = match given.canonicalize() {
+        Ok(p) => p,
+        Err(_) => absolute(given)?,
+    };
+    path.to_str()
+        .map(str::to_owned)
+        .with_context(|| format!("--filespace {}: not valid UTF-8", given.display()))
 }
 
 /// Deduplication and encryption, over the client configuration's `dedup` and `encryption`.
@@ -202,7 +228,8 @@ pub struct ArchiveArgs {
     /// What this archive is, to retrieve it by.
     #[arg(long, short = 'd')]
     description: String,
-    /// Days to keep it (default: the archive copy group's 365).
+    /// Days to keep it, if longer than its management class keeps archives (the class's
+    /// archive copy group decides otherwise: 365 days unless the administrator changed it).
     #[arg(long)]
     retain_days: Option<u32>,
     /// The management class of what no --mgmtclass binding names (TSM's ARCHMC; default: the
@@ -228,9 +255,13 @@ pub struct ArchiveArgs {
 pub struct RetrieveArgs {
     /// An archived directory or file.
     path: PathBuf,
-    /// Only archives with this description (default: the newest archive of each path).
+    /// The archive with this description; of several, the newest (default, with no --id:
+    /// the newest archive of each path, whatever its description).
     #[arg(long, short = 'd')]
     description: Option<String>,
+    /// The archive with this id (the `archive` column of `qsm query archive`).
+    #[arg(long)]
+    id: Option<i64>,
     /// Retrieve into this directory instead of the original location.
     #[arg(long)]
     to: Option<PathBuf>,
@@ -327,8 +358,8 @@ pub fn format_time(secs: i64) -> String {
 pub enum QueryWhat {
     /// The archives of a filespace (all filespaces when none is named).
     Archive {
-        /// A filespace (an archived directory).
-        filespace: Option<String>,
+        /// An archived directory or file, or a path below one: the archives at and below it.
+        filespace: Option<PathBuf>,
         /// Machine-readable output.
         #[arg(long)]
         json: bool,
@@ -346,8 +377,8 @@ pub enum QueryWhat {
     /// The backup versions of a filespace (all filespaces when none is named): active ones,
     /// or with --inactive every version with its id, for `qsm restore --id`.
     Backup {
-        /// A filespace (a backed-up directory).
-        filespace: Option<String>,
+        /// A backed-up directory or file, or a path below one: the versions at and below it.
+        filespace: Option<PathBuf>,
         /// List inactive versions too.
         #[arg(long)]
         inactive: bool,
@@ -389,15 +420,19 @@ fn backup_options(
 ) -> Result<BackupOptions> {
     let mut options = BackupOptions::default();
     let compression = compression.or(config.compression.as_deref()).unwrap_or("auto");
-    options.compression = Compression::parse(compression)?;
+    options.compression = Compression::parse(compression)
+        .map_err(|e| crate::usage::usage(format!("--compression {compression:?}: {e}")))?;
     // Bare `auto` adapts per quantum; `auto:LEVEL` or a codec is a fixed setting.
     options.adaptive = compression.trim().eq_ignore_ascii_case("auto");
-    options.threads = threads.or(config.threads);
-    if options.threads == Some(0) {
-        bail!("--threads must be at least 1");
+    options.threads = crate::usage::threads(threads.or(config.threads))?;
+    if let Some(n) = config.changing_retries {
+        options.changing_retries = n;
     }
     if let Some(rate) = &config.limit_upload {
-        options.limit_upload = Some(parse_rate(rate).map_err(anyhow::Error::msg)?);
+        options.limit_upload =
+            Some(parse_rate(rate).map_err(|e| {
+                crate::usage::usage(format!("limit_upload in the configuration: {e}"))
+            })?);
     }
     if config.txn_group_max == Some(0) || config.txn_byte_limit == Some(0) {
         bail!("txn_group_max and txn_byte_limit in the client configuration must be at least 1");
@@ -417,13 +452,23 @@ fn backup_options(
     Ok(options)
 }
 
+/// The fingerprint of the patterns a backup with `patterns` (and the client configuration's)
+/// would use: what the change journal compares with the last backup's.
+pub fn patterns_fingerprint(config: &ClientConfig, patterns: &Patterns) -> Result<String> {
+    Ok(backup_options(config, None, None, patterns)?.filter.fingerprint())
+}
+
 pub fn backup(args: BackupArgs) -> Result<Complete> {
     let config = args.home.config()?;
     let mut options =
         backup_options(&config, args.compression.as_deref(), args.threads, &args.patterns)?;
     options.full = args.selective;
     options.one_file_system = args.one_file_system;
+    if let Some(n) = args.changing_retries {
+        options.changing_retries = n;
+    }
     options.ignore_inode = args.ignore_inode;
+    options.filespace = args.filespace.as_deref().map(filespace_arg).transpose()?;
     options.journal = if args.no_journal {
         None
     } else {
@@ -461,7 +506,7 @@ pub fn backup(args: BackupArgs) -> Result<Complete> {
                 args.json,
                 "backing up",
                 &mut |path, progress| qsm_client::backup(server.as_ref(), path, &options, progress),
-                &print_backup,
+                &|s| print_backup(s, args.verbose),
             );
             drop(server);
             match done {
@@ -489,10 +534,14 @@ impl From<&BackupSummary> for BackupReport {
     fn from(s: &BackupSummary) -> Self {
         BackupReport {
             filespace: s.filespace.clone(),
+            subtree: s.subtree.as_deref().map(|p| String::from_utf8_lossy(p).into_owned()),
             examined: s.examined,
             backed_up: s.backed_up,
             unchanged: s.unchanged,
             failed: s.failed,
+            skipped: s.skipped,
+            retried: s.retried,
+            resealed: s.resealed,
             deactivated: s.deactivated,
             bytes_read: s.bytes_read,
             bytes_stored: s.bytes_stored,
@@ -529,12 +578,33 @@ impl From<&BackupSummary> for BackupReport {
     }
 }
 
-fn print_backup(s: &BackupSummary) {
-    println!("Backup of {}:", s.filespace);
+fn print_backup(s: &BackupSummary, verbose: bool) {
+    match &s.subtree {
+        Some(sub) => println!(
+            "Backup of {}/{} (in filespace {}):",
+            s.filespace.trim_end_matches('/'),
+            String::from_utf8_lossy(sub),
+            s.filespace
+        ),
+        None => println!("Backup of {}:", s.filespace),
+    }
     println!(
         "  examined {}, backed up {}, unchanged {}, failed {}, marked inactive {}",
         s.examined, s.backed_up, s.unchanged, s.failed, s.deactivated
     );
+    if s.skipped > 0 {
+        println!("  skipped {} sockets (QSM does not back up sockets)", s.skipped);
+    }
+    if s.retried > 0 {
+        println!("  read again {} times files that changed while being read", s.retried);
+    }
+    if s.resealed > 0 {
+        println!(
+            "  sent again {} unchanged files to seal them with key {}: they were stored in the clear, under another key, or before keys were recorded",
+            s.resealed,
+            s.key_fingerprint.as_deref().unwrap_or("?")
+        );
+    }
     // Ratio only when something was stored; CPU only over runs long enough for its
     // 10 ms clock ticks to mean something.
     let ratio = if s.bytes_stored > 0 {
@@ -570,7 +640,8 @@ fn print_backup(s: &BackupSummary) {
     if let Some(note) = &s.cache_note {
         println!("  dedup cache not used: {note}");
     }
-    if let Some(j) = &s.journal {
+    // A tree that is not journaled scans as always: not worth a line each time.
+    if let Some(j) = s.journal.as_ref().filter(|_| verbose || !s.journal_routine) {
         println!("  journal: {j}");
     }
     if let Some(fp) = &s.key_fingerprint {
@@ -639,10 +710,19 @@ fn each_path(
 #[derive(Debug, Serialize)]
 struct BackupReport {
     filespace: String,
+    /// The path backed up below the filespace's root, when it is not the root.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    subtree: Option<String>,
     examined: u64,
     backed_up: u64,
     unchanged: u64,
     failed: u64,
+    /// Sockets, which QSM does not back up (named in `warnings`).
+    skipped: u64,
+    /// Reads of files that changed while read, read again.
+    retried: u64,
+    /// Unchanged files sent again to be sealed with this backup's key.
+    resealed: u64,
     deactivated: u64,
     bytes_read: u64,
     bytes_stored: u64,
@@ -678,23 +758,44 @@ struct CompressionUse {
     bytes_out: u64,
 }
 
-/// The filespace containing `path`, and the path below it.
+/// The filespace containing `path`, and the path below it. Compared as bytes: a path need not
+/// be valid UTF-8 (filespace names are; the names below them may be anything).
 fn locate(server: &dyn Server, path: &Path) -> Result<(String, Option<Vec<u8>>)> {
     let wanted = absolute(path)?;
-    let wanted = wanted.to_str().context("the path is not valid UTF-8")?.to_owned();
+    let bytes = wanted.as_os_str().as_bytes();
     // The filespace is the longest backed-up root that contains the path.
     let filespace = server
         .filespaces()?
         .into_iter()
         .filter(|f| {
-            wanted == f.name || wanted.starts_with(&format!("{}/", f.name.trim_end_matches('/')))
+            let root = f.name.trim_end_matches('/').as_bytes();
+            bytes == f.name.as_bytes()
+                || (bytes.starts_with(root) && bytes.get(root.len()) == Some(&b'/'))
         })
         .max_by_key(|f| f.name.len())
         .with_context(|| {
-            format!("nothing backed up or archived contains {wanted} (see `qsm query filespace`)")
+            format!(
+                "nothing backed up or archived contains {} (see `qsm query filespace`)",
+                wanted.display()
+            )
         })?;
-    let sub = wanted[filespace.name.len()..].trim_start_matches('/');
-    Ok((filespace.name.clone(), (!sub.is_empty()).then(|| sub.as_bytes().to_vec())))
+    let sub = bytes.get(filespace.name.len()..).unwrap_or_default();
+    let sub = &sub[sub.iter().take_while(|&&b| b == b'/').count()..];
+    Ok((filespace.name.clone(), (!sub.is_empty()).then(|| sub.to_vec())))
+}
+
+/// A name as `--json` gives it: the text, and, only when the name is not valid UTF-8, its
+/// exact bytes in lowercase hex. The text of such a name replaces each invalid sequence with
+/// U+FFFD, so two names can print alike: the hex tells them apart (README, "Output for
+/// scripts").
+fn json_name(bytes: &[u8]) -> (String, Option<String>) {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => (text.to_owned(), None),
+        Err(_) => (
+            String::from_utf8_lossy(bytes).into_owned(),
+            Some(bytes.iter().map(|b| format!("{b:02x}")).collect()),
+        ),
+    }
 }
 
 struct RestoreRequest<'a> {
@@ -749,13 +850,24 @@ fn restore_with(server: &dyn Server, r: RestoreRequest<'_>) -> Result<Complete> 
         eprintln!("qsm: warning: {w}");
     }
     if r.json {
-        println!(
-            "{}",
-            serde_json::json!({"filespace": filespace, "target": target, "restored": s.restored, "renamed": s.renamed, "skipped": s.skipped, "failed": s.failed, "bytes": s.bytes, "warnings": s.warnings})
-        );
+        let (target_text, target_hex) = json_name(target.as_os_str().as_bytes());
+        let mut report = serde_json::json!({"filespace": filespace, "target": target_text, "restored": s.restored, "renamed": s.renamed, "skipped": s.skipped, "failed": s.failed, "bytes": s.bytes, "leftovers_removed": s.leftovers, "incomplete": s.incomplete, "warnings": s.warnings});
+        if let Some(hex) = target_hex {
+            report["target_hex"] = hex.into();
+        }
+        let failed: Vec<_> = s
+            .failed_paths
+            .iter()
+            .map(|p| match json_name(p) {
+                (path, None) => serde_json::json!({ "path": path }),
+                (path, Some(hex)) => serde_json::json!({ "path": path, "path_hex": hex }),
+            })
+            .collect();
+        report["failed_paths"] = failed.into();
+        println!("{report}");
     } else {
         println!(
-            "{} of {} into {}: restored {}{}, skipped {} (existing), failed {}, {:.1} MB",
+            "{} of {} into {}: restored {}{}, skipped {} (existing), failed {}, {:.1} MB{}",
             if r.verb == "retrieving" { "Retrieve" } else { "Restore" },
             r.path.display(),
             target.display(),
@@ -767,11 +879,26 @@ fn restore_with(server: &dyn Server, r: RestoreRequest<'_>) -> Result<Complete> 
             },
             s.skipped,
             s.failed,
-            mb(s.bytes)
+            mb(s.bytes),
+            match s.leftovers {
+                0 => String::new(),
+                n => format!("; removed {n} temporary files left by interrupted restores"),
+            }
         );
+        if s.incomplete > 0 {
+            println!(
+                "  {} restored without some of their metadata (see the warnings)",
+                s.incomplete
+            );
+        }
     }
-    if s.restored + s.skipped + s.failed == 0 {
-        eprintln!("qsm: warning: no version matched");
+    // Every file failed: the restore failed (exit 1), not partly succeeded (exit 4).
+    if s.all_failed() {
+        bail!(
+            "{} {}: nothing restored, every file failed (see the warnings)",
+            r.verb,
+            r.path.display()
+        );
     }
     Ok(s.failed == 0)
 }
@@ -804,6 +931,64 @@ pub fn restore(args: RestoreArgs) -> Result<Complete> {
     )
 }
 
+/// The one archive `retrieve` takes for `-d` and `--id`: the one with that id, or the newest
+/// of those with that description that hold something at or below `path`. Never several:
+/// merging two archives path by path would make a tree that never existed. Says which it
+/// took when there was a choice.
+fn pick_archive(
+    server: &dyn Server,
+    path: &Path,
+    description: Option<&str>,
+    id: Option<i64>,
+) -> Result<Selection> {
+    let (filespace, sub) = locate(server, path)?;
+    let sub = sub.unwrap_or_default();
+    let fs = server
+        .filespaces()?
+        .into_iter()
+        .find(|f| f.name == filespace)
+        .with_context(|| format!("no filespace {filespace}"))?;
+    let mut candidates: Vec<qsm_client::archives::Archive> =
+        qsm_client::archives::list(server, fs.id)?
+            .into_iter()
+            .filter(|(a, paths)| {
+                id.is_none_or(|id| a.id.0 == id)
+                    && description.is_none_or(|d| a.description.as_deref() == Some(d))
+                    && qsm_client::archives::covers(paths, &sub)
+            })
+            .map(|(a, _)| a)
+            .collect();
+    let shown = path.display();
+    let Some(newest) = candidates.pop() else {
+        match (id, description) {
+            (Some(id), _) => bail!(
+                "nothing to retrieve: no archive {id} of {shown}{} (see `qsm query archive`)",
+                description.map(|d| format!(" described {d:?}")).unwrap_or_default()
+            ),
+            (None, d) => bail!(
+                "nothing to retrieve: no archive of {shown} is described {:?} (see `qsm query archive`)",
+                d.unwrap_or_default()
+            ),
+        }
+    };
+    if !candidates.is_empty() {
+        let older: Vec<String> = candidates
+            .iter()
+            .rev()
+            .map(|a| format!("{} of {}", a.id.0, format_time(a.date)))
+            .collect();
+        eprintln!(
+            "qsm: {} archives of {shown} are described {:?}: retrieving the newest, archive {} of {} (older: {}; choose one with --id)",
+            candidates.len() + 1,
+            description.unwrap_or_default(),
+            newest.id.0,
+            format_time(newest.date),
+            older.join(", ")
+        );
+    }
+    Ok(Selection::Archive(newest.objects))
+}
+
 pub fn retrieve(args: RetrieveArgs) -> Result<Complete> {
     let connected = args.home.open()?;
     let (keys, require_sealed) = restore_protection(
@@ -812,6 +997,11 @@ pub fn retrieve(args: RetrieveArgs) -> Result<Complete> {
         args.require_encryption,
         connected.server().as_ref(),
     )?;
+    let select = if args.description.is_some() || args.id.is_some() {
+        pick_archive(connected.server().as_ref(), &args.path, args.description.as_deref(), args.id)?
+    } else {
+        Selection::Archives(None)
+    };
     restore_with(
         connected.server().as_ref(),
         RestoreRequest {
@@ -819,7 +1009,7 @@ pub fn retrieve(args: RetrieveArgs) -> Result<Complete> {
             to: args.to.as_deref(),
             existing: args.existing.existing(),
             json: args.json,
-            select: Selection::Archives(args.description.clone()),
+            select,
             verb: "retrieving",
             keys,
             require_sealed,
@@ -834,20 +1024,49 @@ pub fn archive(args: ArchiveArgs) -> Result<Complete> {
     let connected = args.home.open()?;
     args.protect.apply(&config, &connected, &args.home, &mut options)?;
     let server = connected.server();
+    // The retention the server will enforce: the class's, lengthened by --retain-days only.
+    let classes = server.mgmt_classes()?;
     let days =
-        args.retain_days.unwrap_or(qsm_catalog::ArchiveCopyGroup::default().retain_version_days);
+        qsm_client::server::archive_retention(&classes, args.archmc.as_deref(), args.retain_days);
+    let kept = match days {
+        qsm_catalog::expire::NO_LIMIT => "kept without limit".to_owned(),
+        d => format!("kept {d} days"),
+    };
+    if let Some(asked) = args.retain_days.filter(|asked| *asked < days) {
+        eprintln!(
+            "qsm: warning: --retain-days {asked} cannot shorten the management class's archive retention: {kept}"
+        );
+    }
     let description = args.description.clone();
+    for path in &args.paths {
+        warn_reused(server.as_ref(), path, &args.description)?;
+    }
     let summaries = each_path(
         &args.paths,
         args.json,
         "archiving",
         &mut |path, progress| {
-            qsm_client::archive(server.as_ref(), path, &args.description, days, &options, progress)
+            qsm_client::archive(
+                server.as_ref(),
+                path,
+                &args.description,
+                args.retain_days,
+                &options,
+                progress,
+            )
         },
         &|s| {
             println!(
-                "Archive of {} ({description:?}, kept {days} days): {} objects, {:.1} MB read, {:.1} MB stored, failed {}",
+                "Archive of {}{} ({description:?}, {kept}): {} objects, {:.1} MB read, {:.1} MB stored, failed {}",
                 s.filespace,
+                s.subtree
+                    .as_deref()
+                    .map(|sub| format!(
+                        "/{} (in filespace {})",
+                        String::from_utf8_lossy(sub),
+                        s.filespace
+                    ))
+                    .unwrap_or_default(),
                 s.backed_up,
                 mb(s.bytes_read),
                 mb(s.bytes_stored),
@@ -865,10 +1084,37 @@ pub fn archive(args: ArchiveArgs) -> Result<Complete> {
     Ok(summaries.iter().all(|s| s.failed == 0))
 }
 
+/// Warns when the filespace `path` will be archived into already holds archives described
+/// `description`: `retrieve -d` then takes the newest alone, and `--id` is needed for another.
+fn warn_reused(server: &dyn Server, path: &Path, description: &str) -> Result<()> {
+    let (name, _) = qsm_client::backup::target_filespace(server, path, None)
+        .with_context(|| format!("archiving {}", path.display()))?;
+    let Some(fs) = server.filespaces()?.into_iter().find(|f| f.name == name) else {
+        return Ok(());
+    };
+    let same: Vec<_> = qsm_client::archives::list(server, fs.id)?
+        .into_iter()
+        .filter(|(a, _)| a.description.as_deref() == Some(description))
+        .map(|(a, _)| a)
+        .collect();
+    if let Some(last) = same.last() {
+        eprintln!(
+            "qsm: warning: filespace {name} already holds {} archive(s) described {description:?} (the newest: archive {} of {}); `qsm retrieve -d` takes the newest only, `--id` another (ids in `qsm query archive`)",
+            same.len(),
+            last.id.0,
+            format_time(last.date)
+        );
+    }
+    Ok(())
+}
+
 #[derive(Debug, Serialize)]
 struct VersionRow {
     filespace: String,
+    /// The path below the filespace; not valid UTF-8, with U+FFFD, and exact in `path_hex`.
     path: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    path_hex: Option<String>,
     /// "active", "inactive" or "archive".
     state: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -879,6 +1125,13 @@ struct VersionRow {
     mode: u32,
     inserted: i64,
     id: i64,
+    /// The archive (one `qsm archive` run) the version belongs to: the id of its first
+    /// object, for `qsm retrieve --id` (see qsm_client::archives).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    archive: Option<i64>,
+    /// When that archive's first transaction committed (seconds since the epoch).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    archived: Option<i64>,
 }
 
 pub fn query(what: QueryWhat) -> Result<Complete> {
@@ -901,12 +1154,12 @@ pub fn query(what: QueryWhat) -> Result<Complete> {
             }
         }
         QueryWhat::Backup { filespace, inactive, json, home } => {
-            list_versions(home, filespace, json, &|v| {
+            list_versions(home, filespace, json, false, &|v| {
                 v.kind == ObjectKind::Backup && (inactive || v.active)
             })?;
         }
         QueryWhat::Archive { filespace, json, home } => {
-            list_versions(home, filespace, json, &|v| v.kind == ObjectKind::Archive)?;
+            list_versions(home, filespace, json, true, &|v| v.kind == ObjectKind::Archive)?;
         }
     }
     Ok(true)
@@ -914,41 +1167,56 @@ pub fn query(what: QueryWhat) -> Result<Complete> {
 
 fn list_versions(
     home: Conn,
-    filespace: Option<String>,
+    path: Option<PathBuf>,
     json: bool,
+    archives: bool,
     keep: &dyn Fn(&ObjectVersion) -> bool,
 ) -> Result<()> {
     let connected = home.open()?;
     let server = connected.server();
     let mut rows = Vec::new();
+    // A path: the filespace holding it, and only what is at or below it there.
+    let wanted = path.map(|p| locate(server.as_ref(), &p)).transpose()?;
+    let sub = wanted.as_ref().and_then(|(_, sub)| sub.clone()).unwrap_or_default();
+    let within = |p: &[u8]| {
+        sub.is_empty()
+            || p == sub.as_slice()
+            || (p.starts_with(&sub) && p.get(sub.len()) == Some(&b'/'))
+    };
     for f in server.filespaces()? {
-        if filespace
-            .as_deref()
-            .is_some_and(|n| n.trim_end_matches('/') != f.name.trim_end_matches('/'))
-        {
+        if wanted.as_ref().is_some_and(|(name, _)| *name != f.name) {
             continue;
         }
+        // Which archive each archive version belongs to, and its date.
+        let mut archive_of = std::collections::HashMap::new();
+        if archives {
+            for (a, _) in qsm_client::archives::list(server.as_ref(), f.id)? {
+                for o in &a.objects {
+                    archive_of.insert(*o, (a.id.0, a.date));
+                }
+            }
+        }
         server.inventory(f.id, Scope::All, &mut |v| {
-            if keep(&v) {
+            if keep(&v) && within(&v.path) {
+                let (path, path_hex) = json_name(&v.path);
                 rows.push(VersionRow {
                     filespace: f.name.clone(),
-                    path: String::from_utf8_lossy(&v.path).into_owned(),
+                    path,
+                    path_hex,
                     state: match (v.kind, v.active) {
                         (ObjectKind::Archive, _) => "archive",
                         (_, true) => "active",
                         _ => "inactive",
                     },
                     description: v.description.clone(),
-                    kind: match v.object_type {
-                        qsm_catalog::ObjectType::File => "file",
-                        qsm_catalog::ObjectType::Directory => "dir",
-                        qsm_catalog::ObjectType::Symlink => "symlink",
-                    },
+                    kind: v.object_type.name(),
                     size: v.attrs.size,
                     mtime_ns: v.attrs.mtime_ns,
                     mode: v.attrs.mode,
                     inserted: v.inserted,
                     id: v.id.0,
+                    archive: archive_of.get(&v.id).map(|a| a.0),
+                    archived: archive_of.get(&v.id).map(|a| a.1),
                 });
             }
             Ok(())
@@ -958,9 +1226,12 @@ fn list_versions(
         println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
         for r in rows {
-            let note = r.description.as_deref().map(|d| format!("  [{d}]")).unwrap_or_default();
+            let mut note = r.description.as_deref().map(|d| format!("  [{d}]")).unwrap_or_default();
+            if let (Some(id), Some(date)) = (r.archive, r.archived) {
+                note.push_str(&format!("  archive {id} of {}", format_time(date)));
+            }
             println!(
-                "{:>8}  {:<8} {:<7} {:>12}  {}/{}{note}",
+                "{:>8}  {:<8} {:<8} {:>12}  {}/{}{note}",
                 r.id, r.state, r.kind, r.size, r.filespace, r.path
             );
         }

@@ -84,8 +84,13 @@ pub struct CodecsArgs {
 }
 
 fn parse_size(text: &str) -> Result<usize, String> {
-    qsm_stand::plan::parse_size(text)
-        .ok_or_else(|| format!("invalid size {text:?} (e.g. 65536, 64K, 1M)"))
+    let size = qsm_stand::plan::parse_size(text)
+        .ok_or_else(|| format!("invalid size {text:?} (e.g. 65536, 64K, 1M)"))?;
+    let (min, max) = (qsm_codec::engine::MIN_QUANTUM, qsm_codec::frame::MAX_QUANTUM);
+    if !(min..=max).contains(&size) {
+        return Err(format!("a quantum of {size} bytes is outside {min} to {max} bytes"));
+    }
+    Ok(size)
 }
 
 fn parse_range(text: &str) -> Result<std::ops::Range<u64>, String> {
@@ -140,17 +145,16 @@ fn mb_per_s(bytes: u64, secs: f64) -> f64 {
 }
 
 pub fn compress(args: CompressArgs) -> Result<()> {
-    let mut compression = Compression::parse(&args.codec)?;
+    let bad = |what: String| move |e: qsm_codec::Error| crate::usage::usage(format!("{what}: {e}"));
+    let mut compression =
+        Compression::parse(&args.codec).map_err(bad(format!("--codec {:?}", args.codec)))?;
     if let Some(level) = args.level {
-        compression = compression.with_level(level)?;
-    }
-    if args.threads == Some(0) {
-        bail!("--threads must be at least 1");
+        compression = compression.with_level(level).map_err(bad(format!("--level {level}")))?;
     }
     let options = CompressOptions {
         compression,
         quantum_size: args.quantum.unwrap_or(qsm_codec::DEFAULT_QUANTUM),
-        threads: args.threads,
+        threads: crate::usage::threads(args.threads)?,
     };
     let (input, len, name) = open_input(&args.input)?;
     let mut output = Output::open(args.output.as_deref(), args.force, true)?;
@@ -183,8 +187,12 @@ pub fn compress(args: CompressArgs) -> Result<()> {
 }
 
 pub fn decompress(args: DecompressArgs) -> Result<()> {
-    if args.threads == Some(0) {
-        bail!("--threads must be at least 1");
+    let threads = crate::usage::threads(args.threads)?;
+    if let Some(r) = args.quanta.as_ref().filter(|r| r.start >= r.end) {
+        return Err(crate::usage::usage(format!(
+            "--quanta {}..{} holds no quantum: the end must be past the start (3..7 is quanta 3 to 6)",
+            r.start, r.end
+        )));
     }
     let mut output = if args.test {
         Output::discard()
@@ -207,7 +215,7 @@ pub fn decompress(args: DecompressArgs) -> Result<()> {
                 &index,
                 range.clone(),
                 &mut output,
-                args.threads,
+                threads,
                 &mut |_| {},
             )
             .with_context(|| format!("decompressing {}", path.display()))?;
@@ -216,7 +224,7 @@ pub fn decompress(args: DecompressArgs) -> Result<()> {
         None => {
             let (input, len, name) = open_input(&args.input)?;
             let bar = progress_bar(len, args.quiet);
-            let summary = qsm_codec::decompress(input, &mut output, args.threads, &mut |done| {
+            let summary = qsm_codec::decompress(input, &mut output, threads, &mut |done| {
                 if let Some(b) = &bar {
                     b.set_position(done);
                 }

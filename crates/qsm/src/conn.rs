@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use clap::Args;
 use qsm_client::remote::{RemoteOptions, RemoteServer};
 use qsm_client::server::Server;
@@ -51,6 +51,9 @@ pub struct ClientConfig {
     /// The change journal backups use when it is valid (default: ~/.local/state/qsm/journal.db
     /// if it exists).
     pub journal: Option<PathBuf>,
+    /// How many times a file that changed while read is read again (`qsm backup
+    /// --changing-retries`).
+    pub changing_retries: Option<u32>,
 }
 
 /// How to reach the data: every client command takes these.
@@ -126,9 +129,12 @@ impl Connected {
 pub fn check_owner_only(path: &Path, what: &str) -> Result<()> {
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::metadata(path)
-        .with_context(|| format!("reading the {what} {}", path.display()))?;
+        .map_err(|e| crate::usage::usage(format!("the {what} {}: {e}", path.display())))?;
     if meta.mode() & 0o077 != 0 {
-        bail!("the {what} {} is readable by others: chmod 600 it", path.display());
+        return Err(crate::usage::usage(format!(
+            "the {what} {} is readable by others: chmod 600 it",
+            path.display()
+        )));
     }
     Ok(())
 }
@@ -137,10 +143,13 @@ pub fn check_owner_only(path: &Path, what: &str) -> Result<()> {
 pub fn read_password(path: &Path) -> Result<String> {
     check_owner_only(path, "password file")?;
     let text = std::fs::read_to_string(path)
-        .with_context(|| format!("reading the password file {}", path.display()))?;
+        .map_err(|e| crate::usage::usage(format!("the password file {}: {e}", path.display())))?;
     let password = text.lines().next().unwrap_or_default();
     if password.is_empty() {
-        bail!("the password file {} is empty: its first line is the password", path.display());
+        return Err(crate::usage::usage(format!(
+            "the password file {} is empty: its first line is the password",
+            path.display()
+        )));
     }
     Ok(password.to_owned())
 }

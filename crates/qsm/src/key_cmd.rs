@@ -4,16 +4,24 @@
 //! every encrypted backup: nothing, on the client or the server, can open the key without it.
 //!
 //! Passphrases come from the terminal (not echoed), or from the file named by
-//! `QSM_PASSPHRASE_FILE` (and `QSM_NEW_PASSPHRASE_FILE` for a new one) for scripts.
+//! `QSM_PASSPHRASE_FILE` (and `QSM_NEW_PASSPHRASE_FILE` for a new one, `QSM_OLD_PASSPHRASE_FILE`
+//! for the one a stale key file is under) for scripts.
+//!
+//! Several machines of one node share its key through the server's copy of the key file. When
+//! one of them changes the passphrase, the others' files stay under the old one: the server's
+//! copy then says in clear (key file version 2) that it is the same key, wrapped later, so
+//! they are told so, backups go on, and `qsm key recover --refresh` takes the new wrapping;
+//! nothing puts an older wrapping back over a newer one (`qsm_client::keys::server_copy`).
 
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 
 use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
-use qsm_client::keys::NodeKeys;
+use qsm_client::keys::{NodeKeys, ServerCopy, server_copy};
 use qsm_client::server::Server;
 use qsm_crypt::{Aead, KdfParams, KeyFile, MasterKey};
 
@@ -31,8 +39,17 @@ pub struct KeyArgs {
 
 #[derive(Debug, Subcommand)]
 enum KeyCommand {
-    /// Generate the node's master key and write it, wrapped under a new passphrase.
-    Init,
+    /// Generate the node's master key and write it, wrapped under a new passphrase. Refused
+    /// when the server (or the embedded store) already holds a key for the node, unless
+    /// --force.
+    Init {
+        /// Make a new key even though the server holds one (which stays there until
+        /// `qsm key upload --replace`).
+        #[arg(long)]
+        force: bool,
+        #[command(flatten)]
+        home: Conn,
+    },
     /// Print the key's fingerprint (asks the passphrase: proves it opens the key).
     ShowFingerprint,
     /// Rewrap the key under a new passphrase; backups made with it stay readable. The
@@ -44,6 +61,11 @@ enum KeyCommand {
     /// Fetch the server's copy of this node's key file onto this machine (a new machine, or a
     /// lost key file): asks the passphrase, so only its owner can use it.
     Recover {
+        /// Replace this machine's key file with the server's wrapping of the same key (after
+        /// `qsm key change-passphrase` on another machine): asks the new passphrase, and
+        /// refuses if the server's file is another key or an older wrapping.
+        #[arg(long)]
+        refresh: bool,
         #[command(flatten)]
         home: Conn,
     },
@@ -51,7 +73,8 @@ enum KeyCommand {
     /// themselves when the server holds none).
     Upload {
         /// Replace a different key file the server holds (it may be the only copy of the key
-        /// older backups were sealed with: be sure).
+        /// older backups were sealed with: be sure). Never puts an older wrapping of the same
+        /// key over a newer one.
         #[arg(long)]
         replace: bool,
         #[command(flatten)]
@@ -78,14 +101,20 @@ pub fn key_path(given: Option<PathBuf>) -> Result<PathBuf> {
 fn passphrase(env: &str, prompt: &str) -> Result<Vec<u8>> {
     if let Some(path) = std::env::var_os(env) {
         crate::conn::check_owner_only(Path::new(&path), &format!("passphrase file ({env})"))?;
-        let text = std::fs::read(&path).with_context(|| {
-            format!("reading the passphrase from {} ({env})", Path::new(&path).display())
+        let text = std::fs::read(&path).map_err(|e| {
+            crate::usage::usage(format!(
+                "the passphrase file {} ({env}): {e}",
+                Path::new(&path).display()
+            ))
         })?;
         // One trailing newline is the file's, not the passphrase's.
         let text = text.strip_suffix(b"\n").unwrap_or(&text);
         let text = text.strip_suffix(b"\r").unwrap_or(text);
         if text.is_empty() {
-            bail!("the passphrase file {} ({env}) is empty", Path::new(&path).display());
+            return Err(crate::usage::usage(format!(
+                "the passphrase file {} ({env}) is empty",
+                Path::new(&path).display()
+            )));
         }
         return Ok(text.to_vec());
     }
@@ -125,12 +154,48 @@ fn read_key_file(path: &Path) -> Result<KeyFile> {
     let bytes = std::fs::read(path).with_context(|| {
         format!("reading the key file {} (make one with `qsm key init`)", path.display())
     })?;
-    KeyFile::from_bytes(&bytes).with_context(|| format!("key file {}", path.display()))
+    // Not a key file at all (another file named by mistake): bad usage, exit 2.
+    KeyFile::from_bytes(&bytes).map_err(|e| {
+        crate::usage::usage(format!("the key file {} is not a QSM key file: {e}", path.display()))
+    })
 }
 
 fn open(path: &Path, file: &KeyFile, env: &str) -> Result<MasterKey> {
+    open_with(path, file, env).map(|(key, _)| key)
+}
+
+/// The key in `file`, and the passphrase that opened it.
+fn open_with(path: &Path, file: &KeyFile, env: &str) -> Result<(MasterKey, Vec<u8>)> {
     let pass = passphrase(env, "Passphrase: ")?;
-    file.unwrap_key(&pass).with_context(|| format!("key file {}", path.display()))
+    let key = file.unwrap_key(&pass).with_context(|| format!("key file {}", path.display()))?;
+    Ok((key, pass))
+}
+
+/// A time a key file states, for messages.
+fn when(t: SystemTime) -> String {
+    let secs =
+        t.duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+    format!("{} UTC", crate::client_cmd::format_time(secs))
+}
+
+/// When `file` says it was wrapped, for messages.
+fn wrapped(file: &KeyFile) -> String {
+    match file.claimed_wrapped_at() {
+        Some(t) => when(t),
+        None => "at an unknown time (a version-1 key file, older than any version 2)".into(),
+    }
+}
+
+/// What a key file the server holds says of itself, for messages: its claims, which only a
+/// passphrase could confirm.
+fn describe_stored(stored: &[u8]) -> String {
+    match KeyFile::from_bytes(stored) {
+        Ok(f) => match (f.claimed_fingerprint(), f.claimed_wrapped_at()) {
+            (Some(fp), Some(at)) => format!("the key {fp}, wrapped {}", when(at)),
+            _ => "a version-1 key file, which does not say which key it holds".into(),
+        },
+        Err(e) => format!("a file that is not a key file: {e}"),
+    }
 }
 
 fn exists(path: &Path) -> String {
@@ -145,7 +210,10 @@ fn exists(path: &Path) -> String {
 fn write_key_file(path: &Path, file: &KeyFile, replace: bool) -> Result<()> {
     use std::os::unix::fs::PermissionsExt;
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        // Owner-only (~/.config/qsm also holds client.toml, which may name a password file).
+        std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
+            .create(dir)
+            .with_context(|| format!("creating {}", dir.display()))?;
     }
     if !replace && path.exists() {
         bail!(exists(path));
@@ -161,10 +229,24 @@ fn write_key_file(path: &Path, file: &KeyFile, replace: bool) -> Result<()> {
 pub fn key(args: KeyArgs) -> Result<bool> {
     let path = key_path(args.key_file)?;
     match args.command {
-        KeyCommand::Init => {
+        KeyCommand::Init { force, home } => {
             if path.exists() {
                 // Checked before asking anything, and again when writing.
                 bail!(exists(&path));
+            }
+            let held = server_key(&home, force)?;
+            if let Some((server, stored)) = &held
+                && !force
+            {
+                bail!(
+                    "{server} already holds a key file for this node ({}): a new key could not \
+                     open the backups sealed with that one. To use that key on this machine, \
+                     `qsm key recover` fetches it (it asks its passphrase). To make a new key \
+                     anyway, `qsm key init --force`, then `qsm key upload --replace` to make it \
+                     the node's key (keep the old key file while older backups are to stay \
+                     restorable). Nothing was written.",
+                    describe_stored(stored)
+                );
             }
             let pass = new_passphrase("QSM_PASSPHRASE_FILE")?;
             let key = MasterKey::generate()?;
@@ -174,6 +256,13 @@ pub fn key(args: KeyArgs) -> Result<bool> {
             println!(
                 "Keep the passphrase safe: without it no one, not even the server's administrator, can restore this node's encrypted backups."
             );
+            if let Some((server, stored)) = held {
+                println!(
+                    "{server} still holds the node's other key file ({}): backups with this \
+                     key are refused until `qsm key upload --replace` stores this one there",
+                    describe_stored(&stored)
+                );
+            }
         }
         KeyCommand::ShowFingerprint => {
             let file = read_key_file(&path)?;
@@ -181,28 +270,68 @@ pub fn key(args: KeyArgs) -> Result<bool> {
         }
         KeyCommand::ChangePassphrase { home } => {
             let file = read_key_file(&path)?;
-            let key = open(&path, &file, "QSM_PASSPHRASE_FILE")?;
+            let (key, old) = open_with(&path, &file, "QSM_PASSPHRASE_FILE")?;
+            let fingerprint = key.fingerprint();
+            // The server's copy is read first, so that the new wrapping is stamped after it
+            // (whatever this machine's clock says) and an unreachable server stops the change
+            // before anything is written.
+            let connected = if home.has_store()? {
+                Some(home.open().context(
+                    "reaching the store that holds the node's key file; nothing was written (to \
+                     change this machine's file alone, run without a server or store)",
+                )?)
+            } else {
+                None
+            };
+            let server = connected.as_ref().map(|c| c.server());
+            let stored = match &server {
+                Some(s) => s.get_key()?,
+                None => None,
+            };
             let pass = new_passphrase("QSM_NEW_PASSPHRASE_FILE")?;
-            let new = key.wrap(&pass, KdfParams::DEFAULT)?;
+            let at = qsm_client::keys::rewrap_time(&file, stored.as_deref(), &fingerprint);
+            let new = key.wrap_at(&pass, KdfParams::DEFAULT, at)?;
             write_key_file(&path, &new, true)?;
-            println!(
-                "passphrase changed; fingerprint {} (the key itself is unchanged)",
-                key.fingerprint()
-            );
-            // The server's copy, if it is this key under the old passphrase: a new machine
-            // then needs the new passphrase, and the old one opens nothing.
-            if home.has_store()? {
-                let connected = home.open()?;
-                let server = connected.server();
-                if server.get_key()?.as_deref() == Some(file.as_bytes()) {
+            println!("passphrase changed; fingerprint {fingerprint} (the key itself is unchanged)");
+            // The server's copy, if the old passphrase opens it to this key: a new machine
+            // then needs the new passphrase, and the old one opens nothing. A copy it does not
+            // open is left alone, whatever it claims.
+            let Some(server) = server else {
+                return Ok(true);
+            };
+            match server_copy(&file, &old, &fingerprint, stored.as_deref()) {
+                ServerCopy::Same | ServerCopy::Opens { .. } => {
                     server.put_key(new.as_bytes())?;
                     println!("the copy on {} is rewrapped too", server.describe());
                 }
+                // The next backup stores it.
+                ServerCopy::Missing => {}
+                ServerCopy::Rewrapped { at, .. } => println!(
+                    "{} holds this key under another passphrase (set {}), which the old one \
+                     does not open: left as it is; `qsm key upload --replace` puts this new \
+                     wrapping there",
+                    server.describe(),
+                    when(at)
+                ),
+                ServerCopy::Other { .. } => println!(
+                    "{} holds another key file for this node ({}): left as it is",
+                    server.describe(),
+                    describe_stored(stored.as_deref().unwrap_or_default())
+                ),
             }
         }
-        KeyCommand::Recover { home } => {
+        KeyCommand::Recover { refresh, home } => {
             if path.exists() {
-                bail!(exists(&path));
+                if !refresh {
+                    bail!(
+                        "{}; if the server holds this key under a newer passphrase (changed \
+                         on another machine), `qsm key recover --refresh` takes it",
+                        exists(&path)
+                    );
+                }
+                let local = read_key_file(&path)?;
+                let connected = home.open()?;
+                return refresh_key(&path, &local, connected.server().as_ref()).map(|()| true);
             }
             let connected = home.open()?;
             let server = connected.server();
@@ -218,20 +347,160 @@ pub fn key(args: KeyArgs) -> Result<bool> {
         }
         KeyCommand::Upload { replace, home } => {
             let file = read_key_file(&path)?;
-            let key = open(&path, &file, "QSM_PASSPHRASE_FILE")?;
+            let (key, pass) = open_with(&path, &file, "QSM_PASSPHRASE_FILE")?;
+            let fingerprint = key.fingerprint();
             let connected = home.open()?;
             let server = connected.server();
-            match server.get_key()? {
-                Some(stored) if stored != file.as_bytes() && !replace => bail!(
-                    "{} holds another key file for this node; --replace to overwrite it",
-                    server.describe()
+            let stored = server.get_key()?;
+            let here = wrapped(&file);
+            match server_copy(&file, &pass, &fingerprint, stored.as_deref()) {
+                ServerCopy::Same => {
+                    println!("{} already holds this key file ({fingerprint})", server.describe());
+                    return Ok(true);
+                }
+                ServerCopy::Opens { newer: true } => {
+                    println!(
+                        "{} already holds key {fingerprint} under this passphrase, wrapped later \
+                         ({}) than this machine's file ({here}): left as it is",
+                        server.describe(),
+                        wrapped(&KeyFile::from_bytes(stored.as_deref().unwrap_or_default())?)
+                    );
+                    return Ok(true);
+                }
+                // Putting an older wrapping back would let the passphrase it replaced (perhaps
+                // compromised: that is why passphrases are changed) open the server's copy.
+                ServerCopy::Rewrapped { at, newer: true } => bail!(
+                    "{} holds this key ({fingerprint}) wrapped {} under another passphrase, \
+                     after this machine's file ({here}): the passphrase was changed on another \
+                     machine, and this older wrapping would bring the old passphrase back, so \
+                     even --replace does not put it. `qsm key recover --refresh` takes the \
+                     server's wrapping here (with the new passphrase); then \
+                     `qsm key change-passphrase` if yet another passphrase is wanted. Nothing \
+                     was written.",
+                    server.describe(),
+                    when(at)
+                ),
+                ServerCopy::Rewrapped { at, newer: false } if !replace => bail!(
+                    "{} holds this key ({fingerprint}, by what its file says) under another \
+                     passphrase, set {} before this machine's ({here}), which still opens it \
+                     there; --replace puts this machine's wrapping instead",
+                    server.describe(),
+                    when(at)
+                ),
+                ServerCopy::Other { .. } if !replace => bail!(
+                    "{} holds another key file for this node ({}); --replace to overwrite it",
+                    server.describe(),
+                    describe_stored(stored.as_deref().unwrap_or_default())
                 ),
                 _ => server.put_key(file.as_bytes())?,
             }
-            println!("key {} stored on {}", key.fingerprint(), server.describe());
+            println!("key {fingerprint} stored on {}", server.describe());
         }
     }
     Ok(true)
+}
+
+/// The key file the server holds for the node, with the server's name, when a store is
+/// configured; `key init` asks before making a second key. With `force`, a server that
+/// cannot be reached is no reason to stop.
+fn server_key(home: &Conn, force: bool) -> Result<Option<(String, Vec<u8>)>> {
+    if !home.has_store()? {
+        return Ok(None);
+    }
+    let asked = home.open().and_then(|connected| {
+        let server = connected.server();
+        Ok(server.get_key()?.map(|stored| (server.describe(), stored)))
+    });
+    match asked {
+        Ok(held) => Ok(held),
+        Err(_) if force => Ok(None),
+        Err(e) => Err(e.context(
+            "asking the server whether it already holds a key for this node (`qsm key init \
+             --force` makes a key without asking)",
+        )),
+    }
+}
+
+/// `qsm key recover --refresh`: this machine's `local` key file replaced by the server's
+/// wrapping of the same key, opened with the (new) passphrase first.
+fn refresh_key(path: &Path, local: &KeyFile, server: &dyn Server) -> Result<()> {
+    let stored = server.get_key()?.with_context(|| {
+        format!(
+            "{} holds no key file for this node: nothing to refresh from (`qsm key upload` \
+             stores this machine's)",
+            server.describe()
+        )
+    })?;
+    if stored == local.as_bytes() {
+        println!("{} is already the key file {} holds", path.display(), server.describe());
+        return Ok(());
+    }
+    let file = KeyFile::from_bytes(&stored)
+        .with_context(|| format!("the key file {} holds", server.describe()))?;
+    let pass =
+        passphrase("QSM_PASSPHRASE_FILE", "Passphrase (the server's copy's, the new one): ")?;
+    let key = file.unwrap_key(&pass).with_context(|| {
+        format!(
+            "the key file {} holds (wrapped {}): give the passphrase it was changed to",
+            server.describe(),
+            wrapped(&file)
+        )
+    })?;
+    let fingerprint = key.fingerprint();
+    // Which key this machine holds, so that no other key replaces it: the passphrase may open
+    // the local file too; else a version-2 file names its key (a name that is not its key's
+    // makes the file open under no passphrase, so believing it loses nothing that could
+    // open); a version-1 file needs its own, older passphrase.
+    let here = match local.unwrap_key(&pass) {
+        Ok(k) => k.fingerprint(),
+        Err(_) => match local.claimed_fingerprint() {
+            Some(fp) => fp,
+            None => {
+                let old = passphrase(
+                    "QSM_OLD_PASSPHRASE_FILE",
+                    "Passphrase of this machine's key file (the old one): ",
+                )?;
+                local
+                    .unwrap_key(&old)
+                    .with_context(|| {
+                        format!(
+                            "key file {} (a version-1 file: its own passphrase tells which key \
+                             it holds)",
+                            path.display()
+                        )
+                    })?
+                    .fingerprint()
+            }
+        },
+    };
+    if here != fingerprint {
+        bail!(
+            "{} holds the key {fingerprint}, not this machine's key {here}: refreshing would \
+             lose this machine's key and what was sealed with it. Nothing was written. If the \
+             server's key is the one to use, move {} aside and run `qsm key recover`.",
+            server.describe(),
+            path.display()
+        );
+    }
+    if file.claimed_wrapped_at() < local.claimed_wrapped_at() {
+        bail!(
+            "{}'s copy of this key was wrapped {}, before this machine's file ({}): refreshing \
+             would go back to an older wrapping. Nothing was written; `qsm key upload \
+             --replace` puts this machine's wrapping on the server.",
+            server.describe(),
+            wrapped(&file),
+            wrapped(local)
+        );
+    }
+    write_key_file(path, &file, true)?;
+    println!(
+        "key {fingerprint} refreshed from {} into {} (wrapped {}): the passphrase that opened \
+         it is the one to use here now",
+        server.describe(),
+        path.display(),
+        wrapped(&file)
+    );
+    Ok(())
 }
 
 /// What a command needs the node's key for.
@@ -319,7 +588,38 @@ pub fn node_keys(
     };
     let keys = NodeKeys::new(&key, aead)?;
     if usage == KeyUse::Backup {
-        qsm_client::keys::ensure_server_copy(server, &file, &pass, &keys.fingerprint)?;
+        let found = qsm_client::keys::ensure_server_copy(server, &file, &pass, &keys.fingerprint)?;
+        // Said once per backup, before it starts; the backup goes on with this key either way.
+        let fp = &keys.fingerprint;
+        match found {
+            ServerCopy::Rewrapped { at, newer: true } => eprintln!(
+                "qsm: {} holds this key ({fp}) under a newer passphrase, set {} (`qsm key \
+                 change-passphrase` on another machine?); this machine's file is under the old \
+                 one ({}). This backup goes on with the key. `qsm key recover --refresh`, with \
+                 the new passphrase, takes the server's wrapping, and the old passphrase then \
+                 opens nothing here.",
+                server.describe(),
+                when(at),
+                wrapped(&file)
+            ),
+            ServerCopy::Rewrapped { at, newer: false } => eprintln!(
+                "qsm: {}'s copy of this key ({fp}, by what it says) is under another passphrase, \
+                 set {}, before this machine's ({}): that older passphrase still opens it there. \
+                 `qsm key upload --replace` puts this machine's wrapping on the server.",
+                server.describe(),
+                when(at),
+                wrapped(&file)
+            ),
+            ServerCopy::Opens { newer: true } => eprintln!(
+                "qsm: {} holds this key ({fp}) under this passphrase, wrapped later than this \
+                 machine's file; `qsm key recover --refresh` takes it",
+                server.describe()
+            ),
+            ServerCopy::Missing
+            | ServerCopy::Same
+            | ServerCopy::Opens { newer: false }
+            | ServerCopy::Other { .. } => {}
+        }
     }
     Ok(Some(Arc::new(keys)))
 }

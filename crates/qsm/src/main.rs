@@ -8,6 +8,7 @@ mod key_cmd;
 mod output;
 mod server_cmd;
 mod stand_cmd;
+mod usage;
 
 use std::process::ExitCode;
 
@@ -57,6 +58,8 @@ enum Command {
 
 /// Exit code when an operation completed but skipped some files (TSM uses 4 likewise).
 const EXIT_PARTIAL: u8 = 4;
+/// Exit code of bad usage, as clap gives for what it refuses itself.
+const EXIT_USAGE: u8 = 2;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -81,8 +84,8 @@ fn main() -> ExitCode {
         // Some files were skipped (unreadable, vanished, changed while read): see the warnings.
         Ok(false) => ExitCode::from(EXIT_PARTIAL),
         Err(e) => {
-            eprintln!("qsm: error: {e:#}");
-            ExitCode::FAILURE
+            eprintln!("qsm: error: {}", usage::chain(&e));
+            if usage::is_usage(&e) { ExitCode::from(EXIT_USAGE) } else { ExitCode::FAILURE }
         }
     }
 }

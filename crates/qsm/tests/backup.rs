@@ -59,7 +59,8 @@ fn backup_then_restore_is_identical_with_metadata() {
         .success()
         .stdout(predicate::str::contains("restored 7"));
     same_tree(&src, &out);
-    // A second restore skips what exists: 4 files and links, and 2 directories.
+    // A second restore skips what exists: 4 files and links, and 3 directories (the target,
+    // which it leaves as it is, included).
     qsm(home.path())
         .arg("restore")
         .arg(&src)
@@ -67,7 +68,7 @@ fn backup_then_restore_is_identical_with_metadata() {
         .arg(&out)
         .assert()
         .success()
-        .stdout(predicate::str::contains("skipped 6"));
+        .stdout(predicate::str::contains("skipped 7"));
 }
 
 #[test]
@@ -636,6 +637,71 @@ fn changes_while_read(dedup: &str) {
     assert_eq!(fs::read(back.join("growing.log")).unwrap(), fs::read(&log).unwrap());
 }
 
+/// A file that changes while it is read is read again once the rest is done (TSM's
+/// changingretries): one that settles is backed up whole, and the retries are counted.
+#[test]
+fn a_file_that_changes_for_a_while_is_read_again_until_it_settles() {
+    use std::io::Write;
+    let (home, dir) = (TempDir::new().unwrap(), TempDir::new().unwrap());
+    let src = dir.path().join("src");
+    fs::create_dir(&src).unwrap();
+    let log = src.join("settling.log");
+    fs::write(&log, vec![b'x'; 16 << 20]).unwrap();
+    let out = std::thread::scope(|s| {
+        // Written to every 50 µs (a few hundred times while 16 MiB are read) for a second
+        // from before the backup starts: its first read sees it change, a later one finds it
+        // quiet.
+        s.spawn(|| {
+            let mut f = fs::OpenOptions::new().append(true).open(&log).unwrap();
+            let start = std::time::Instant::now();
+            while start.elapsed() < std::time::Duration::from_millis(1000) {
+                f.write_all(b"appended line\n").unwrap();
+                std::thread::sleep(std::time::Duration::from_micros(50));
+            }
+        });
+        qsm(home.path())
+            .args(["backup", "--compression", "off", "--changing-retries", "100", "--json"])
+            .arg(&src)
+            .output()
+            .unwrap()
+    });
+    assert!(out.status.success(), "{out:?}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(report[0]["retried"].as_u64().unwrap() >= 1, "{report}");
+    assert_eq!(report[0]["failed"], 0, "{report}");
+    // Whole, not torn: the file as it was at one moment, the original and whole lines
+    // appended (a busy machine may have let a read in between two appends).
+    let back = dir.path().join("back");
+    qsm(home.path()).arg("restore").arg(&src).arg("--to").arg(&back).assert().success();
+    let (restored, now) = (fs::read(back.join("settling.log")).unwrap(), fs::read(&log).unwrap());
+    assert!(now.starts_with(&restored), "the restored file is not a state the file was in");
+    assert_eq!((restored.len() - (16 << 20)) % b"appended line\n".len(), 0);
+
+    // Without retries, the first change is reported at once.
+    let home2 = TempDir::new().unwrap();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let out = std::thread::scope(|s| {
+        let writer = s.spawn(|| {
+            let mut f = fs::OpenOptions::new().append(true).open(&log).unwrap();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                f.write_all(b"appended line\n").unwrap();
+            }
+        });
+        let out = qsm(home2.path())
+            .args(["backup", "--compression", "off", "--changing-retries", "0", "--json"])
+            .arg(&src)
+            .output()
+            .unwrap();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        writer.join().unwrap();
+        out
+    });
+    assert_eq!(out.status.code(), Some(4), "{out:?}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report[0]["retried"], 0, "{report}");
+    assert_eq!(report[0]["failed"], 1, "{report}");
+}
+
 #[test]
 fn files_vanishing_during_the_walk_never_fail_the_backup_or_the_next_one() {
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -774,4 +840,456 @@ fn auto_compresses_harder_on_a_slow_link_and_says_why() {
     assert_eq!(mix.len(), 1, "{fixed}");
     assert_eq!(mix[0]["setting"], "lz4");
     assert_eq!(fixed["bottleneck"], serde_json::Value::Null);
+}
+
+/// Issue 23: with `catalog.db` removed, the embedded store used to start over on an empty
+/// catalog beside the pool it no longer knew, and `query filespace` printed nothing.
+#[test]
+fn a_lost_embedded_catalog_is_refused_not_replaced() {
+    let (home, dir) = (TempDir::new().unwrap(), TempDir::new().unwrap());
+    let src = dir.path().join("src");
+    tree(&src);
+    qsm(home.path()).arg("backup").arg(&src).assert().success();
+    let aside = dir.path().join("catalog.db");
+    fs::rename(home.path().join("catalog.db"), &aside).unwrap();
+    for args in [&["query", "filespace"][..], &["backup", src.to_str().unwrap()][..]] {
+        qsm(home.path())
+            .args(args)
+            .assert()
+            .failure()
+            .stderr(predicate::str::contains("does not know this pool"))
+            .stderr(predicate::str::contains("catalog.db (missing)"));
+    }
+    assert!(!home.path().join("catalog.db").exists(), "an empty catalog was created");
+    fs::rename(&aside, home.path().join("catalog.db")).unwrap();
+    let out = dir.path().join("out");
+    qsm(home.path()).arg("restore").arg(&src).arg("--to").arg(&out).assert().success();
+    same_tree(&src, &out);
+}
+
+include!("suite/fidelity.rs");
+
+/// Issue 22: every kind of metadata QSM keeps comes back, through the embedded server.
+#[test]
+fn fidelity_every_kind_of_metadata_comes_back_embedded() {
+    let (home, dir) = (TempDir::new().unwrap(), TempDir::new().unwrap());
+    let src = dir.path().join("src");
+    fs::create_dir(&src).unwrap();
+    fidelity_tree(&src);
+    let mut backup = || {
+        let mut c = qsm(home.path());
+        c.arg("backup");
+        c
+    };
+    let mut restore = || {
+        let mut c = qsm(home.path());
+        c.arg("restore");
+        c
+    };
+    fidelity_round_trip(&src, &dir.path().join("out"), &mut backup, &mut restore);
+}
+
+/// Issue 32: `--retain-days 1` printed "kept 1 days" while the server kept the archive for
+/// its class's 365; the summary now says what the server enforces.
+#[test]
+fn an_archive_says_the_retention_the_server_enforces() {
+    let (home, dir) = (TempDir::new().unwrap(), TempDir::new().unwrap());
+    let src = dir.path().join("src");
+    tree(&src);
+    qsm(home.path())
+        .args(["archive", "-d", "short", "--retain-days", "1"])
+        .arg(&src)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("kept 365 days"))
+        .stderr(predicate::str::contains("cannot shorten"));
+    let out = qsm(home.path())
+        .args(["archive", "-d", "long", "--retain-days", "4000", "--json"])
+        .arg(&src)
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report[0]["retain_days"], 4000, "{report}");
+}
+
+fn backup_report(home: &Path, src: &Path) -> serde_json::Value {
+    let out = qsm(home).arg("backup").arg(src).arg("--json").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()[0].clone()
+}
+
+/// Issue 22: a link group is stored once, stays one through incremental backups (a change
+/// sends its data once; its first name gone, the next holds the data), and a partial restore
+/// holding only later names of a group brings the data back under them, as one inode.
+#[test]
+fn hard_links_are_stored_once_through_incrementals_and_partial_restores() {
+    let (home, dir) = (TempDir::new().unwrap(), TempDir::new().unwrap());
+    let src = dir.path().join("src");
+    fs::create_dir_all(src.join("a")).unwrap();
+    fs::create_dir_all(src.join("b/c")).unwrap();
+    let data: Vec<u8> =
+        (0..500_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 7) as u8).collect();
+    fs::write(src.join("a/first"), &data).unwrap();
+    fs::hard_link(src.join("a/first"), src.join("b/second")).unwrap();
+    fs::hard_link(src.join("a/first"), src.join("b/c/third")).unwrap();
+    let r = backup_report(home.path(), &src);
+    assert_eq!((r["bytes_read"].as_u64(), r["failed"].as_u64()), (Some(500_000), Some(0)), "{r}");
+    let listing = qsm(home.path())
+        .args(["query", "backup", "--json"])
+        .arg(format!("{}/", src.display()))
+        .output()
+        .unwrap();
+    let rows: serde_json::Value = serde_json::from_slice(&listing.stdout).unwrap();
+    let kinds: Vec<(String, String)> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["path"].as_str().unwrap().rsplit('/').next().unwrap().to_owned(),
+                r["kind"].as_str().unwrap().to_owned(),
+            )
+        })
+        .filter(|(p, _)| ["first", "second", "third"].contains(&p.as_str()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("first".into(), "file".into()),
+            ("third".into(), "hardlink".into()), // b/c/third sorts before b/second
+            ("second".into(), "hardlink".into())
+        ]
+    );
+    // Unchanged: nothing sent. Changed: the data once.
+    assert_eq!(backup_report(home.path(), &src)["backed_up"], 0);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    fs::write(src.join("b/second"), &data[..400_000]).unwrap();
+    let r = backup_report(home.path(), &src);
+    assert_eq!(
+        (r["bytes_read"].as_u64(), r["backed_up"].as_u64()),
+        (Some(400_000), Some(3)),
+        "{r}"
+    );
+    // A partial restore of b: the data comes back under b/second, b/c/third is linked to it.
+    let out = dir.path().join("out");
+    qsm(home.path()).arg("restore").arg(src.join("b")).arg("--to").arg(&out).assert().success();
+    let (second, third) = (out.join("b/second"), out.join("b/c/third"));
+    assert_eq!(fs::read(&second).unwrap(), &data[..400_000]);
+    let (s, t) = (fs::metadata(&second).unwrap(), fs::metadata(&third).unwrap());
+    assert_eq!((s.ino(), s.nlink()), (t.ino(), 2), "one inode");
+    assert!(!out.join("a").exists());
+    // Again: everything exists, so the names and the links are skipped, nothing fails.
+    qsm(home.path())
+        .arg("restore")
+        .arg(src.join("b"))
+        .arg("--to")
+        .arg(&out)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("failed 0"));
+    // The first name gone: the next name holds the data, still stored once.
+    fs::remove_file(src.join("a/first")).unwrap();
+    let r = backup_report(home.path(), &src);
+    assert_eq!(r["bytes_read"].as_u64(), Some(400_000), "{r}");
+    let out2 = dir.path().join("out2");
+    qsm(home.path()).arg("restore").arg(&src).arg("--to").arg(&out2).assert().success();
+    let (s, t) = (
+        fs::metadata(out2.join("b/second")).unwrap(),
+        fs::metadata(out2.join("b/c/third")).unwrap(),
+    );
+    assert_eq!((s.ino(), s.nlink()), (t.ino(), 2));
+    assert!(!out2.join("a/first").exists());
+}
+
+/// Issue 22: a restore as an ordinary user drops setuid/setgid bits and says so once, and
+/// names and counts each device it cannot create; everything else comes back. Needs root to
+/// build the tree and to become another user.
+#[test]
+fn a_restore_not_as_root_names_what_it_cannot_create() {
+    if !fidelity_is_root() {
+        assert!(
+            std::env::var("QSM_TEST_REQUIRE_ROOT").as_deref() != Ok("1"),
+            "QSM_TEST_REQUIRE_ROOT=1 but the test does not run as root"
+        );
+        eprintln!("skipped: needs root to make devices and to restore as another user");
+        return;
+    }
+    let (home, dir) = (TempDir::new().unwrap(), TempDir::new().unwrap());
+    let src = dir.path().join("src");
+    fs::create_dir(&src).unwrap();
+    fs::write(src.join("setuid"), b"x").unwrap();
+    fs::set_permissions(src.join("setuid"), fs::Permissions::from_mode(0o4755)).unwrap();
+    let dev = rustix::fs::makedev(1, 3);
+    let mode = rustix::fs::Mode::from_raw_mode(0o666);
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        src.join("null"),
+        rustix::fs::FileType::CharacterDevice,
+        mode,
+        dev,
+    )
+    .unwrap();
+    rustix::fs::mknodat(rustix::fs::CWD, src.join("fifo"), rustix::fs::FileType::Fifo, mode, 0)
+        .unwrap();
+    qsm(home.path()).arg("backup").arg(&src).assert().success();
+    // The store and a place to restore to, open to the user the restore runs as.
+    let open_up = |p: &Path| {
+        assert!(
+            std::process::Command::new("chmod")
+                .args(["-R", "a+rwX"])
+                .arg(p)
+                .status()
+                .unwrap()
+                .success()
+        )
+    };
+    open_up(home.path());
+    open_up(dir.path());
+    let out = dir.path().join("out");
+    let run = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(assert_cmd::cargo::cargo_bin("qsm"))
+        .env("QSM_HOME", home.path())
+        .arg("restore")
+        .arg(&src)
+        .arg("--to")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(4), "some restored, one failed: {stderr}");
+    assert!(stderr.contains("null: not restored: cannot create character device"), "{stderr}");
+    assert!(stderr.contains("needs root"), "{stderr}");
+    assert!(stderr.contains("setuid/setgid bits of 1 entries not restored"), "{stderr}");
+    assert_eq!(fs::metadata(out.join("setuid")).unwrap().mode() & 0o7777, 0o755);
+    let fifo = fs::symlink_metadata(out.join("fifo")).unwrap();
+    assert!(std::os::unix::fs::FileTypeExt::is_fifo(&fifo.file_type()));
+    assert_eq!(fifo.uid(), 65534);
+    assert!(!out.join("null").exists());
+}
+
+/// Issue 22: a tree deeper than PATH_MAX (4096 bytes) is backed up and restored whole.
+#[test]
+fn a_tree_deeper_than_path_max_is_backed_up_and_restored() {
+    use rustix::fs::{Mode, OFlags};
+    let (home, dir) = (TempDir::new().unwrap(), TempDir::new().unwrap());
+    let src = dir.path().join("src");
+    fs::create_dir(&src).unwrap();
+    // 30 levels of 200-byte names: over 6000 bytes, made one level at a time.
+    let name = "d".repeat(200);
+    let flags = OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC;
+    let mut fd = rustix::fs::openat(rustix::fs::CWD, &src, flags, Mode::empty()).unwrap();
+    for level in 0..30 {
+        rustix::fs::mkdirat(&fd, name.as_str(), Mode::from_raw_mode(0o755)).unwrap();
+        fd = rustix::fs::openat(&fd, name.as_str(), flags, Mode::empty()).unwrap();
+        if level == 25 {
+            let f = rustix::fs::openat(
+                &fd,
+                "mid",
+                OFlags::CREATE | OFlags::WRONLY,
+                Mode::from_raw_mode(0o644),
+            )
+            .unwrap();
+            rustix::io::write(&f, b"middle").unwrap();
+        }
+    }
+    let f = rustix::fs::openat(
+        &fd,
+        "bottom",
+        OFlags::CREATE | OFlags::WRONLY,
+        Mode::from_raw_mode(0o600),
+    )
+    .unwrap();
+    rustix::io::write(&f, b"at the bottom").unwrap();
+    let r = backup_report(home.path(), &src);
+    assert_eq!((r["failed"].as_u64(), r["backed_up"].as_u64()), (Some(0), Some(33)), "{r}");
+    let out = dir.path().join("out");
+    qsm(home.path()).arg("restore").arg(&src).arg("--to").arg(&out).assert().success();
+    let mut fd = rustix::fs::openat(rustix::fs::CWD, &out, flags, Mode::empty()).unwrap();
+    for _ in 0..30 {
+        fd = rustix::fs::openat(&fd, name.as_str(), flags, Mode::empty()).unwrap();
+    }
+    let f = rustix::fs::openat(&fd, "bottom", OFlags::RDONLY, Mode::empty()).unwrap();
+    let mut buf = [0u8; 64];
+    let n = rustix::io::read(&f, &mut buf).unwrap();
+    assert_eq!(&buf[..n], b"at the bottom");
+    assert_eq!(rustix::fs::fstat(&f).unwrap().st_mode & 0o7777, 0o600);
+}
+
+/// Issue 22: restoring into a directory with a default ACL does not give the restored files
+/// the ACL they would inherit (it would widen access): they come back with their own mode and
+/// no ACL.
+#[test]
+fn a_default_acl_of_the_target_is_not_inherited() {
+    let (home, dir) = (TempDir::new().unwrap(), TempDir::new().unwrap());
+    let src = dir.path().join("src");
+    fs::create_dir(&src).unwrap();
+    fs::write(src.join("private"), b"mine").unwrap();
+    fs::set_permissions(src.join("private"), fs::Permissions::from_mode(0o600)).unwrap();
+    qsm(home.path()).arg("backup").arg(&src).assert().success();
+    // The target grants user 4321 rwx on everything made in it.
+    let out = dir.path().join("out");
+    fs::create_dir(&out).unwrap();
+    let acl = acl_xattr(&[
+        (0x01, 7, ACL_UNDEFINED_ID),
+        (0x02, 7, 4321),
+        (0x04, 5, ACL_UNDEFINED_ID),
+        (0x10, 7, ACL_UNDEFINED_ID),
+        (0x20, 5, ACL_UNDEFINED_ID),
+    ]);
+    if let Err(e) = set_xattr(&out, "system.posix_acl_default", &acl) {
+        eprintln!("skipped: the file system refuses ACLs ({e})");
+        return;
+    }
+    qsm(home.path()).arg("restore").arg(&src).arg("--to").arg(&out).assert().success();
+    let restored = out.join("private");
+    assert_eq!(fs::metadata(&restored).unwrap().mode() & 0o7777, 0o600);
+    let names: Vec<Vec<u8>> = fidelity_xattrs(&restored).into_iter().map(|(n, _)| n).collect();
+    assert!(!names.contains(&b"system.posix_acl_access".to_vec()), "inherited ACL kept: {names:?}");
+}
+
+include!("suite/issue32.rs");
+
+/// The embedded store's client, with HOME (where client state goes) inside the test.
+fn issue32_client(home: &Path, user_home: &Path) -> Command {
+    let mut c = qsm(home);
+    c.env("HOME", user_home).env_remove("QSM_SERVER").env_remove("XDG_CACHE_HOME");
+    c
+}
+
+/// Issue 32, point 5, on the embedded store.
+#[test]
+fn issue32_a_subdirectory_is_backed_up_into_its_filespace_embedded() {
+    let (home, dir) = (TempDir::new().unwrap(), TempDir::new().unwrap());
+    let user = dir.path().join("user");
+    issue32_a_subdirectory_is_backed_up_into_its_filespace(dir.path(), &|| {
+        issue32_client(home.path(), &user)
+    });
+}
+
+/// Issue 32, point 7, on the embedded store.
+#[test]
+fn issue32_archives_of_one_description_are_told_apart_embedded() {
+    let (home, dir) = (TempDir::new().unwrap(), TempDir::new().unwrap());
+    let user = dir.path().join("user");
+    issue32_archives_of_one_description_are_told_apart(dir.path(), &|| {
+        issue32_client(home.path(), &user)
+    });
+}
+
+/// Issue 32, point 7: the client's state files are owner-only, on the embedded store.
+#[test]
+fn issue32_client_state_is_owner_only_embedded() {
+    let (home, dir) = (TempDir::new().unwrap(), TempDir::new().unwrap());
+    let user = dir.path().join("user");
+    let store = home.path().join("store");
+    issue32_client_state_is_owner_only(dir.path(), &user, Some(&store), &|| {
+        issue32_client(&store, &user)
+    });
+}
+
+/// Issue 23, point 6: with `$QSM_HOME` on a disk that filled up after a backup, the read-only
+/// commands still work (saying once that the catalog's disk is full) and a backup fails naming
+/// the full disk. Needs root to mount a small tmpfs to fill.
+#[test]
+fn issue23_a_full_disk_still_queries_and_restores_and_names_itself() {
+    let Some(disk) = qsm_catalog::testing::Tmpfs::mount("issue23_a_full_disk", "8m").unwrap()
+    else {
+        return;
+    };
+    let home = disk.path().join("home");
+    let dir = TempDir::new().unwrap();
+    let src = dir.path().join("src");
+    tree(&src);
+    qsm(&home).arg("backup").arg(&src).assert().success();
+    qsm(&home).arg("archive").arg(src.join("docs")).args(["-d", "kept"]).assert().success();
+    // Versions are timed in seconds: the point in time must fall between the two backups.
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let first =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    fs::write(src.join("docs/a.txt"), b"second version\n").unwrap();
+    qsm(&home).arg("backup").arg(&src).assert().success();
+    disk.fill().unwrap();
+
+    let catalog = home.join("catalog.db").display().to_string();
+    let full =
+        || predicate::str::contains("is full").and(predicate::str::contains(catalog.as_str()));
+    qsm(&home)
+        .args(["query", "filespace"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(src.display().to_string()))
+        .stderr(full());
+    let listing = qsm(&home)
+        .args(["query", "backup", "--inactive"])
+        .arg(&src)
+        .assert()
+        .success()
+        .stderr(full())
+        .get_output()
+        .stdout
+        .clone();
+    let listing = String::from_utf8(listing).unwrap();
+    assert_eq!(listing.matches("docs/a.txt").count(), 2, "{listing}");
+    let out = dir.path().join("out");
+    qsm(&home).arg("restore").arg(&src).arg("--to").arg(&out).assert().success();
+    assert_eq!(fs::read(out.join("docs/a.txt")).unwrap(), b"second version\n");
+    // A point-in-time restore and a retrieve read every version (the paged listing).
+    let pit = dir.path().join("pit");
+    qsm(&home)
+        .arg("restore")
+        .arg(&src)
+        .arg("--pit")
+        .arg(format!("@{first}"))
+        .arg("--to")
+        .arg(&pit)
+        .assert()
+        .success();
+    assert_eq!(fs::read(pit.join("docs/a.txt")).unwrap(), b"alpha\n".repeat(1000));
+    let retrieved = dir.path().join("retrieved");
+    qsm(&home)
+        .arg("retrieve")
+        .arg(src.join("docs"))
+        .args(["-d", "kept", "--to"])
+        .arg(&retrieved)
+        .assert()
+        .success();
+    let listed: Vec<_> = walkdir_names(&retrieved);
+    // Issue 32: an archive of src/docs goes into the filespace of src, which contains it, so
+    // it is retrieved as below that filespace's root (as a restore of a subdirectory is).
+    assert!(retrieved.join("docs/a.txt").exists(), "{listed:?}");
+    assert_eq!(
+        fs::read(retrieved.join("docs/a.txt")).unwrap(),
+        b"alpha\n".repeat(1000),
+        "{listed:?}"
+    );
+    assert_eq!(
+        fs::read(out.join("docs/deep/b.bin")).unwrap(),
+        fs::read(src.join("docs/deep/b.bin")).unwrap()
+    );
+
+    fs::write(src.join("new"), b"x".repeat(100_000)).unwrap();
+    let failed = qsm(&home).arg("backup").arg(&src).assert().failure().get_output().stderr.clone();
+    let failed = String::from_utf8_lossy(&failed);
+    let said = failed.to_lowercase();
+    assert!(
+        (said.contains("is full") || said.contains("no space left"))
+            && failed.contains(&disk.path().display().to_string()),
+        "{failed}"
+    );
+}
+
+fn walkdir_names(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in fs::read_dir(&d).into_iter().flatten().flatten() {
+            out.push(e.path().display().to_string());
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                todo.push(e.path());
+            }
+        }
+    }
+    out
 }

@@ -150,7 +150,7 @@ fn bad_arguments_get_clear_errors() {
         (&["compress", "-c", "brotli"], "unknown codec \"brotli\""),
         (&["compress", "-c", "zstd", "-l", "23"], "level 23 is out of range for zstd"),
         (&["compress", "-c", "gzip:0"], "level 0 is out of range for gzip"),
-        (&["compress", "-q", "1K"], "quantum size 1024 is out of range"),
+        (&["compress", "-q", "1K"], "a quantum of 1024 bytes is outside 4096 to 16777216 bytes"),
         (&["compress", "-T", "0"], "--threads must be at least 1"),
     ];
     for (args, msg) in cases {
@@ -508,7 +508,7 @@ fn key_init_fingerprint_and_passphrase_change() {
     assert!(out.contains("Keep the passphrase safe"), "{out}");
     let mode = fs::metadata(&key).map(|m| m.permissions().mode() & 0o777).unwrap_or(0);
     assert_eq!(mode, 0o600);
-    assert_eq!(read(&key).len(), 96);
+    assert_eq!(read(&key).len(), 120, "a version-2 key file (FORMAT.md §12)");
     // A second init would lose the first key: refused, the file untouched.
     let before = read(&key);
     key_cmd("init", &new).assert().failure().stderr(predicate::str::contains("exists"));
@@ -574,4 +574,191 @@ fn plain_http_is_refused_beyond_loopback_on_both_sides() {
         .assert()
         .failure()
         .stderr(predicate::str::contains("0.0.0.0:0").and(predicate::str::contains("--insecure")));
+}
+
+/// One row of the table below: what, arguments, environment, exit code, a fragment of stderr.
+type Case<'a> = (&'a str, Vec<String>, Vec<(&'a str, String)>, i32, &'a str);
+
+/// Issue 31: bad option values and bad files, command by command: the documented exit code
+/// (2 for bad usage, 0 when a value is only capped), a message naming what was wrong, and
+/// never a panic.
+#[test]
+fn bad_values_and_bad_files_exit_2_naming_them() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = TempDir::new().unwrap_or_else(|e| panic!("{e}"));
+    let d = dir.path();
+    let src = d.join("src");
+    fs::create_dir_all(&src).unwrap_or_else(|e| panic!("{e}"));
+    fs::write(src.join("f"), "some data\n".repeat(1000)).unwrap_or_else(|e| panic!("{e}"));
+    let private = |name: &str, text: &str| {
+        let p = d.join(name);
+        fs::write(&p, text).unwrap_or_else(|e| panic!("{e}"));
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o600))
+            .unwrap_or_else(|e| panic!("{e}"));
+        p
+    };
+    let empty = private("empty", "");
+    let garbage = private("garbage", "this is not a certificate, a key or a password file\n");
+    let pw = private("pw", "a-password\n");
+    // A stream to decompress.
+    qsm().args(["compress", "-o"]).arg(d.join("s.qsm")).arg(src.join("f")).assert().success();
+    let home = d.join("home");
+    let s = |p: &std::path::Path| p.to_str().unwrap_or_default().to_owned();
+    let remote = |server: &str, password: &std::path::Path, ca: Option<&std::path::Path>| {
+        let mut env = vec![
+            ("QSM_SERVER", server.to_owned()),
+            ("QSM_NODE", "n".to_owned()),
+            ("QSM_PASSWORD_FILE", s(password)),
+        ];
+        if let Some(ca) = ca {
+            env.push(("QSM_CA", s(ca)));
+        }
+        env
+    };
+    let none: Vec<(&str, String)> = Vec::new();
+    // (what, arguments, environment, exit code, fragment of stderr)
+    let cases: Vec<Case> = vec![
+        (
+            "threads far beyond the cores",
+            vec!["backup".into(), "-T".into(), "18446744073709551615".into(), s(&src)],
+            none.clone(),
+            0,
+            "per core",
+        ),
+        (
+            "compress with 100000 threads",
+            vec![
+                "compress".into(),
+                "-T".into(),
+                "100000".into(),
+                "-o".into(),
+                s(&d.join("t.qsm")),
+                s(&src.join("f")),
+            ],
+            none.clone(),
+            0,
+            "per core",
+        ),
+        (
+            "no threads",
+            vec!["backup".into(), "-T".into(), "0".into(), s(&src)],
+            none.clone(),
+            2,
+            "at least 1",
+        ),
+        (
+            "an unknown compression",
+            vec!["backup".into(), "--compression".into(), "zip:99".into(), s(&src)],
+            none.clone(),
+            2,
+            "--compression",
+        ),
+        (
+            "a level out of range",
+            vec![
+                "compress".into(),
+                "--codec".into(),
+                "zstd".into(),
+                "--level".into(),
+                "99".into(),
+                "-o".into(),
+                s(&d.join("l.qsm")),
+                s(&src.join("f")),
+            ],
+            none.clone(),
+            2,
+            "--level 99",
+        ),
+        (
+            "a quantum too small",
+            vec![
+                "compress".into(),
+                "--quantum".into(),
+                "1K".into(),
+                "-o".into(),
+                s(&d.join("q.qsm")),
+                s(&src.join("f")),
+            ],
+            none.clone(),
+            2,
+            "outside 4096 to 16777216 bytes",
+        ),
+        (
+            "a rate without a unit it knows",
+            vec!["backup".into(), "--limit-upload".into(), "10 parsecs".into(), s(&src)],
+            none.clone(),
+            2,
+            "unknown unit",
+        ),
+        (
+            "an empty range of quanta",
+            vec![
+                "decompress".into(),
+                "--quanta".into(),
+                "5..2".into(),
+                "-t".into(),
+                s(&d.join("s.qsm")),
+            ],
+            none.clone(),
+            2,
+            "holds no quantum",
+        ),
+        (
+            "a range that is not one",
+            vec!["decompress".into(), "--quanta".into(), "x..y".into(), s(&d.join("s.qsm"))],
+            none.clone(),
+            2,
+            "invalid range",
+        ),
+        (
+            "an empty password file",
+            vec!["query".into(), "filespace".into()],
+            remote("http://127.0.0.1:9", &empty, None),
+            2,
+            "is empty",
+        ),
+        (
+            "a missing password file",
+            vec!["query".into(), "filespace".into()],
+            remote("http://127.0.0.1:9", &d.join("nope"), None),
+            2,
+            "nope",
+        ),
+        (
+            "a CA that is no certificate",
+            vec!["query".into(), "filespace".into()],
+            remote("https://127.0.0.1:9", &pw, Some(&garbage)),
+            2,
+            "no PEM certificate",
+        ),
+        (
+            "a key file that is none",
+            vec!["key".into(), "show-fingerprint".into(), "--key-file".into(), s(&garbage)],
+            vec![("QSM_PASSPHRASE_FILE", s(&pw))],
+            2,
+            "not a QSM key file",
+        ),
+        (
+            "an empty passphrase file",
+            vec!["key".into(), "init".into(), "--key-file".into(), s(&d.join("k"))],
+            vec![("QSM_PASSPHRASE_FILE", s(&empty))],
+            2,
+            "is empty",
+        ),
+    ];
+    for (what, args, env, code, fragment) in cases {
+        let mut c = qsm();
+        c.env("QSM_HOME", &home).env("HOME", d).env_remove("QSM_SERVER").args(&args);
+        for (k, v) in &env {
+            c.env(k, v);
+        }
+        let out = c
+            .timeout(std::time::Duration::from_secs(120))
+            .output()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked at"), "{what}: a panic: {stderr}");
+        assert_eq!(out.status.code(), Some(code), "{what}: {stderr}");
+        assert!(stderr.contains(fragment), "{what}: {fragment:?} not in: {stderr}");
+    }
 }

@@ -1,4 +1,5 @@
-//! End-to-end tests of deduplication and client-side encryption (issue 6) through the real
+//! End-to-end tests of deduplication and client-side encryption (issue 6), and of one key shared
+//! by a node's machines across a change of passphrase (issue 32.3), through the real
 //! binary and the embedded store: what is sent, what the store holds, wrong passphrases, key
 //! recovery, and frames flipped, truncated, swapped and replayed behind the client's back.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -184,7 +185,7 @@ fn encrypted_backups_restore_and_the_store_holds_no_plaintext() {
         .arg("--to")
         .arg(&nokey)
         .assert()
-        .code(4)
+        .code(1)
         .stderr(
             predicate::str::contains("secret.txt: not restored")
                 .and(predicate::str::contains("encrypted")),
@@ -264,9 +265,14 @@ fn set_location(cat: &SqliteCatalog, chunk: i64, to: (u64, u64, u32)) {
 }
 
 /// Restores into a new directory; the file `name` must fail with `why`, and not be written.
+/// The restore exits 4 when another file came back, 1 when every file failed.
 fn restore_fails(m: &Machine, src: &Path, to: &str, name: &str, why: &str) {
+    restore_fails_with(m, src, to, name, why, 4);
+}
+
+fn restore_fails_with(m: &Machine, src: &Path, to: &str, name: &str, why: &str, code: i32) {
     let out = m.path(to);
-    m.qsm().arg("restore").arg(src).arg("--to").arg(&out).assert().code(4).stderr(
+    m.qsm().arg("restore").arg(src).arg("--to").arg(&out).assert().code(code).stderr(
         predicate::str::contains(format!("{name}: not restored"))
             .and(predicate::str::contains(why)),
     );
@@ -298,8 +304,9 @@ fn tampered_frames_are_detected_named_and_never_written() {
     // Swapped between two objects.
     set_location(&cat, a_new.0, loc(b));
     set_location(&cat, b.0, loc(a_new));
-    restore_fails(&m, &src, "swapped", "b.txt", "failed authentication");
-    restore_fails(&m, &src, "swapped2", "a.txt", "failed authentication");
+    // Both files fail: nothing restored, exit 1.
+    restore_fails_with(&m, &src, "swapped", "b.txt", "failed authentication", 1);
+    restore_fails_with(&m, &src, "swapped2", "a.txt", "failed authentication", 1);
     set_location(&cat, a_new.0, loc(a_new));
     set_location(&cat, b.0, loc(b));
 
@@ -369,4 +376,510 @@ fn tampered_frames_are_detected_named_and_never_written() {
     let out = m.path("mended");
     m.qsm().arg("restore").arg(&src).arg("--to").arg(&out).assert().success();
     diff(&src, &out);
+}
+
+/// Issue 32.3: the machines of one node sharing its key through the server's copy, on the
+/// embedded store (every machine opening one `QSM_HOME`) and through a `qsm server`.
+mod shared_key {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Child, Stdio};
+
+    use super::*;
+
+    /// A `qsm server` on a free port (no TLS), killed when dropped. A smaller copy of the
+    /// network suite's, which this binary does not include (it would run that whole suite).
+    struct ServerProc {
+        child: Child,
+        data: PathBuf,
+        url: String,
+    }
+
+    impl ServerProc {
+        fn start(data: &Path) -> ServerProc {
+            let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("qsm"))
+                .arg("server")
+                .arg("--data-dir")
+                .arg(data)
+                .args(["--listen", "127.0.0.1:0", "--plaintext"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .unwrap();
+            let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+            let first = lines.next().expect("the server printed nothing").unwrap();
+            let url = first.rsplit(' ').next().unwrap().to_owned();
+            assert!(url.starts_with("http://"), "{first}");
+            // Keep draining stdout so the server never blocks on it.
+            std::thread::spawn(move || for _ in lines {});
+            ServerProc { child, data: data.to_path_buf(), url }
+        }
+    }
+
+    impl Drop for ServerProc {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    /// One node, its store, and the machines it runs on, each with its own home (so its own
+    /// key file) and passphrase files.
+    struct Node {
+        dir: TempDir,
+        server: Option<ServerProc>,
+    }
+
+    const NODE: &str = "shared";
+
+    impl Node {
+        fn new(over_network: bool) -> Node {
+            let dir = TempDir::new().unwrap();
+            let server = over_network.then(|| {
+                let server = ServerProc::start(&dir.path().join("srv"));
+                Command::cargo_bin("qsm")
+                    .unwrap()
+                    .arg("admin")
+                    .arg("--server")
+                    .arg(format!("unix:{}", server.data.join("qsm.sock").display()))
+                    .args(["register-node", NODE])
+                    .write_stdin("node password\n")
+                    .assert()
+                    .success();
+                server
+            });
+            let node = Node { dir, server };
+            node.file("node.pw", "node password");
+            for (name, text) in [("p1", "the first passphrase"), ("p2", "the second passphrase")] {
+                node.file(name, text);
+            }
+            node
+        }
+
+        fn path(&self, rel: &str) -> PathBuf {
+            self.dir.path().join(rel)
+        }
+
+        /// A private file holding `text` and a newline (a passphrase or a password).
+        fn file(&self, name: &str, text: &str) -> PathBuf {
+            let p = self.path(name);
+            fs::write(&p, format!("{text}\n")).unwrap();
+            fs::set_permissions(&p, fs::Permissions::from_mode(0o600)).unwrap();
+            p
+        }
+
+        /// `qsm` on `machine`, with the passphrase of the file `pass`.
+        fn on(&self, machine: &str, pass: &str) -> Command {
+            let mut c = Command::cargo_bin("qsm").unwrap();
+            c.env("HOME", self.path(machine))
+                .env("QSM_PASSPHRASE_FILE", self.path(pass))
+                .env_remove("QSM_KEY_FILE")
+                .env_remove("QSM_NEW_PASSPHRASE_FILE")
+                .env_remove("QSM_OLD_PASSPHRASE_FILE");
+            match &self.server {
+                Some(s) => c
+                    .env("QSM_SERVER", &s.url)
+                    .env("QSM_NODE", NODE)
+                    .env("QSM_PASSWORD_FILE", self.path("node.pw"))
+                    .env("QSM_HOME", "/nonexistent/embedded-must-not-be-used"),
+                None => c.env("QSM_HOME", self.path("store")).env_remove("QSM_SERVER"),
+            };
+            c
+        }
+
+        fn key(&self, machine: &str) -> PathBuf {
+            self.path(machine).join(".config/qsm/key")
+        }
+
+        /// The key file the store holds for the node, read from its catalog.
+        fn server_copy(&self) -> Option<Vec<u8>> {
+            let (db, node) = match &self.server {
+                Some(s) => (s.data.join("catalog.db"), NODE),
+                None => (self.path("store/catalog.db"), "local"),
+            };
+            let cat = SqliteCatalog::open(&db).unwrap();
+            cat.node_key(cat.node(node).unwrap().unwrap().id).unwrap()
+        }
+
+        fn fingerprint(&self, machine: &str, pass: &str) -> String {
+            let out = self.on(machine, pass).args(["key", "show-fingerprint"]).output().unwrap();
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            String::from_utf8(out.stdout).unwrap().trim().to_owned()
+        }
+
+        fn backup(&self, machine: &str, pass: &str, src: &Path) -> String {
+            let out = self
+                .on(machine, pass)
+                .args(["backup", "--encryption", "on"])
+                .arg(src)
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+            assert!(out.status.success(), "backup on {machine}: {stderr}");
+            stderr
+        }
+    }
+
+    fn source(node: &Node) -> PathBuf {
+        let src = node.path("src");
+        fs::create_dir_all(&src).unwrap();
+        fs::write(src.join("a.txt"), b"sealed under the node's one key\n".repeat(300)).unwrap();
+        src
+    }
+
+    /// B changes the passphrase; A, its file still under the old one, is told the server
+    /// holds the same key rewrapped, backs up on, cannot put the old wrapping back even with
+    /// --replace, and takes the new one with `key recover --refresh`.
+    fn a_passphrase_changed_on_one_machine_reaches_the_others(node: &Node) {
+        let src = source(node);
+        // A makes the key on first use; B fetches it with the same passphrase.
+        node.backup("a", "p1", &src);
+        node.backup("b", "p1", &src);
+        let fingerprint = node.fingerprint("a", "p1");
+        assert_eq!(node.fingerprint("b", "p1"), fingerprint);
+        let first = fs::read(node.key("a")).unwrap();
+        assert_eq!(first.len(), 120, "a new key file is version 2");
+        assert_eq!(node.server_copy().as_deref(), Some(&first[..]));
+
+        node.on("b", "p1")
+            .env("QSM_NEW_PASSPHRASE_FILE", node.path("p2"))
+            .args(["key", "change-passphrase"])
+            .assert()
+            .success()
+            .stdout(predicate::str::contains("rewrapped too"));
+        let rewrapped = fs::read(node.key("b")).unwrap();
+        assert_eq!(node.server_copy().as_deref(), Some(&rewrapped[..]));
+
+        // A backs up with its key and is told, once, what happened and what to run.
+        fs::write(src.join("a.txt"), b"changed on A after the passphrase change\n").unwrap();
+        let said = node.backup("a", "p1", &src);
+        assert_eq!(said.matches("under a newer passphrase").count(), 1, "{said}");
+        assert!(
+            said.contains(&fingerprint) && said.contains("qsm key recover --refresh"),
+            "{said}"
+        );
+        assert!(!said.contains("not the local key"), "{said}");
+        assert_eq!(node.server_copy().as_deref(), Some(&rewrapped[..]), "a backup overwrote it");
+
+        // The old wrapping never goes back, with or without --replace.
+        for replace in [false, true] {
+            let mut c = node.on("a", "p1");
+            c.args(["key", "upload"]);
+            if replace {
+                c.arg("--replace");
+            }
+            c.assert().failure().stderr(
+                predicate::str::contains("even --replace")
+                    .and(predicate::str::contains("qsm key recover --refresh"))
+                    .and(predicate::str::contains("qsm key change-passphrase")),
+            );
+            assert_eq!(node.server_copy().as_deref(), Some(&rewrapped[..]));
+        }
+        // The server's copy opens with the new passphrase only.
+        let elsewhere = node.on("c", "p1").args(["key", "recover"]).output().unwrap();
+        assert!(!elsewhere.status.success());
+        assert!(String::from_utf8_lossy(&elsewhere.stderr).contains("wrong passphrase"));
+
+        // A plain recover points at --refresh; --refresh with the old passphrase opens nothing
+        // and changes nothing; with the new one, A's file becomes the server's.
+        node.on("a", "p2")
+            .args(["key", "recover"])
+            .assert()
+            .failure()
+            .stderr(predicate::str::contains("exists").and(predicate::str::contains("--refresh")));
+        node.on("a", "p1")
+            .args(["key", "recover", "--refresh"])
+            .assert()
+            .failure()
+            .stderr(predicate::str::contains("wrong passphrase"));
+        assert_eq!(fs::read(node.key("a")).unwrap(), first);
+        node.on("a", "p2").args(["key", "recover", "--refresh"]).assert().success().stdout(
+            predicate::str::contains("refreshed").and(predicate::str::contains(&fingerprint)),
+        );
+        assert_eq!(fs::read(node.key("a")).unwrap(), rewrapped);
+        assert_eq!(fs::metadata(node.key("a")).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(node.fingerprint("a", "p2"), fingerprint);
+        node.on("a", "p1").args(["key", "show-fingerprint"]).assert().failure();
+        // Nothing more to say, and what both machines backed up restores with the new one.
+        let said = node.backup("a", "p2", &src);
+        assert!(!said.contains("passphrase"), "{said}");
+        let out = node.path("out");
+        node.on("a", "p2").arg("restore").arg(&src).arg("--to").arg(&out).assert().success();
+        diff(&src, &out);
+    }
+
+    /// `key init` on a machine of a node whose server holds a key: refused, explained, and
+    /// done only with --force; the new key is then refused by backups and by `recover
+    /// --refresh`, which would otherwise lose it.
+    fn key_init_refuses_a_second_key_unless_forced(node: &Node) {
+        let src = source(node);
+        node.backup("a", "p1", &src);
+        let held = node.server_copy().unwrap();
+        let fingerprint = node.fingerprint("a", "p1");
+        node.on("c", "p2").args(["key", "init"]).assert().failure().stderr(
+            predicate::str::contains("already holds a key file")
+                .and(predicate::str::contains(&fingerprint))
+                .and(predicate::str::contains("qsm key recover"))
+                .and(predicate::str::contains("--force")),
+        );
+        assert!(!node.key("c").exists(), "a refused init wrote a key");
+        node.on("c", "p2")
+            .args(["key", "init", "--force"])
+            .assert()
+            .success()
+            .stdout(predicate::str::contains("still holds"));
+        let other = node.fingerprint("c", "p2");
+        assert_ne!(other, fingerprint);
+        assert_eq!(node.server_copy().unwrap(), held, "init --force touched the server's copy");
+        // A backup with the other key is refused, naming the server's key.
+        node.on("c", "p2")
+            .args(["backup", "--encryption", "on"])
+            .arg(&src)
+            .assert()
+            .failure()
+            .stderr(predicate::str::contains(format!("of another key, {fingerprint}")));
+        // --refresh with the passphrase of the server's copy opens it, sees another key, and
+        // keeps this machine's.
+        let mine = fs::read(node.key("c")).unwrap();
+        node.on("c", "p1")
+            .args(["key", "recover", "--refresh"])
+            .assert()
+            .failure()
+            .stderr(predicate::str::contains(format!("not this machine's key {other}")));
+        assert_eq!(fs::read(node.key("c")).unwrap(), mine);
+        assert_eq!(node.server_copy().unwrap(), held);
+    }
+
+    /// The version-1 vector of `qsm-crypt/tests/vectors.rs` (passphrase `qsm test vector`):
+    /// a key file from before version 2.
+    const KEY_FILE_V1: &str = "51534d4b01010100080000000100000001000000dab17a93ba04eb09fc4a89762d473a058093a50a179962d94f2b775fc6d9cdbc20bf89aa0d4001613e03f9893680c08d01e866d4f9117aa9e1aa4751d6b1d04d49e9ff89c5622743e99409b3";
+
+    /// Machines that still hold a version-1 key file: the server's rewrapped copy (version 2)
+    /// is newer than it; `recover --refresh` asks the old passphrase, since a version-1 file
+    /// does not say which key it holds.
+    fn a_version_1_key_file_is_refreshed_with_its_own_passphrase(node: &Node) {
+        let src = source(node);
+        let v1: Vec<u8> = (0..KEY_FILE_V1.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&KEY_FILE_V1[i..i + 2], 16).unwrap())
+            .collect();
+        node.file("v1", "qsm test vector");
+        for machine in ["a", "b"] {
+            fs::create_dir_all(node.key(machine).parent().unwrap()).unwrap();
+            fs::write(node.key(machine), &v1).unwrap();
+            fs::set_permissions(node.key(machine), fs::Permissions::from_mode(0o600)).unwrap();
+        }
+        node.backup("a", "v1", &src);
+        assert_eq!(node.server_copy().unwrap(), v1, "the first backup stores the key file");
+        node.on("b", "v1")
+            .env("QSM_NEW_PASSPHRASE_FILE", node.path("p2"))
+            .args(["key", "change-passphrase"])
+            .assert()
+            .success()
+            .stdout(predicate::str::contains("rewrapped too"));
+        let rewrapped = fs::read(node.key("b")).unwrap();
+        assert_eq!(rewrapped.len(), 120, "a version-1 file is written back as version 2");
+        assert_eq!(node.server_copy().unwrap(), rewrapped);
+        let said = node.backup("a", "v1", &src);
+        assert!(said.contains("under a newer passphrase") && said.contains("version-1"), "{said}");
+        // With a wrong old passphrase, nothing is written (and the message says why it is
+        // asked).
+        node.on("a", "p2")
+            .env("QSM_OLD_PASSPHRASE_FILE", node.path("p1"))
+            .args(["key", "recover", "--refresh"])
+            .assert()
+            .failure()
+            .stderr(
+                predicate::str::contains("wrong passphrase")
+                    .and(predicate::str::contains("version-1")),
+            );
+        assert_eq!(fs::read(node.key("a")).unwrap(), v1);
+        node.on("a", "p2")
+            .env("QSM_OLD_PASSPHRASE_FILE", node.path("v1"))
+            .args(["key", "recover", "--refresh"])
+            .assert()
+            .success();
+        assert_eq!(fs::read(node.key("a")).unwrap(), rewrapped);
+        assert_eq!(node.fingerprint("a", "p2"), "4ef6-b1c6-c005-ee3b-3238-1fff-639d-abae");
+    }
+
+    /// A passphrase changed where the store could not be reached leaves the server's copy
+    /// older: backups say so, and `upload --replace` (only with --replace) puts the newer one.
+    fn an_older_wrapping_on_the_server_is_replaced_only_when_asked(node: &Node) {
+        let src = source(node);
+        node.backup("a", "p1", &src);
+        let old = node.server_copy().unwrap();
+        // No store configured for this command: the local file alone changes.
+        node.on("a", "p1")
+            .env("QSM_NEW_PASSPHRASE_FILE", node.path("p2"))
+            .env("QSM_HOME", node.path("nowhere"))
+            .env_remove("QSM_SERVER")
+            .args(["key", "change-passphrase"])
+            .assert()
+            .success();
+        assert_eq!(node.server_copy().unwrap(), old);
+        let said = node.backup("a", "p2", &src);
+        assert!(said.contains("older passphrase still opens it"), "{said}");
+        assert!(said.contains("qsm key upload --replace"), "{said}");
+        assert_eq!(node.server_copy().unwrap(), old, "a backup replaced an unverified copy");
+        // Refreshing from it would go back to the old passphrase here: refused.
+        let mine = fs::read(node.key("a")).unwrap();
+        node.on("a", "p1")
+            .args(["key", "recover", "--refresh"])
+            .assert()
+            .failure()
+            .stderr(predicate::str::contains("go back to an older wrapping"));
+        assert_eq!(fs::read(node.key("a")).unwrap(), mine);
+        node.on("a", "p2")
+            .args(["key", "upload"])
+            .assert()
+            .failure()
+            .stderr(predicate::str::contains("--replace puts this machine's wrapping"));
+        assert_eq!(node.server_copy().unwrap(), old);
+        node.on("a", "p2").args(["key", "upload", "--replace"]).assert().success();
+        assert_eq!(node.server_copy().unwrap(), fs::read(node.key("a")).unwrap());
+        // The server's copy now opens with the new passphrase only.
+        node.on("d", "p1").args(["key", "recover"]).assert().failure();
+        node.on("d", "p2").args(["key", "recover"]).assert().success();
+    }
+
+    /// A machine whose clock is behind still stamps its new wrapping after the one it
+    /// replaces, so the others take it rather than put theirs back: here A's key file says it
+    /// was wrapped an hour from now (A's clock ahead), and B changes the passphrase.
+    fn a_clock_behind_does_not_make_a_new_passphrase_look_old(node: &Node) {
+        let src = source(node);
+        let key = qsm_crypt::MasterKey::generate().unwrap();
+        let ahead = std::time::SystemTime::now() + std::time::Duration::from_secs(3600);
+        let file = key.wrap_at(b"the first passphrase", qsm_crypt::KdfParams::TEST, ahead).unwrap();
+        fs::create_dir_all(node.key("a").parent().unwrap()).unwrap();
+        fs::write(node.key("a"), file.as_bytes()).unwrap();
+        fs::set_permissions(node.key("a"), fs::Permissions::from_mode(0o600)).unwrap();
+        node.backup("a", "p1", &src);
+        node.backup("b", "p1", &src);
+        node.on("b", "p1")
+            .env("QSM_NEW_PASSPHRASE_FILE", node.path("p2"))
+            .args(["key", "change-passphrase"])
+            .assert()
+            .success();
+        let rewrapped = qsm_crypt::KeyFile::from_bytes(&node.server_copy().unwrap()).unwrap();
+        assert!(rewrapped.claimed_wrapped_at().unwrap() > ahead, "{rewrapped:?}");
+        let said = node.backup("a", "p1", &src);
+        assert!(said.contains("under a newer passphrase"), "{said}");
+        node.on("a", "p1")
+            .args(["key", "upload", "--replace"])
+            .assert()
+            .failure()
+            .stderr(predicate::str::contains("even --replace"));
+    }
+
+    #[test]
+    fn issue_32_clock_behind_embedded() {
+        a_clock_behind_does_not_make_a_new_passphrase_look_old(&Node::new(false));
+    }
+
+    #[test]
+    fn issue_32_clock_behind_over_the_network() {
+        a_clock_behind_does_not_make_a_new_passphrase_look_old(&Node::new(true));
+    }
+
+    #[test]
+    fn issue_32_passphrase_change_embedded() {
+        a_passphrase_changed_on_one_machine_reaches_the_others(&Node::new(false));
+    }
+
+    #[test]
+    fn issue_32_passphrase_change_over_the_network() {
+        a_passphrase_changed_on_one_machine_reaches_the_others(&Node::new(true));
+    }
+
+    #[test]
+    fn issue_32_key_init_embedded() {
+        key_init_refuses_a_second_key_unless_forced(&Node::new(false));
+    }
+
+    #[test]
+    fn issue_32_key_init_over_the_network() {
+        key_init_refuses_a_second_key_unless_forced(&Node::new(true));
+    }
+
+    #[test]
+    fn issue_32_version_1_key_file_embedded() {
+        a_version_1_key_file_is_refreshed_with_its_own_passphrase(&Node::new(false));
+    }
+
+    #[test]
+    fn issue_32_version_1_key_file_over_the_network() {
+        a_version_1_key_file_is_refreshed_with_its_own_passphrase(&Node::new(true));
+    }
+
+    #[test]
+    fn issue_32_older_wrapping_embedded() {
+        an_older_wrapping_on_the_server_is_replaced_only_when_asked(&Node::new(false));
+    }
+
+    #[test]
+    fn issue_32_older_wrapping_over_the_network() {
+        an_older_wrapping_on_the_server_is_replaced_only_when_asked(&Node::new(true));
+    }
+}
+
+/// Issue 32.4: turning encryption on after plaintext backups, or replacing the key, used to
+/// leave unchanged files stored as they were ("backed up 0, unchanged 3"): plaintext, or sealed
+/// under a key the node no longer has. The next backup now sends them again, sealed, and says
+/// so; with encryption off nothing is sent again for it.
+#[test]
+fn turning_encryption_on_or_replacing_the_key_seals_every_file_again() {
+    let m = Machine::new();
+    let src = m.path("src");
+    fs::create_dir_all(src.join("d")).unwrap();
+    fs::write(src.join("a.txt"), "stored in the clear at first\n".repeat(100)).unwrap();
+    fs::write(src.join("d/b.bin"), noise(300_000, 3)).unwrap();
+    fs::write(src.join("empty"), b"").unwrap();
+    let plain = m.json(&["backup"], &src);
+    assert_eq!(plain["backed_up"], 5, "{plain}");
+    m.qsm()
+        .args(["restore", "--require-encryption", "--to"])
+        .arg(m.path("refused"))
+        .arg(&src)
+        .assert()
+        .failure();
+
+    let on = m.json(&["backup", "--encryption", "on"], &src);
+    assert_eq!((on["resealed"].as_u64(), on["backed_up"].as_u64()), (Some(2), Some(2)), "{on}");
+    m.qsm()
+        .args(["backup", "--encryption", "on"])
+        .arg(&src)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("sent again 0").not());
+    let out = m.path("out");
+    m.qsm()
+        .args(["restore", "--require-encryption", "--to"])
+        .arg(&out)
+        .arg(&src)
+        .assert()
+        .success();
+    diff(&src, &out);
+
+    // A new key replaces the old one: everything is sealed again under it.
+    fs::remove_file(m.path("home/.config/qsm/key")).unwrap();
+    m.qsm().args(["key", "init", "--force"]).assert().success();
+    m.qsm().args(["key", "upload", "--replace"]).assert().success();
+    m.qsm()
+        .args(["backup", "--encryption", "on"])
+        .arg(&src)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("sent again 2 unchanged files to seal them"));
+    let out = m.path("out2");
+    m.qsm()
+        .args(["restore", "--require-encryption", "--to"])
+        .arg(&out)
+        .arg(&src)
+        .assert()
+        .success();
+    diff(&src, &out);
+
+    // Encryption off: what is sealed stays sealed, nothing is sent for it.
+    let off = m.json(&["backup", "--encryption", "off"], &src);
+    assert_eq!((off["resealed"].as_u64(), off["backed_up"].as_u64()), (Some(0), Some(0)), "{off}");
 }

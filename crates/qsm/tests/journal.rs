@@ -410,3 +410,157 @@ fn journaled_backups_with_any_patterns_leave_the_inventory_a_scan_would() {
     eprintln!("{journaled} of {steps} backups used the journal");
     assert!(journaled * 8 >= steps, "only {journaled} of {steps} backups used the journal");
 }
+
+impl Env {
+    /// `qsm journal status` as the next backup (`--exclude cache/`, this store) would see it.
+    fn status(&self, json: bool) -> std::process::Output {
+        let mut c = Command::cargo_bin("qsm").unwrap();
+        c.env("QSM_HOME", &self.home)
+            .env_remove("QSM_SERVER")
+            .args(["journal", "status", "--exclude", "cache/", "--journal"])
+            .arg(&self.journal);
+        if json {
+            c.arg("--json");
+        }
+        let out = c.output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        out
+    }
+}
+
+/// Issue 32, point 6: after the daemon was killed and restarted, `journal status` no longer
+/// says only "valid, 0 changes pending": it says the next backup scans, and why; once a
+/// backup has made the journal serve, it says the next one uses it.
+#[test]
+fn journal_status_says_what_the_next_backup_will_do() {
+    let env = Env::new();
+    let mut daemon = Daemon::start(&env.journal, &env.src);
+    env.backup(&[]);
+    fs::write(env.src.join("top.txt"), "edited").unwrap();
+    // Let the daemon record the edit (backup() waits for the journal to settle).
+    assert_eq!(env.backup(&[])["journal_used"], true);
+    let text = String::from_utf8(env.status(false).stdout).unwrap();
+    assert!(text.contains("next backup to embedded store"), "{text}");
+    assert!(text.contains("uses the journal (0 changes)"), "{text}");
+
+    daemon.stop();
+    let _daemon = Daemon::start(&env.journal, &env.src);
+    let text = String::from_utf8(env.status(false).stdout).unwrap();
+    assert!(text.contains("scans: the journal daemon restarted since the last backup"), "{text}");
+    let json: serde_json::Value = serde_json::from_slice(&env.status(true).stdout).unwrap();
+    let next = &json[0]["next_backup"][0];
+    assert_eq!(next["uses_journal"], false, "{json}");
+    assert!(next["why"].as_str().unwrap().contains("restarted"), "{json}");
+    // What it said holds: the backup scans, and the one after uses the journal again.
+    let scanned = env.backup(&[]);
+    assert!(scanned["journal"].as_str().unwrap().contains("restarted"), "{scanned}");
+    let text = String::from_utf8(env.status(false).stdout).unwrap();
+    assert!(text.contains("uses the journal"), "{text}");
+    // Asked with other patterns than the last backup's, it says that backup would scan.
+    let other = Command::cargo_bin("qsm")
+        .unwrap()
+        .env("QSM_HOME", &env.home)
+        .env_remove("QSM_SERVER")
+        .args(["journal", "status", "--journal"])
+        .arg(&env.journal)
+        .output()
+        .unwrap();
+    let other = String::from_utf8(other.stdout).unwrap();
+    assert!(other.contains("scans: the include/exclude patterns differ"), "{other}");
+}
+
+/// Issue 32, point 6: with a journal in place, a backup of a tree it does not watch prints no
+/// "journal: scanned" line unless asked to be verbose; --json keeps the field.
+#[test]
+fn a_tree_not_journaled_is_mentioned_only_when_verbose() {
+    let env = Env::new();
+    let _daemon = Daemon::start(&env.journal, &env.src);
+    env.backup(&[]);
+    let other = env.src.parent().unwrap().join("other");
+    fs::create_dir_all(&other).unwrap();
+    fs::write(other.join("f"), "f").unwrap();
+    let run = |extra: &[&str]| {
+        let out = Command::cargo_bin("qsm")
+            .unwrap()
+            .env("QSM_HOME", &env.home)
+            .env_remove("QSM_SERVER")
+            .args(["backup", "--journal"])
+            .arg(&env.journal)
+            .args(extra)
+            .arg(&other)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let quiet = run(&[]);
+    assert!(!quiet.contains("journal:"), "{quiet}");
+    let verbose = run(&["--verbose"]);
+    assert!(
+        verbose.contains("journal: scanned:") && verbose.contains("is not journaled"),
+        "{verbose}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&run(&["--json"])).unwrap();
+    assert!(json[0]["journal"].as_str().unwrap().contains("is not journaled"), "{json}");
+    // A journaled tree still says how the journal served.
+    let journaled = Command::cargo_bin("qsm")
+        .unwrap()
+        .env("QSM_HOME", &env.home)
+        .env_remove("QSM_SERVER")
+        .args(["backup", "--exclude", "cache/", "--journal"])
+        .arg(&env.journal)
+        .arg(&env.src)
+        .output()
+        .unwrap();
+    let journaled = String::from_utf8(journaled.stdout).unwrap();
+    assert!(journaled.contains("journal: "), "{journaled}");
+}
+
+/// Issue 32, point 5: a backup of a subdirectory of a journaled tree goes into the tree's
+/// filespace, scans only the subdirectory, consumes none of the journal's changes, and leaves
+/// the journal serving the next backup of the whole tree (its changes elsewhere are sent).
+#[test]
+fn a_subdirectory_backup_keeps_the_journal_of_its_filespace() {
+    let env = Env::new();
+    let _daemon = Daemon::start(&env.journal, &env.src);
+    env.backup(&[]);
+    assert_eq!(env.backup(&[])["journal_used"], true);
+    fs::write(env.src.join("a/1.txt"), "edited in a").unwrap();
+    fs::write(env.src.join("b/deep/3.txt"), "edited in b").unwrap();
+    let sub = env.backup_of(&env.src.join("a"));
+    assert_eq!(sub["subtree"], "a", "{sub}");
+    assert_eq!(sub["journal_used"], false, "{sub}");
+    assert_eq!(sub["backed_up"], 1, "a/1.txt only: {sub}");
+    // The journal still serves, and still holds both changes: b's is sent now.
+    let whole = env.backup(&[]);
+    assert_eq!(whole["journal_used"], true, "{whole}");
+    env.restored_matches();
+}
+
+impl Env {
+    /// A backup of `path` (below the journaled tree) with the patterns of `backup`, once the
+    /// daemon has recorded what changed.
+    fn backup_of(&self, path: &Path) -> serde_json::Value {
+        let mut last = u64::MAX;
+        for _ in 0..50 {
+            std::thread::sleep(Duration::from_millis(400));
+            let now = self.pending();
+            if now == last {
+                break;
+            }
+            last = now;
+        }
+        let out = Command::cargo_bin("qsm")
+            .unwrap()
+            .env("QSM_HOME", &self.home)
+            .env_remove("QSM_SERVER")
+            .args(["backup", "--json", "--exclude", "cache/", "--journal"])
+            .arg(&self.journal)
+            .arg(path)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v[0].clone()
+    }
+}

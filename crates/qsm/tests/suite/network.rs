@@ -230,6 +230,31 @@ fn client(server: &ServerProc, node: &str, pw: &Path) -> Command {
 }
 
 include!("noise.rs");
+include!("fidelity.rs");
+
+/// Issue 22: every kind of metadata QSM keeps comes back, over the network server (its
+/// catalog's `meta` column, on PostgreSQL too in network_postgres.rs).
+#[test]
+fn fidelity_every_kind_of_metadata_comes_back_over_the_network() {
+    let dir = TempDir::new().unwrap();
+    let server = ServerProc::start(&dir.path().join("srv"), false);
+    register(&server, "alpha", "alpha-password");
+    let pw = password_file(dir.path(), "pa", "alpha-password");
+    let src = dir.path().join("src");
+    fs::create_dir(&src).unwrap();
+    fidelity_tree(&src);
+    let mut backup = || {
+        let mut c = client(&server, "alpha", &pw);
+        c.arg("backup");
+        c
+    };
+    let mut restore = || {
+        let mut c = client(&server, "alpha", &pw);
+        c.arg("restore");
+        c
+    };
+    fidelity_round_trip(&src, &dir.path().join("out"), &mut backup, &mut restore);
+}
 
 fn tree(root: &Path) {
     fs::create_dir_all(root.join("docs/deep")).unwrap();
@@ -372,7 +397,9 @@ fn over_tls_incremental_backups_and_every_restore_kind_work_and_nodes_are_isolat
         .arg(&got)
         .assert()
         .success();
-    assert_same(&src.join("docs"), &got);
+    // Archived into the filespace of `src`, which contains it (issue 32): it comes back
+    // placed as below that filespace's root, as a restore of a subdirectory does.
+    assert_same(&src.join("docs"), &got.join("docs"));
 
     // Beta sees nothing of alpha's and cannot restore it.
     let list = json(client(&server, "beta", &pb).arg("query").arg("filespace"));
@@ -461,7 +488,7 @@ fn bad_logins_a_locked_node_and_no_trust_are_refused_clearly() {
         .arg("backup")
         .arg(&src)
         .assert()
-        .code(1)
+        .code(2)
         .stderr(predicate::str::contains("readable by others"));
     admin(&server).args(["lock-node", "alpha"]).assert().success();
     client(&server, "alpha", &good)
@@ -656,7 +683,7 @@ fn malformed_and_oversized_requests_are_refused_and_the_server_keeps_serving() {
         // No token: nothing is served.
         let e = raw.filespaces(v1::Empty {}).await.unwrap_err();
         assert_eq!(e.code(), tonic::Code::Unauthenticated, "{e:?}");
-        let token = raw.login(login(1)).await.unwrap().into_inner().token;
+        let token = raw.login(login(qsm_proto::PROTOCOL)).await.unwrap().into_inner().token;
         let bearer: tonic::metadata::MetadataValue<_> = format!("Bearer {token}").parse().unwrap();
         let with_token = move |mut r: tonic::Request<()>| {
             r.metadata_mut().insert("authorization", bearer.clone());
@@ -833,7 +860,7 @@ fn dedup_and_encryption_mixed_across_nodes_and_chunk_ids_do_not_cross_nodes() {
             .await
             .unwrap();
         let login = v1::LoginRequest {
-            protocol: 1,
+            protocol: qsm_proto::PROTOCOL,
             account: "beta".into(),
             password: "beta-password".into(),
             ..Default::default()
@@ -1005,7 +1032,15 @@ fn expire_inventory_removes_what_policy_no_longer_keeps() {
         .args(["archive", "-d", "kept", "--retain-days", "30"])
         .arg(&src)
         .assert()
-        .success();
+        .success()
+        .stdout(predicate::str::contains("kept 30 days"));
+    // Issue 32: without --retain-days the class decides (the client used to ask for 365).
+    client(&server, "alpha", &pw)
+        .args(["archive", "-d", "by the class"])
+        .arg(&src)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("kept 0 days"));
     let versions = |server: &ServerProc| {
         let v =
             json(client(server, "alpha", &pw).args(["query", "backup", "--inactive"]).arg(&src));
@@ -1036,7 +1071,10 @@ fn expire_inventory_removes_what_policy_no_longer_keeps() {
         .stderr(predicate::str::contains("no node nobody"));
     let report = json(admin(&server).args(["expire", "inventory", "--resource", "2"]));
     assert_eq!(report["backups"], 1, "{report}");
-    assert_eq!(report["archives"], 2, "the due archive of the directory and of its file: {report}");
+    assert_eq!(
+        report["archives"], 4,
+        "the two due archives, each of the directory and of its file: {report}"
+    );
     assert!(report["stopped"].is_null(), "{report}");
     assert_eq!(versions(&server), 2);
     // Again: nothing left to do.
@@ -1088,7 +1126,7 @@ fn expire_inventory_removes_what_policy_no_longer_keeps() {
     assert!(expire.iter().any(|m| m.contains("started by the local socket's uid")), "{expire:?}");
     assert!(
         expire.iter().any(|m| m.contains("ended: examined")
-            && m.contains("deleted 1 backup versions and 2 archives")),
+            && m.contains("deleted 1 backup versions and 4 archives")),
         "{expire:?}"
     );
     assert!(log("node alpha logged in").len() >= 5, "{:?}", log("logged in"));
@@ -2014,4 +2052,270 @@ fn idle_and_abandoned_streams_cannot_stall_the_server() {
     wait_for("alpha's abandoned session to end", || {
         node_sessions(&server).iter().all(|s| s["account"] != "alpha")
     });
+}
+
+include!("issue32.rs");
+
+/// A server with node "alpha", and its client (HOME is the test's directory).
+fn issue32_server(dir: &Path) -> (ServerProc, PathBuf) {
+    let server = ServerProc::start(&dir.join("srv"), false);
+    register(&server, "alpha", "alpha-password");
+    let pw = password_file(dir, "pa", "alpha-password");
+    (server, pw)
+}
+
+/// Issue 32, point 5, through a server.
+#[test]
+fn issue32_a_subdirectory_is_backed_up_into_its_filespace_over_the_network() {
+    let dir = TempDir::new().unwrap();
+    let (server, pw) = issue32_server(dir.path());
+    issue32_a_subdirectory_is_backed_up_into_its_filespace(dir.path(), &|| {
+        client(&server, "alpha", &pw)
+    });
+}
+
+/// Issue 32, point 7, through a server.
+#[test]
+fn issue32_archives_of_one_description_are_told_apart_over_the_network() {
+    let dir = TempDir::new().unwrap();
+    let (server, pw) = issue32_server(dir.path());
+    issue32_archives_of_one_description_are_told_apart(dir.path(), &|| {
+        client(&server, "alpha", &pw)
+    });
+}
+
+/// Issue 32, point 7: the client's state files (key, dedup cache) are owner-only, with a
+/// server.
+#[test]
+fn issue32_client_state_is_owner_only_over_the_network() {
+    let dir = TempDir::new().unwrap();
+    let (server, pw) = issue32_server(dir.path());
+    issue32_client_state_is_owner_only(dir.path(), dir.path(), None, &|| {
+        let mut c = client(&server, "alpha", &pw);
+        c.env_remove("XDG_CACHE_HOME");
+        c
+    });
+}
+
+/// A `qsm journal start` daemon watching `root` into `journal`, killed when dropped.
+struct Issue32Daemon(Child);
+
+impl Issue32Daemon {
+    fn start(journal: &Path, root: &Path) -> Issue32Daemon {
+        let mut child = StdCommand::new(assert_cmd::cargo::cargo_bin("qsm"))
+            .args(["journal", "start", "--journal"])
+            .arg(journal)
+            .arg(root)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let first = lines.next().expect("the daemon printed nothing").unwrap();
+        assert!(first.contains("watching"), "{first}");
+        std::thread::spawn(move || for _ in lines {});
+        Issue32Daemon(child)
+    }
+}
+
+impl Drop for Issue32Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Issue 32, point 6, through a server: `journal status` asks the server and says what the
+/// next backup will do, including after the daemon was killed and restarted.
+#[test]
+fn issue32_journal_status_says_what_the_next_backup_will_do_over_the_network() {
+    let dir = TempDir::new().unwrap();
+    let (server, pw) = issue32_server(dir.path());
+    let src = dir.path().join("journaled");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("f"), "f").unwrap();
+    let journal = dir.path().join("journal.db");
+    let status = || {
+        let out = client(&server, "alpha", &pw)
+            .args(["journal", "status", "--journal"])
+            .arg(&journal)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let backup = || {
+        let mut c = client(&server, "alpha", &pw);
+        c.args(["backup", "--journal"]).arg(&journal).arg(&src);
+        json(&mut c)[0].clone()
+    };
+    let daemon = Issue32Daemon::start(&journal, &src);
+    let text = status();
+    assert!(text.contains("scans: ") && text.contains("was never backed up there"), "{text}");
+    backup();
+    let text = status();
+    assert!(text.contains("uses the journal (0 changes)"), "{text}");
+    assert_eq!(backup()["journal_used"], true);
+    drop(daemon);
+    let _daemon = Issue32Daemon::start(&journal, &src);
+    let text = status();
+    assert!(text.contains("scans: the journal daemon restarted since the last backup"), "{text}");
+    let scanned = backup();
+    assert_eq!(scanned["journal_used"], false, "{scanned}");
+}
+
+/// Issue 31: the wrong scheme for the server's port is said in words, exit 2, not as an HTTP/2
+/// or TLS error that blames the server.
+#[test]
+fn the_wrong_scheme_is_recognised() {
+    let dir = TempDir::new().unwrap();
+    let tls = ServerProc::start(&dir.path().join("tls"), true);
+    let plain = ServerProc::start(&dir.path().join("plain"), false);
+    let pw = password_file(dir.path(), "pw", "a-password");
+    let as_http = tls.url.replacen("https://", "http://", 1);
+    client(&tls, "n", &pw)
+        .env("QSM_SERVER", &as_http)
+        .args(["query", "filespace"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("the server speaks TLS: use https://"));
+    let as_https = plain.url.replacen("http://", "https://", 1);
+    client(&tls, "n", &pw)
+        .env("QSM_SERVER", &as_https)
+        .args(["query", "filespace"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("does not speak TLS"));
+}
+
+/// Issue 23, point 6, on a running server: the disk holding its data directory (catalog and
+/// pool) fills up; a node still logs in, lists and restores, and a backup fails naming the
+/// full disk. Needs root for a tmpfs of its own; the catalog must be the server's SQLite.
+#[test]
+fn issue23_a_server_on_a_full_disk_still_serves_reads() {
+    if POSTGRES {
+        eprintln!("issue23_a_server_on_a_full_disk: not run: the catalog is on PostgreSQL");
+        return;
+    }
+    let Some(disk) =
+        qsm_catalog::testing::Tmpfs::mount("issue23_a_server_on_a_full_disk", "16m").unwrap()
+    else {
+        return;
+    };
+    let server = ServerProc::start(&disk.path().join("srv"), false);
+    register(&server, "alpha", "alpha-password");
+    let dir = TempDir::new().unwrap();
+    let pw = password_file(dir.path(), "pa", "alpha-password");
+    let src = dir.path().join("src");
+    tree(&src);
+    client(&server, "alpha", &pw).arg("backup").arg(&src).assert().success();
+    disk.fill().unwrap();
+
+    client(&server, "alpha", &pw)
+        .args(["query", "filespace"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(src.display().to_string()));
+    client(&server, "alpha", &pw)
+        .args(["query", "backup", "--inactive"])
+        .arg(&src)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("docs/a.txt"));
+    restores_intact(&server, "alpha", &pw, &src, &dir.path().join("out"));
+
+    fs::write(src.join("new"), b"x".repeat(100_000)).unwrap();
+    let out = client(&server, "alpha", &pw).arg("backup").arg(&src).output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr).to_lowercase();
+    assert!(
+        !out.status.success() && (said.contains("is full") || said.contains("no space left")),
+        "{said}"
+    );
+}
+
+/// Issue 32.4 through a server: encryption turned on after plaintext backups seals every
+/// unchanged file again, and a restore that requires encryption then gets them all.
+#[test]
+fn encryption_turned_on_seals_what_was_stored_in_the_clear_over_the_network() {
+    let dir = TempDir::new().unwrap();
+    let server = ServerProc::start(&dir.path().join("srv"), false);
+    register(&server, "alpha", "alpha-password");
+    let pw = password_file(dir.path(), "pw", "alpha-password");
+    let pass = password_file(dir.path(), "pass", "a passphrase for alpha");
+    let src = dir.path().join("src");
+    tree(&src);
+    let key = dir.path().join("alpha.key");
+    let with_key = |c: &mut Command| {
+        c.env("QSM_PASSPHRASE_FILE", &pass).env("QSM_KEY_FILE", &key);
+    };
+    client(&server, "alpha", &pw).arg("backup").arg(&src).assert().success();
+    let mut c = client(&server, "alpha", &pw);
+    with_key(&mut c);
+    let on = json(c.args(["backup", "--encryption", "on"]).arg(&src));
+    assert_eq!(on[0]["resealed"], 2, "the two files with data: {on}");
+    let mut c = client(&server, "alpha", &pw);
+    with_key(&mut c);
+    let again = json(c.args(["backup", "--encryption", "on"]).arg(&src));
+    assert_eq!((again[0]["resealed"].clone(), again[0]["backed_up"].clone()), (0.into(), 0.into()));
+    let out = dir.path().join("out");
+    let mut c = client(&server, "alpha", &pw);
+    with_key(&mut c);
+    c.args(["restore", "--require-encryption", "--to"]).arg(&out).arg(&src).assert().success();
+    assert_same(&src, &out);
+}
+
+/// Issue 32.1 through a server: changes a journaled backup with an exclude skipped are backed
+/// up by the next backup without it.
+#[test]
+fn journal_changes_an_exclude_skipped_are_not_lost_over_the_network() {
+    let dir = TempDir::new().unwrap();
+    let server = ServerProc::start(&dir.path().join("srv"), false);
+    register(&server, "alpha", "alpha-password");
+    let pw = password_file(dir.path(), "pw", "alpha-password");
+    let src = dir.path().join("src");
+    tree(&src);
+    let journal = dir.path().join("journal.db");
+    /// Killed when dropped, so a failed assertion leaves no daemon behind.
+    struct Daemon(Child);
+    impl Drop for Daemon {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut daemon = Daemon(
+        StdCommand::new(assert_cmd::cargo::cargo_bin("qsm"))
+            .args(["journal", "start", "--journal"])
+            .arg(&journal)
+            .arg(&src)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap(),
+    );
+    let mut lines = BufReader::new(daemon.0.stdout.take().unwrap()).lines();
+    assert!(lines.next().unwrap().unwrap().contains("watching"));
+    std::thread::spawn(move || for _ in lines {});
+    let backup = |extra: &[&str]| {
+        // The daemon writes what it saw every 200 ms.
+        std::thread::sleep(Duration::from_millis(1200));
+        let mut c = client(&server, "alpha", &pw);
+        c.args(["backup", "--journal"]).arg(&journal).args(extra).arg(&src);
+        json(&mut c)[0].clone()
+    };
+    backup(&[]);
+    assert_eq!(backup(&[])["journal_used"], true);
+    fs::write(src.join("docs/a.txt"), "changed under an exclude").unwrap();
+    fs::write(src.join("docs/new.txt"), "new under an exclude").unwrap();
+    // Other patterns than the last backup's: it scans (and takes none of the .txt files).
+    let skipping = backup(&["--exclude", "*.txt"]);
+    assert_eq!(skipping["journal_used"], false, "{skipping}");
+    let next = backup(&[]);
+    assert_eq!(next["journal_used"], false, "{next}");
+    assert!(next["journal"].as_str().unwrap().contains("patterns differ"), "{next}");
+    let out = dir.path().join("out");
+    client(&server, "alpha", &pw).args(["restore", "--to"]).arg(&out).arg(&src).assert().success();
+    assert_eq!(fs::read_to_string(out.join("docs/a.txt")).unwrap(), "changed under an exclude");
+    assert_eq!(fs::read_to_string(out.join("docs/new.txt")).unwrap(), "new under an exclude");
+    drop(daemon);
 }
