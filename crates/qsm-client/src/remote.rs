@@ -43,14 +43,6 @@ pub struct RemoteOptions {
     pub insecure: bool,
 }
 
-/// Whether `host` (as a URL names it) is this machine's loopback, where a connection without
-/// TLS never leaves the machine.
-pub fn is_loopback(host: &str) -> bool {
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    host.eq_ignore_ascii_case("localhost")
-        || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
-}
-
 /// Adds the session token to every call.
 #[derive(Debug, Clone)]
 pub struct Bearer(Option<MetadataValue<Ascii>>);
@@ -284,7 +276,7 @@ async fn connect_channel(options: &RemoteOptions) -> Result<Channel> {
         return Err(ClientError::Invalid(format!(
             "server address {url:?}: use https://HOST:PORT, http://HOST:PORT or unix:PATH"
         )));
-    } else if !options.insecure && !endpoint.uri().host().is_some_and(is_loopback) {
+    } else if !options.insecure && !endpoint.uri().host().is_some_and(qsm_proto::is_loopback) {
         return Err(ClientError::Invalid(format!(
             "{url}: http:// sends the password and every file in clear to another machine: \
              use https:// (with the server's certificate, --ca), or say --insecure if the \

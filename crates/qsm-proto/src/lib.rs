@@ -20,3 +20,12 @@ pub const PROTOCOL: u32 = 2;
 pub const MAX_MESSAGE: usize = 17 * 1024 * 1024 + 64 * 1024;
 
 pub mod convert;
+
+/// Whether `host` (as a URL or a listen address names it, IPv6 in brackets or not) is this
+/// machine's loopback, where a connection without TLS never leaves the machine. The client
+/// refuses `http://` elsewhere and the server `--plaintext` elsewhere, both by this rule.
+pub fn is_loopback(host: &str) -> bool {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}

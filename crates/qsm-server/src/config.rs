@@ -229,10 +229,7 @@ mod tests {
 
 /// Whether a listen address (`HOST:PORT`) is reached from this machine only.
 fn listens_on_loopback(addr: &str) -> bool {
-    let host = addr.rsplit_once(':').map_or(addr, |(host, _)| host);
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    host.eq_ignore_ascii_case("localhost")
-        || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+    qsm_proto::is_loopback(addr.rsplit_once(':').map_or(addr, |(host, _)| host))
 }
 
 #[cfg(test)]

@@ -168,7 +168,7 @@ impl Node for NodeService {
         request: Request<v1::LoginRequest>,
     ) -> Result<Response<v1::LoginReply>, Status> {
         let peer = peer(&request);
-        let r = request.into_inner();
+        let mut r = request.into_inner();
         if r.protocol != qsm_proto::PROTOCOL {
             return Err(Status::failed_precondition(format!(
                 "the client speaks protocol {}, this server {}: upgrade the older one",
@@ -189,7 +189,6 @@ impl Node for NodeService {
                 logins::MAX_PASSWORD
             )));
         }
-        let mut r = r;
         if r.client.len() > logins::MAX_CLIENT {
             let mut end = logins::MAX_CLIENT;
             while !r.client.is_char_boundary(end) {

@@ -162,11 +162,11 @@ impl Store {
                 ))));
             }
             Some(p) => p.id,
-            None if owner::holds_data(pool.as_ref())? => {
-                return Err(owner::foreign(pool.as_ref(), location)?);
-            }
             // The pool's own id (its Display form, 32 hex digits) ties the record to the pool.
-            None => catalog.define_pool(pool.name(), pool.kind(), &pool.id().to_string())?,
+            None => {
+                owner::refuse_if_holding(pool.as_ref(), location)?;
+                catalog.define_pool(pool.name(), pool.kind(), &pool.id().to_string())?
+            }
         };
         owner::claim(catalog.as_ref(), pool.as_ref(), location)?;
         Ok(Store {

@@ -17,12 +17,7 @@ pub fn open_local(catalog: &Path, pool: &Path, pool_name: &str) -> Result<Store>
     // created in its place: the lost one may still be put back there.
     if !catalog.exists() && pool.join("POOL").exists() {
         let dir_pool = DirPool::open(pool)?;
-        if crate::owner::holds_data(&dir_pool)? {
-            return Err(crate::owner::foreign(
-                &dir_pool,
-                &format!("{} (missing)", catalog.display()),
-            )?);
-        }
+        crate::owner::refuse_if_holding(&dir_pool, &format!("{} (missing)", catalog.display()))?;
     }
     open_catalog(AnyCatalog::Sqlite(SqliteCatalog::open(catalog)?), pool, pool_name)
 }

@@ -20,21 +20,20 @@ use crate::{RESTORED_AT, Result, StoreError};
 /// (`backup db`, `restore-db`, `migrate-catalog`) carry it, so a copy is the same catalog.
 pub const CATALOG_ID: &str = "catalog_id";
 
-/// The refusal for a pool that holds containers its catalog does not know.
-pub(crate) fn foreign(pool: &dyn Pool, location: &str) -> Result<StoreError> {
+/// Refuses `pool` for the catalog at `location`, which has no record of it, if the pool
+/// holds containers (a new or emptied pool may be adopted by any catalog).
+pub(crate) fn refuse_if_holding(pool: &dyn Pool, location: &str) -> Result<()> {
     let containers = pool.containers()?;
-    Ok(StoreError::ForeignCatalog {
+    if containers.is_empty() {
+        return Ok(());
+    }
+    Err(StoreError::ForeignCatalog {
         pool: format!("'{}' (id {})", pool.name(), pool.id()),
         containers: containers.len() as u64,
         bytes: containers.iter().map(|c| c.size).sum(),
         recorded: pool.catalog()?,
         catalog: location.to_owned(),
     })
-}
-
-/// Whether `pool` holds any container (a new or emptied pool may be adopted by any catalog).
-pub(crate) fn holds_data(pool: &dyn Pool) -> Result<bool> {
-    Ok(!pool.containers()?.is_empty())
 }
 
 /// This catalog's id, made on first use.

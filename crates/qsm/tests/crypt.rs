@@ -381,46 +381,10 @@ fn tampered_frames_are_detected_named_and_never_written() {
 /// Issue 32.3: the machines of one node sharing its key through the server's copy, on the
 /// embedded store (every machine opening one `QSM_HOME`) and through a `qsm server`.
 mod shared_key {
-    use std::io::{BufRead, BufReader};
-    use std::process::{Child, Stdio};
 
     use super::*;
 
-    /// A `qsm server` on a free port (no TLS), killed when dropped. A smaller copy of the
-    /// network suite's, which this binary does not include (it would run that whole suite).
-    struct ServerProc {
-        child: Child,
-        data: PathBuf,
-        url: String,
-    }
-
-    impl ServerProc {
-        fn start(data: &Path) -> ServerProc {
-            let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("qsm"))
-                .arg("server")
-                .arg("--data-dir")
-                .arg(data)
-                .args(["--listen", "127.0.0.1:0", "--plaintext"])
-                .stdout(Stdio::piped())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .unwrap();
-            let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-            let first = lines.next().expect("the server printed nothing").unwrap();
-            let url = first.rsplit(' ').next().unwrap().to_owned();
-            assert!(url.starts_with("http://"), "{first}");
-            // Keep draining stdout so the server never blocks on it.
-            std::thread::spawn(move || for _ in lines {});
-            ServerProc { child, data: data.to_path_buf(), url }
-        }
-    }
-
-    impl Drop for ServerProc {
-        fn drop(&mut self) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
+    include!("suite/plain_server.rs");
 
     /// One node, its store, and the machines it runs on, each with its own home (so its own
     /// key file) and passphrase files.

@@ -4,44 +4,14 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::fs;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command as StdCommand, Stdio};
+use std::process::Command as StdCommand;
 use std::time::Duration;
 
 use assert_cmd::Command;
 use tempfile::TempDir;
 
-struct Daemon(Child);
-
-impl Daemon {
-    fn start(journal: &Path, root: &Path) -> Daemon {
-        let mut child = StdCommand::new(assert_cmd::cargo::cargo_bin("qsm"))
-            .args(["journal", "start", "--journal"])
-            .arg(journal)
-            .arg(root)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let first = lines.next().expect("the daemon printed nothing").unwrap();
-        assert!(first.contains("watching"), "{first}");
-        std::thread::spawn(move || for _ in lines {});
-        Daemon(child)
-    }
-
-    fn stop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
+include!("suite/daemon.rs");
 
 struct Env {
     _dir: TempDir,

@@ -6,14 +6,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::fs;
-use std::io::{BufRead, BufReader};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
 use predicates::prelude::*;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::process::{Child, Command as StdCommand, Stdio};
+use std::process::Command as StdCommand;
 
 use assert_cmd::Command;
 use qsm_proto::v1;
@@ -25,39 +24,7 @@ use tonic::{Request, Response, Status};
 
 include!("suite/noise.rs");
 
-/// A real `qsm server` process on a free port, plaintext, killed when dropped.
-struct ServerProc {
-    child: Child,
-    data: PathBuf,
-    url: String,
-}
-
-impl ServerProc {
-    fn start(data: &Path) -> ServerProc {
-        let mut child = StdCommand::new(assert_cmd::cargo::cargo_bin("qsm"))
-            .arg("server")
-            .arg("--data-dir")
-            .arg(data)
-            .args(["--listen", "127.0.0.1:0", "--plaintext"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let first = lines.next().expect("the server printed nothing").unwrap();
-        let url = first.rsplit(' ').next().unwrap().to_owned();
-        assert!(url.starts_with("http://"), "{first}");
-        std::thread::spawn(move || for _ in lines {});
-        ServerProc { child, data: data.to_path_buf(), url }
-    }
-}
-
-impl Drop for ServerProc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+include!("suite/plain_server.rs");
 
 /// A node registered on `server`, and a client command for it at `url` (the server itself,
 /// or a faulty server in front of it).

@@ -230,6 +230,7 @@ fn client(server: &ServerProc, node: &str, pw: &Path) -> Command {
 }
 
 include!("noise.rs");
+include!("daemon.rs");
 include!("fidelity.rs");
 
 /// Issue 22: every kind of metadata QSM keeps comes back, over the network server (its
@@ -2275,27 +2276,7 @@ fn journal_changes_an_exclude_skipped_are_not_lost_over_the_network() {
     let src = dir.path().join("src");
     tree(&src);
     let journal = dir.path().join("journal.db");
-    /// Killed when dropped, so a failed assertion leaves no daemon behind.
-    struct Daemon(Child);
-    impl Drop for Daemon {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let mut daemon = Daemon(
-        StdCommand::new(assert_cmd::cargo::cargo_bin("qsm"))
-            .args(["journal", "start", "--journal"])
-            .arg(&journal)
-            .arg(&src)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap(),
-    );
-    let mut lines = BufReader::new(daemon.0.stdout.take().unwrap()).lines();
-    assert!(lines.next().unwrap().unwrap().contains("watching"));
-    std::thread::spawn(move || for _ in lines {});
+    let daemon = Daemon::start(&journal, &src);
     let backup = |extra: &[&str]| {
         // The daemon writes what it saw every 200 ms.
         std::thread::sleep(Duration::from_millis(1200));
