@@ -416,7 +416,7 @@ fn run(
             path,
             server,
             &summary.filespace,
-            &options.filter.fingerprint(),
+            &crate::journal::selection(&options.filter, keys.map(|k| k.fingerprint.as_str())),
         )?),
         _ => None,
     };
@@ -679,7 +679,7 @@ fn run(
                 &server.describe(),
                 before,
                 after,
-                &options.filter.fingerprint(),
+                &crate::journal::selection(&options.filter, keys.map(|k| k.fingerprint.as_str())),
             )
         });
         if let Err(e) = kept {

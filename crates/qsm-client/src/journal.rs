@@ -74,6 +74,17 @@ fn db_error(path: &Path, what: &str) -> impl FnOnce(rusqlite::Error) -> ClientEr
     move |e| ClientError::Invalid(format!("{detail}: {e}"))
 }
 
+/// What a backup's journal use is keyed on besides the journal itself: its include/exclude
+/// patterns ([`crate::Filter::fingerprint`]) and the key it seals with, if any. A backup with
+/// other patterns, or encryption turned on or its key replaced, scans: only a scan compares
+/// every file with its active version (and sends again what another key, or none, sealed).
+pub fn selection(filter: &crate::Filter, sealing_key: Option<&str>) -> String {
+    match sealing_key {
+        Some(key) => format!("{} sealed by {key}", filter.fingerprint()),
+        None => filter.fingerprint(),
+    }
+}
+
 /// The default journal: `$QSM_JOURNAL`, or `$XDG_STATE_HOME/qsm/journal.db`, or
 /// `~/.local/state/qsm/journal.db`.
 pub fn default_path() -> Option<PathBuf> {
@@ -273,7 +284,9 @@ impl Journal {
             // entries those patterns excluded and these take (or the reverse) changed state
             // without any change the journal saw.
             Some((_, _, p)) if p != patterns => {
-                "the include/exclude patterns differ from the last backup's".to_owned()
+                "the include/exclude patterns differ from the last backup's, or the key it \
+                 sealed with"
+                    .to_owned()
             }
             Some(_) => {
                 let mut stmt = self

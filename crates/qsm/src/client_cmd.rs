@@ -452,10 +452,16 @@ fn backup_options(
     Ok(options)
 }
 
-/// The fingerprint of the patterns a backup with `patterns` (and the client configuration's)
-/// would use: what the change journal compares with the last backup's.
+/// What the change journal compares with the last backup's for a backup with `patterns` (and
+/// the client configuration's): its patterns, and with `encryption = true` the key it would
+/// seal with, as the key file states it (`qsm_client::journal::selection`).
 pub fn patterns_fingerprint(config: &ClientConfig, patterns: &Patterns) -> Result<String> {
-    Ok(backup_options(config, None, None, patterns)?.filter.fingerprint())
+    let filter = backup_options(config, None, None, patterns)?.filter;
+    let key = match config.encryption {
+        Some(true) => crate::key_cmd::stated_fingerprint(config.key_file.clone()),
+        _ => None,
+    };
+    Ok(qsm_client::journal::selection(&filter, key.as_deref()))
 }
 
 pub fn backup(args: BackupArgs) -> Result<Complete> {

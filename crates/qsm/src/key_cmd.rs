@@ -150,6 +150,13 @@ fn new_passphrase(env: &str) -> Result<Vec<u8>> {
     Ok(first)
 }
 
+/// The fingerprint the node's key file states in clear (version 2), without its passphrase:
+/// for `qsm journal status`, which must not ask for one. `None` without a readable v2 file.
+pub fn stated_fingerprint(given: Option<PathBuf>) -> Option<String> {
+    let bytes = std::fs::read(key_path(given).ok()?).ok()?;
+    KeyFile::from_bytes(&bytes).ok()?.claimed_fingerprint()
+}
+
 fn read_key_file(path: &Path) -> Result<KeyFile> {
     let bytes = std::fs::read(path).with_context(|| {
         format!("reading the key file {} (make one with `qsm key init`)", path.display())

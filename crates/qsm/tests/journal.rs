@@ -534,3 +534,39 @@ impl Env {
         v[0].clone()
     }
 }
+
+/// Issue 32.4 with the journal: encryption turned on makes the next backup scan, so unchanged
+/// files stored in the clear are sealed again (the journal lists only what changed).
+#[test]
+fn encryption_turned_on_scans_past_the_journal_and_seals_every_file() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::new();
+    let _daemon = Daemon::start(&env.journal, &env.src);
+    env.backup(&[]);
+    assert_eq!(env.backup(&[])["journal_used"], true);
+    let pass = env.home.with_extension("pass");
+    fs::write(&pass, "a passphrase for the journal test\n").unwrap();
+    fs::set_permissions(&pass, fs::Permissions::from_mode(0o600)).unwrap();
+    let key = env.home.with_extension("key");
+    let encrypted = || {
+        let out = Command::cargo_bin("qsm")
+            .unwrap()
+            .env("QSM_HOME", &env.home)
+            .env("QSM_PASSPHRASE_FILE", &pass)
+            .env("QSM_KEY_FILE", &key)
+            .args(["backup", "--json", "--encryption", "on", "--exclude", "cache/", "--journal"])
+            .arg(&env.journal)
+            .arg(&env.src)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v[0].clone()
+    };
+    let on = encrypted();
+    assert_eq!(on["journal_used"], false, "{on}");
+    assert!(on["journal"].as_str().unwrap().contains("the key it sealed with"), "{on}");
+    assert_eq!(on["resealed"], 6, "every file with data: {on}");
+    // Same key again: the journal serves.
+    assert_eq!(encrypted()["journal_used"], true);
+}
