@@ -98,6 +98,17 @@ pub fn check_extents(size: u64, extents: &[(u64, u64)]) -> Result<(), MetaError>
     Ok(())
 }
 
+/// Reads object `id`'s `meta` column, if it holds a value, into `attrs`: what both backends do
+/// with the column they read, with the damage named as the catalog's.
+pub fn apply(id: i64, meta: Option<&[u8]>, attrs: &mut Attributes) -> crate::Result<()> {
+    match meta {
+        None => Ok(()),
+        Some(m) => {
+            decode(m, attrs).map_err(|e| crate::CatalogError::Damaged(format!("object {id}: {e}")))
+        }
+    }
+}
+
 /// Reads a `meta` value into `a` (its `rdev`, `xattrs` and `extents`; `a.size` must be set,
 /// extents are checked against it). Damaged or truncated bytes are an error naming what is
 /// wrong, never a panic.

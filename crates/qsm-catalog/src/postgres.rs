@@ -587,10 +587,8 @@ fn object_from_row(row: &Row) -> Result<ObjectVersion> {
             gid: int(10)? as u32,
             link_target: get(row, 16, op)?,
             ino: int(18)? as u64,
-            rdev: 0,
-            xattrs: Vec::new(),
-            extents: None,
-            sealed_by: None,
+            // The rest is in the `meta` column, read below.
+            ..Attributes::default()
         },
         inserted: int(11)?,
         deactivated: get(row, 12, op)?,
@@ -601,10 +599,7 @@ fn object_from_row(row: &Row) -> Result<ObjectVersion> {
             .map_err(|e| CatalogError::Damaged(format!("object {id}: {e}")))?,
         damaged: int(19)? != 0,
     };
-    if let Some(m) = meta {
-        crate::meta::decode(&m, &mut v.attrs)
-            .map_err(|e| CatalogError::Damaged(format!("object {id}: {e}")))?;
-    }
+    crate::meta::apply(id, meta.as_deref(), &mut v.attrs)?;
     Ok(v)
 }
 

@@ -72,12 +72,14 @@ fn classify(path: &Path, op: &'static str) -> impl FnOnce(rusqlite::Error) -> Ca
         // SQLite reports ENOSPC on its shared-memory file (growing the WAL index) as a plain
         // "disk I/O error", and a write refused by a catalog opened read-only because its disk
         // was full as "readonly": either, on a disk with (almost) nothing left, is that disk.
-        Some(ErrorCode::SystemIoFailure | ErrorCode::ReadOnly)
-            if space_left(&path).is_some_and(|free| free < LOW_SPACE) =>
-        {
-            let free = space_left(&path).unwrap_or(0);
-            CatalogError::DiskFull { path, op, detail: format!("{free} bytes free; SQLite: {e}") }
-        }
+        Some(ErrorCode::SystemIoFailure | ErrorCode::ReadOnly) => match space_left(&path) {
+            Some(free) if free < LOW_SPACE => CatalogError::DiskFull {
+                path,
+                op,
+                detail: format!("{free} bytes free; SQLite: {e}"),
+            },
+            _ => CatalogError::Db { op, source: e },
+        },
         _ => CatalogError::Db { op, source: e },
     }
 }
@@ -501,10 +503,8 @@ fn object_from_row(row: &Row<'_>) -> Result<ObjectVersion> {
             gid: int(10)? as u32,
             link_target: row.get(16).map_err(get)?,
             ino: int(18)? as u64,
-            rdev: 0,
-            xattrs: Vec::new(),
-            extents: None,
-            sealed_by: None,
+            // The rest is in the `meta` column, read below.
+            ..Attributes::default()
         },
         inserted: int(11)?,
         deactivated: row.get(12).map_err(get)?,
@@ -515,10 +515,7 @@ fn object_from_row(row: &Row<'_>) -> Result<ObjectVersion> {
             .map_err(|e| CatalogError::Damaged(format!("object {id}: {e}")))?,
         damaged: int(19)? != 0,
     };
-    if let Some(m) = meta {
-        crate::meta::decode(&m, &mut v.attrs)
-            .map_err(|e| CatalogError::Damaged(format!("object {id}: {e}")))?;
-    }
+    crate::meta::apply(id, meta.as_deref(), &mut v.attrs)?;
     Ok(v)
 }
 

@@ -41,12 +41,7 @@ pub struct Archive {
 
 /// Whether an archive's `paths` hold anything at or below `sub` (`[]`: the filespace root).
 pub fn covers(paths: &[Vec<u8>], sub: &[u8]) -> bool {
-    paths.iter().any(|p| below(p, sub))
-}
-
-/// Whether `path` is `top` or below it (everything is below the root, `[]`).
-fn below(path: &[u8], top: &[u8]) -> bool {
-    top.is_empty() || path == top || (path.starts_with(top) && path.get(top.len()) == Some(&b'/'))
+    paths.iter().any(|p| crate::scan::within(p, sub))
 }
 
 /// An archive being gathered: its paths, to see where the next run begins.
@@ -68,7 +63,7 @@ pub fn group(versions: Vec<ObjectVersion>) -> Vec<(Archive, Vec<Vec<u8>>)> {
         let slot = open.iter().position(|o| o.archive.description == v.description);
         let continues = slot.is_some_and(|i| {
             let o = &open[i];
-            below(&v.path, &o.archive.root) && !o.paths.contains(&v.path)
+            crate::scan::within(&v.path, &o.archive.root) && !o.paths.contains(&v.path)
         });
         match slot {
             Some(i) if continues => {

@@ -277,11 +277,6 @@ fn filtered_alike(filter: &Filter, filespace: &str, below: &[u8], walked: &Path)
     ancestors_kept && filter.verdict(below, walked, walked.is_dir(), false) == Verdict::Included
 }
 
-/// Whether the catalog path `path` is `top` or below it (everything is below the root, `[]`).
-fn within(path: &[u8], top: &[u8]) -> bool {
-    top.is_empty() || path == top || (path.starts_with(top) && path.get(top.len()) == Some(&b'/'))
-}
-
 /// Whether `entry` differs from its active version. An inode of 0 was not recorded (versions
 /// from before it was) and is not compared.
 fn changed(entry: &Entry, active: &(ObjectType, Attributes), ignore_inode: bool) -> bool {
@@ -479,7 +474,7 @@ fn run(
                 // A subtree's backup compares (and may deactivate) only what is below it. The
                 // whole inventory still streams past: the node interface has no prefix query.
                 server.inventory(fs, Scope::Active, &mut |v| {
-                    if !within(&v.path, below) {
+                    if !scan::within(&v.path, below) {
                         return Ok(());
                     }
                     inv_tx.send(v).map_err(|_| ClientError::Invalid("backup stopped".into()))
@@ -1403,6 +1398,8 @@ struct Reader<'s> {
     /// Files that changed while being read, to read again once the walk has sent everything
     /// else (time in which they may settle), with the reads they have had.
     again: VecDeque<(Entry, u32)>,
+    /// The round of retries the last pause was for: one pause per round, not per file.
+    retry_round: u32,
     /// The reads the current file has had before this one.
     reads: u32,
     /// [`BackupOptions::changing_retries`].
@@ -1431,6 +1428,7 @@ impl<'s> Reader<'s> {
             spare: Vec::new(),
             failed: None,
             again: VecDeque::new(),
+            retry_round: 0,
             reads: 0,
             retries,
         }
@@ -1496,7 +1494,13 @@ impl<'s> Reader<'s> {
                 // after a pause in which a file written now and then may settle.
                 Err(_) => match self.again.pop_front() {
                     Some((entry, reads)) => {
-                        std::thread::sleep(RETRY_PAUSE);
+                        // A file re-queued after `reads` reads is in round `reads`: the pause
+                        // comes once when a round starts, so a thousand busy files do not wait
+                        // a thousand pauses.
+                        if reads > self.retry_round {
+                            std::thread::sleep(RETRY_PAUSE);
+                            self.retry_round = reads;
+                        }
                         self.reads = reads;
                         entry
                     }
@@ -1691,12 +1695,13 @@ fn open_same_file(entry: &Entry) -> std::result::Result<(File, Entry), String> {
     };
     // The extended attributes as the walk read them (a change to them since changes the
     // ctime, which the end-of-read check compares).
-    let xattrs = std::mem::take(&mut entry.attrs.xattrs);
-    let sealed_by = entry.attrs.sealed_by;
-    entry.attrs = scan::attributes(&meta, None);
-    entry.attrs.xattrs = xattrs;
-    entry.attrs.extents = extents;
-    entry.attrs.sealed_by = sealed_by;
+    // The stat fields as read now; what stat does not give stays as the walk set it.
+    entry.attrs = Attributes {
+        xattrs: std::mem::take(&mut entry.attrs.xattrs),
+        sealed_by: entry.attrs.sealed_by,
+        extents,
+        ..scan::attributes(&meta, None)
+    };
     Ok((file, entry))
 }
 

@@ -245,8 +245,7 @@ fn open_dirs(
 }
 
 fn running_as_root() -> bool {
-    // The owner of /proc/self is the process's effective user.
-    fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+    current_uid() == Some(0)
 }
 
 /// Where a catalog path stands to the subpath a restore asked for.
@@ -263,11 +262,7 @@ enum Place {
 /// Where `path` stands to `sub` (empty: the whole filespace), component-wise: `a/b` is below
 /// `a` but not below `a/` or `a/bc`'s sibling `a/b2`.
 fn place(path: &[u8], sub: &[u8]) -> Place {
-    let within = |inner: &[u8], outer: &[u8]| {
-        outer.is_empty()
-            || inner == outer
-            || (inner.starts_with(outer) && inner.get(outer.len()) == Some(&b'/'))
-    };
+    use crate::scan::within;
     if within(path, sub) {
         Place::Selected
     } else if within(sub, path) {

@@ -502,6 +502,12 @@ impl Lister<'_> {
     }
 }
 
+/// Whether the catalog path `path` is `top` or below it, component-wise (`a/b` is below `a`,
+/// `a/bc` is not; everything is below the root, `[]`).
+pub fn within(path: &[u8], top: &[u8]) -> bool {
+    top.is_empty() || path == top || (path.starts_with(top) && path.get(top.len()) == Some(&b'/'))
+}
+
 /// `parent/name` in catalog form.
 pub fn join_rel(parent: &[u8], name: &OsStr) -> Vec<u8> {
     let mut rel = parent.to_vec();

@@ -1184,49 +1184,52 @@ fn list_versions(
     // A path: the filespace holding it, and only what is at or below it there.
     let wanted = path.map(|p| locate(server.as_ref(), &p)).transpose()?;
     let sub = wanted.as_ref().and_then(|(_, sub)| sub.clone()).unwrap_or_default();
-    let within = |p: &[u8]| {
-        sub.is_empty()
-            || p == sub.as_slice()
-            || (p.starts_with(&sub) && p.get(sub.len()) == Some(&b'/'))
-    };
+    let within = |p: &[u8]| qsm_client::scan::within(p, &sub);
     for f in server.filespaces()? {
         if wanted.as_ref().is_some_and(|(name, _)| *name != f.name) {
             continue;
         }
-        // Which archive each archive version belongs to, and its date.
-        let mut archive_of = std::collections::HashMap::new();
-        if archives {
-            for (a, _) in qsm_client::archives::list(server.as_ref(), f.id)? {
-                for o in &a.objects {
-                    archive_of.insert(*o, (a.id.0, a.date));
-                }
+        // One pass over the inventory: the versions listed, and (for archives) every archive
+        // version, to tell which archive each belongs to and its date.
+        let (mut listed, mut archived) = (Vec::new(), Vec::new());
+        server.inventory(f.id, Scope::All, &mut |mut v| {
+            v.chunks = Vec::new();
+            if archives && v.kind == ObjectKind::Archive {
+                archived.push(v.clone());
             }
-        }
-        server.inventory(f.id, Scope::All, &mut |v| {
             if keep(&v) && within(&v.path) {
-                let (path, path_hex) = json_name(&v.path);
-                rows.push(VersionRow {
-                    filespace: f.name.clone(),
-                    path,
-                    path_hex,
-                    state: match (v.kind, v.active) {
-                        (ObjectKind::Archive, _) => "archive",
-                        (_, true) => "active",
-                        _ => "inactive",
-                    },
-                    description: v.description.clone(),
-                    kind: v.object_type.name(),
-                    size: v.attrs.size,
-                    mtime_ns: v.attrs.mtime_ns,
-                    mode: v.attrs.mode,
-                    inserted: v.inserted,
-                    id: v.id.0,
-                    archive: archive_of.get(&v.id).map(|a| a.0),
-                    archived: archive_of.get(&v.id).map(|a| a.1),
-                });
+                listed.push(v);
             }
             Ok(())
         })?;
+        let mut archive_of = std::collections::HashMap::new();
+        for (a, _) in qsm_client::archives::group(archived) {
+            for o in &a.objects {
+                archive_of.insert(*o, (a.id.0, a.date));
+            }
+        }
+        for v in listed {
+            let (path, path_hex) = json_name(&v.path);
+            rows.push(VersionRow {
+                filespace: f.name.clone(),
+                path,
+                path_hex,
+                state: match (v.kind, v.active) {
+                    (ObjectKind::Archive, _) => "archive",
+                    (_, true) => "active",
+                    _ => "inactive",
+                },
+                description: v.description.clone(),
+                kind: v.object_type.name(),
+                size: v.attrs.size,
+                mtime_ns: v.attrs.mtime_ns,
+                mode: v.attrs.mode,
+                inserted: v.inserted,
+                id: v.id.0,
+                archive: archive_of.get(&v.id).map(|a| a.0),
+                archived: archive_of.get(&v.id).map(|a| a.1),
+            });
+        }
     }
     if json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
