@@ -33,6 +33,7 @@ pub const CASES: &[(&str, Case)] = &[
     ("transactions_are_atomic", transactions_are_atomic),
     ("large_batches_and_streaming", large_batches_and_streaming),
     ("sessions_processes_activity", sessions_processes_activity),
+    ("servers_share_sessions_processes_and_leases", servers_share_sessions_processes_and_leases),
     ("reclamation_moves", reclamation_moves),
     ("dedup_scopes_and_keyed_chunks", dedup_scopes_and_keyed_chunks),
     ("expiration_by_policy", expiration_by_policy),
@@ -567,6 +568,130 @@ pub fn sessions_processes_activity(cat: &dyn Catalog) -> CaseResult {
         "log {log:?}"
     );
     ensure!(cat.activity(0, 1).map_err(e)?.len() == 1, "limit ignored");
+    Ok(())
+}
+
+/// Several servers on one catalog (module `coord`): sessions and processes of each are seen
+/// and cancelled by the others, one process of a kind runs across them, leases follow the
+/// heartbeat, and a server whose heartbeat lapsed loses what it held to the first live one.
+pub fn servers_share_sessions_processes_and_leases(cat: &dyn Catalog) -> CaseResult {
+    use crate::coord::{Coordination, Excluded, SessionsOf};
+    let d = cat.define_domain("standard", "").map_err(e)?;
+    let node = cat.register_node("alpha", "h", d).map_err(e)?;
+    let a = cat.register_server("a", 60).map_err(e)?;
+    let b = cat.register_server("b", 60).map_err(e)?;
+    ensure!(a != b, "one id for two servers");
+
+    // Sessions: numbered by the catalog, listed with their server, cancelled from anywhere.
+    let (s1, record) = cat.open_session(a, "alpha", Some(node), "qsm", "10.0.0.1:1").map_err(e)?;
+    let record = record.ok_or("a node's session has no record")?;
+    let (s2, none) = cat.open_session(b, "root", None, "qsm", "10.0.0.2:1").map_err(e)?;
+    ensure!(none.is_none() && s1 != s2, "sessions {s1} {s2} {none:?}");
+    cat.update_session(record, 500, 2).map_err(e)?;
+    let open = cat.open_sessions().map_err(e)?;
+    ensure!(
+        open.len() == 2
+            && open[0].id == s1
+            && open[0].server_name == "a"
+            && open[0].bytes == 500
+            && open[1].server_name == "b"
+            && open[1].node.is_none(),
+        "open sessions {open:?}"
+    );
+    ensure!(cat.cancel_sessions(SessionsOf::Node(node)).map_err(e)? == 1, "node's sessions");
+    ensure!(cat.cancel_sessions(SessionsOf::Admin("root")).map_err(e)? == 1, "admin's sessions");
+    ensure!(cat.cancel_sessions(SessionsOf::Id(s2 + 1000)).map_err(e)? == 0, "no such session");
+    let beat = cat.heartbeat(a, &[], &[]).map_err(e)?;
+    ensure!(beat.cancel_sessions == [s1] && beat.lost.is_empty(), "beat of a {beat:?}");
+    let beat = cat.heartbeat(b, &[], &[]).map_err(e)?;
+    ensure!(beat.cancel_sessions == [s2], "beat of b {beat:?}");
+    cat.close_session(s1, "cancelled").map_err(e)?;
+    ensure!(cat.running_sessions().map_err(e)?.is_empty(), "the record is still running");
+    ensure!(cat.open_sessions().map_err(e)?.len() == 1, "closed session still listed");
+
+    // Processes: one of a kind across servers; cancelled through the catalog.
+    let expire = ["expire inventory"];
+    let p = cat.start_process_on(a, "expire inventory", "all", &expire).map_err(e)?;
+    let p = p.map_err(|x| format!("refused: {x:?}"))?;
+    let refused = cat.start_process_on(b, "expire inventory", "all", &expire).map_err(e)?;
+    ensure!(
+        refused == Err(Excluded { id: p, kind: "expire inventory".into(), server: "a".into() }),
+        "second expiration: {refused:?}"
+    );
+    let pool = ["reclaim stgpool", "audit stgpool"];
+    let q = cat.start_process_on(b, "audit stgpool", "", &pool).map_err(e)?;
+    let q = q.map_err(|x| format!("refused: {x:?}"))?;
+    let r = cat.start_process_on(a, "reclaim stgpool", "", &pool).map_err(e)?;
+    ensure!(r.as_ref().is_err_and(|x| x.id == q), "reclaim beside an audit: {r:?}");
+    cat.heartbeat(b, &[], &[(q, "12 chunks read".into())]).map_err(e)?;
+    let running = cat.running_processes().map_err(e)?;
+    ensure!(
+        running.len() == 2
+            && running[1].server_name == "b"
+            && running[1].progress == "12 chunks read",
+        "running {running:?}"
+    );
+    ensure!(cat.cancel_process(q).map_err(e)?, "cancel of a running process");
+    let beat = cat.heartbeat(b, &[], &[]).map_err(e)?;
+    ensure!(beat.cancel_processes == [q], "beat of b {beat:?}");
+    cat.end_process(q, "cancelled", "stopped").map_err(e)?;
+    ensure!(!cat.cancel_process(q).map_err(e)?, "cancel of an ended process");
+    cat.end_process(p, "ended", "done").map_err(e)?;
+
+    // Leases: taken when a container opens, then exactly what each beat says is open. Ids
+    // use all 64 bits.
+    let big = ContainerId(u64::MAX - 7);
+    cat.lease_container(a, big).map_err(e)?;
+    cat.lease_container(b, ContainerId(5)).map_err(e)?;
+    let leased = cat.leased_containers().map_err(e)?;
+    ensure!(leased.len() == 2 && leased.contains(&big), "leases {leased:?}");
+    cat.heartbeat(a, &[ContainerId(7)], &[]).map_err(e)?;
+    let leased = cat.leased_containers().map_err(e)?;
+    ensure!(
+        leased == [ContainerId(5), ContainerId(7)].into_iter().collect(),
+        "leases after a's beat {leased:?}"
+    );
+
+    // Server c stops beating: what it holds is no longer listed, and the first live server to
+    // beat ends it.
+    let c = cat.register_server("c", 10).map_err(e)?;
+    let (s3, record3) = cat.open_session(c, "alpha", Some(node), "qsm", "p").map_err(e)?;
+    let pc = cat.start_process_on(c, "backup db", "", &["backup db"]).map_err(e)?;
+    let pc = pc.map_err(|x| format!("refused: {x:?}"))?;
+    cat.lease_container(c, ContainerId(9)).map_err(e)?;
+    crate::sql::write(cat.sql(), "ageing a heartbeat", |s| {
+        s.exec(
+            "UPDATE servers SET heartbeat = heartbeat - 100 WHERE id = ?1",
+            &[crate::sql::Value::Int(c.0)],
+        )
+    })
+    .map_err(e)?;
+    ensure!(
+        !cat.open_sessions().map_err(e)?.iter().any(|o| o.id == s3),
+        "a dead server's session listed"
+    );
+    ensure!(!cat.leased_containers().map_err(e)?.contains(&ContainerId(9)), "a dead lease");
+    let again = cat.start_process_on(a, "backup db", "", &["backup db"]).map_err(e)?;
+    let again = again.map_err(|x| format!("a dead server's process blocks: {x:?}"))?;
+    cat.end_process(again, "ended", "").map_err(e)?;
+    let beat = cat.heartbeat(a, &[], &[]).map_err(e)?;
+    ensure!(beat.lost == ["c"], "beat of a {beat:?}");
+    let ended = cat.process(pc).map_err(e)?.ok_or("process missing")?;
+    ensure!(ended.ended.is_some() && ended.state == "failed", "c's process {ended:?}");
+    ensure!(
+        !cat.running_sessions().map_err(e)?.iter().any(|r| Some(r.id) == record3),
+        "c's session record still running"
+    );
+    let beat = cat.heartbeat(c, &[], &[]).map_err(e)?;
+    ensure!(beat.revived, "c came back unnoticed {beat:?}");
+
+    // A server stopping ends what it holds.
+    let (s4, _) = cat.open_session(b, "alpha", Some(node), "qsm", "p").map_err(e)?;
+    cat.stop_server(b, "failed: its server stopped").map_err(e)?;
+    ensure!(
+        !cat.open_sessions().map_err(e)?.iter().any(|o| o.id == s4 || o.id == s2),
+        "a stopped server's sessions listed"
+    );
     Ok(())
 }
 

@@ -36,6 +36,10 @@ pub enum Kind {
     Bytes,
 }
 
+/// Tables that describe the servers running on the catalog (module `coord`), not its data:
+/// a copy leaves them out, so a restored catalog starts with no server, session or lease.
+pub const EPHEMERAL: &[&str] = &["servers", "open_sessions", "container_leases"];
+
 /// A table and its columns (name, kind), the first being the key the rows are ordered by.
 pub type Table = (&'static str, &'static [(&'static str, Kind)]);
 
@@ -131,7 +135,17 @@ pub const TABLES: &[Table] = &[
     ),
     (
         "processes",
-        &[("id", I), ("kind", T), ("started", I), ("ended", I), ("state", T), ("detail", T)],
+        &[
+            ("id", I),
+            ("kind", T),
+            ("started", I),
+            ("ended", I),
+            ("state", T),
+            ("detail", T),
+            ("server_id", I),
+            ("cancel", I),
+            ("progress", T),
+        ],
     ),
     (
         "activity_log",

@@ -16,6 +16,7 @@
 
 mod chunk_list;
 pub mod conformance;
+pub mod coord;
 pub mod copy;
 pub mod error;
 pub mod expire;
@@ -25,10 +26,12 @@ pub mod model;
 mod paging;
 mod pg_tls;
 mod postgres;
+pub mod sql;
 mod sqlite;
 #[doc(hidden)]
 pub mod testing;
 
+pub use coord::{Coordination, ServerId};
 pub use error::{CatalogError, Result};
 pub use model::*;
 pub use postgres::{PostgresCatalog, redact};
@@ -91,6 +94,9 @@ impl AnyCatalog {
 pub trait Catalog: Send + Sync + std::fmt::Debug {
     /// The schema version of the open catalog.
     fn schema_version(&self) -> Result<u32>;
+
+    /// The backend under SQL written once for both ([`sql`], [`coord`]).
+    fn sql(&self) -> &dyn sql::Backend;
 
     // --- policy ---
     /// Creates a policy domain.

@@ -221,6 +221,44 @@ ALTER TABLE filespaces ADD COLUMN generation BIGINT NOT NULL DEFAULT 0;
     r#"
 ALTER TABLE objects ADD COLUMN meta {BYTES};
 "#,
+    // 8: several servers on one catalog (issue 23.7). Each running server has a row it
+    // refreshes every few seconds (`heartbeat`); one whose heartbeat is older than the `lease`
+    // (seconds) it declared is taken for dead
+    // by the others, which end its sessions and processes and drop its container leases.
+    // `open_sessions` lists every logged-in session of every server (node or administrator),
+    // its id being the session's number everywhere; `cancel` is how one server asks another to
+    // end a session or a process. A container being written is leased by its server, so orphan
+    // removal leaves it alone until the lease lapses. These three tables describe running
+    // servers only: a catalog copy leaves them out (`copy::EPHEMERAL`).
+    r#"
+CREATE TABLE servers (
+    id {ID},
+    name TEXT NOT NULL,
+    started BIGINT NOT NULL,
+    heartbeat BIGINT NOT NULL,
+    lease BIGINT NOT NULL,
+    ended BIGINT
+);
+CREATE TABLE open_sessions (
+    id {ID},
+    server_id BIGINT NOT NULL,
+    account TEXT NOT NULL,
+    node_id BIGINT,
+    record_id BIGINT,
+    client TEXT NOT NULL,
+    peer TEXT NOT NULL,
+    started BIGINT NOT NULL,
+    cancel BIGINT NOT NULL DEFAULT 0
+);
+CREATE INDEX open_sessions_by_server ON open_sessions (server_id);
+CREATE TABLE container_leases (
+    container_id BIGINT PRIMARY KEY,
+    server_id BIGINT NOT NULL
+);
+ALTER TABLE processes ADD COLUMN server_id BIGINT;
+ALTER TABLE processes ADD COLUMN cancel BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE processes ADD COLUMN progress TEXT;
+"#,
 ];
 
 /// The newest schema version this program knows.

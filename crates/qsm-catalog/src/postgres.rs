@@ -684,6 +684,10 @@ impl Catalog for PostgresCatalog {
         self.read(|c| read_version(c, &self.url))
     }
 
+    fn sql(&self) -> &dyn crate::sql::Backend {
+        self
+    }
+
     fn define_domain(&self, name: &str, description: &str) -> Result<DomainId> {
         let op = "defining a domain";
         self.write(|c| {
@@ -2363,7 +2367,9 @@ impl RawTables for PostgresCatalog {
         let mut c = self.pool.get().map_err(|e| self.named(e))?;
         c.batch("BEGIN", op)?;
         let result = (|| {
-            let names: Vec<&str> = copy::TABLES.iter().map(|t| t.0).collect();
+            // The servers running on the replaced content go with it (copy::EPHEMERAL).
+            let names: Vec<&str> =
+                copy::TABLES.iter().map(|t| t.0).chain(copy::EPHEMERAL.iter().copied()).collect();
             c.batch(&format!("TRUNCATE {}", names.join(", ")), op)?;
             feed(&mut |table, row| {
                 let sql = copy::insert_sql(table, |i| format!("${i}"));
@@ -2445,5 +2451,102 @@ impl PostgresCatalog {
                 freed: std::sync::Condvar::new(),
             },
         })
+    }
+}
+
+/// The advisory lock that serializes the write transactions of [`crate::sql::Backend`]
+/// across servers ("QSMc" in ASCII).
+const COORDINATION_LOCK: i64 = 0x5153_4d63;
+
+/// A [`Value`] bound as whatever type the statement wants: the statements written once bind
+/// only integers to BIGINT, text to TEXT and bytes to BYTEA, and NULL to anything.
+#[derive(Debug)]
+struct Bind<'a>(&'a Value);
+
+impl ToSql for Bind<'_> {
+    fn to_sql(
+        &self,
+        ty: &tokio_postgres::types::Type,
+        out: &mut bytes::BytesMut,
+    ) -> std::result::Result<tokio_postgres::types::IsNull, Box<dyn std::error::Error + Sync + Send>>
+    {
+        match self.0 {
+            Value::Null => Ok(tokio_postgres::types::IsNull::Yes),
+            Value::Int(i) => i.to_sql(ty, out),
+            Value::Text(s) => s.to_sql(ty, out),
+            Value::Bytes(b) => b.to_sql(ty, out),
+        }
+    }
+
+    fn accepts(_: &tokio_postgres::types::Type) -> bool {
+        true
+    }
+
+    tokio_postgres::types::to_sql_checked!();
+}
+
+/// A connection of this catalog seen through [`crate::sql::Sql`].
+struct PgSql<'a> {
+    conn: &'a mut Conn,
+    op: &'static str,
+}
+
+impl crate::sql::Sql for PgSql<'_> {
+    fn exec(&mut self, sql: &str, params: &[Value]) -> Result<u64> {
+        let binds: Vec<Bind<'_>> = params.iter().map(Bind).collect();
+        let refs: Vec<&(dyn ToSql + Sync)> = binds.iter().map(|b| b as _).collect();
+        self.conn.exec(&crate::sql::dollar_placeholders(sql), &refs, self.op)
+    }
+
+    fn rows(&mut self, sql: &str, params: &[Value]) -> Result<Vec<Vec<Value>>> {
+        use tokio_postgres::types::Type;
+        let binds: Vec<Bind<'_>> = params.iter().map(Bind).collect();
+        let refs: Vec<&(dyn ToSql + Sync)> = binds.iter().map(|b| b as _).collect();
+        let op = self.op;
+        let rows = self.conn.query(&crate::sql::dollar_placeholders(sql), &refs, op)?;
+        rows.iter()
+            .map(|r| {
+                (0..r.len())
+                    .map(|i| {
+                        let ty = r.columns()[i].type_();
+                        Ok(if *ty == Type::INT8 {
+                            get::<Option<i64>>(r, i, op)?.map_or(Value::Null, Value::Int)
+                        } else if *ty == Type::INT4 {
+                            get::<Option<i32>>(r, i, op)?
+                                .map_or(Value::Null, |v| Value::Int(i64::from(v)))
+                        } else if *ty == Type::TEXT || *ty == Type::VARCHAR {
+                            get::<Option<String>>(r, i, op)?.map_or(Value::Null, Value::Text)
+                        } else if *ty == Type::BYTEA {
+                            get::<Option<Vec<u8>>>(r, i, op)?.map_or(Value::Null, Value::Bytes)
+                        } else {
+                            return Err(CatalogError::Damaged(format!(
+                                "{op}: column {i} has type {ty}, not one the catalog uses"
+                            )));
+                        })
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+}
+
+impl crate::sql::Backend for PostgresCatalog {
+    fn write_txn(
+        &self,
+        op: &'static str,
+        f: &mut dyn FnMut(&mut dyn crate::sql::Sql) -> Result<()>,
+    ) -> Result<()> {
+        self.in_txn(op, |c| {
+            c.exec("SELECT pg_advisory_xact_lock($1)", &[&COORDINATION_LOCK], op)?;
+            f(&mut PgSql { conn: c, op })
+        })
+    }
+
+    fn read_txn(
+        &self,
+        op: &'static str,
+        f: &mut dyn FnMut(&mut dyn crate::sql::Sql) -> Result<()>,
+    ) -> Result<()> {
+        self.read(|c| f(&mut PgSql { conn: c, op }))
     }
 }

@@ -606,6 +606,10 @@ impl Catalog for SqliteCatalog {
         read_version(&lock(&self.writer), &self.path)
     }
 
+    fn sql(&self) -> &dyn crate::sql::Backend {
+        self
+    }
+
     fn define_domain(&self, name: &str, description: &str) -> Result<DomainId> {
         let conn = lock(&self.writer);
         match conn.execute(
@@ -2255,9 +2259,10 @@ impl crate::copy::RawTables for SqliteCatalog {
         let conn = lock(&self.writer);
         conn.execute_batch("BEGIN IMMEDIATE").map_err(CatalogError::db(op))?;
         let result = (|| {
-            for table in crate::copy::TABLES.iter().rev() {
-                conn.execute(&format!("DELETE FROM {}", table.0), [])
-                    .map_err(CatalogError::db(op))?;
+            // The servers running on the replaced content go with it (copy::EPHEMERAL).
+            let tables = crate::copy::TABLES.iter().rev().map(|t| t.0);
+            for table in tables.chain(crate::copy::EPHEMERAL.iter().copied()) {
+                conn.execute(&format!("DELETE FROM {table}"), []).map_err(CatalogError::db(op))?;
             }
             feed(&mut |table, row| {
                 let sql = crate::copy::insert_sql(table, |i| format!("?{i}"));
@@ -2277,5 +2282,69 @@ impl crate::copy::RawTables for SqliteCatalog {
 
     fn describe(&self) -> String {
         self.path.display().to_string()
+    }
+}
+
+/// A connection of this catalog seen through [`crate::sql::Sql`].
+struct SqliteSql<'a> {
+    conn: &'a Connection,
+    path: &'a Path,
+    op: &'static str,
+}
+
+impl crate::sql::Sql for SqliteSql<'_> {
+    fn exec(&mut self, sql: &str, params: &[crate::copy::Value]) -> Result<u64> {
+        let params = rusqlite::params_from_iter(params.iter().map(to_sql_value));
+        self.conn
+            .prepare_cached(sql)
+            .and_then(|mut s| s.execute(params))
+            .map(|n| n as u64)
+            .map_err(classify(self.path, self.op))
+    }
+
+    fn rows(
+        &mut self,
+        sql: &str,
+        params: &[crate::copy::Value],
+    ) -> Result<Vec<Vec<crate::copy::Value>>> {
+        let params = rusqlite::params_from_iter(params.iter().map(to_sql_value));
+        let mut stmt = self.conn.prepare_cached(sql).map_err(classify(self.path, self.op))?;
+        let columns = stmt.column_count();
+        let mut rows = stmt.query(params).map_err(classify(self.path, self.op))?;
+        let mut out = Vec::new();
+        while let Some(row) = rows.next().map_err(classify(self.path, self.op))? {
+            let mut values = Vec::with_capacity(columns);
+            for i in 0..columns {
+                let v = row.get_ref(i).map_err(classify(self.path, self.op))?;
+                values.push(from_sql_value(v, self.op)?);
+            }
+            out.push(values);
+        }
+        Ok(out)
+    }
+}
+
+impl crate::sql::Backend for SqliteCatalog {
+    fn write_txn(
+        &self,
+        op: &'static str,
+        f: &mut dyn FnMut(&mut dyn crate::sql::Sql) -> Result<()>,
+    ) -> Result<()> {
+        let conn = lock(&self.writer);
+        conn.execute_batch("BEGIN IMMEDIATE").map_err(classify(&self.path, op))?;
+        let result = f(&mut SqliteSql { conn: &conn, path: &self.path, op })
+            .and_then(|()| conn.execute_batch("COMMIT").map_err(classify(&self.path, op)));
+        if result.is_err() {
+            let _ = conn.execute_batch("ROLLBACK");
+        }
+        result
+    }
+
+    fn read_txn(
+        &self,
+        op: &'static str,
+        f: &mut dyn FnMut(&mut dyn crate::sql::Sql) -> Result<()>,
+    ) -> Result<()> {
+        self.with_reader(|conn| f(&mut SqliteSql { conn, path: &self.path, op }))
     }
 }

@@ -461,15 +461,16 @@ async fn info(
     id: ContainerId,
     path: Path,
     size: u64,
+    modified: Option<i64>,
 ) -> Option<ContainerInfo> {
     if size < MIN_SEALED_LEN {
-        return Some(ContainerInfo { id, size, sealed: false });
+        return Some(ContainerInfo { id, size, sealed: false, modified });
     }
     let range = size - TRAILER_LEN as u64..size;
     match client::get_range(store, path, range).await {
-        Ok((t, _)) => Some(ContainerInfo { id, size, sealed: trailer_ok(&t, size, id) }),
+        Ok((t, _)) => Some(ContainerInfo { id, size, sealed: trailer_ok(&t, size, id), modified }),
         Err(e) if is_not_found(&e) => None,
-        Err(_) => Some(ContainerInfo { id, size, sealed: false }),
+        Err(_) => Some(ContainerInfo { id, size, sealed: false, modified }),
     }
 }
 
@@ -538,14 +539,14 @@ impl Pool for S3Pool {
         })?;
         let listed = listed.map_err(|e| inner.client.error("listing containers in", &dir, e))?;
         let dir_prefix = format!("{dir}/");
-        let found: Vec<(ContainerId, Path, u64)> = listed
+        let found: Vec<(ContainerId, Path, u64, Option<i64>)> = listed
             .into_iter()
             .filter_map(|meta| {
                 let name = meta.location.as_ref().strip_prefix(&dir_prefix)?;
                 let valid = name.len() == 16
                     && name.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
                 let id = u64::from_str_radix(name, 16).ok().filter(|_| valid)?;
-                Some((id, meta.location, meta.size))
+                Some((id, meta.location, meta.size, Some(meta.last_modified.timestamp())))
             })
             .collect();
         let store = Arc::clone(&inner.client.store);
@@ -554,7 +555,9 @@ impl Pool for S3Pool {
         // left out.
         let checked = inner.client.run("listing containers in", &dir, async move {
             futures::stream::iter(found)
-                .map(|(id, path, size)| info(Arc::clone(&store), id, path, size))
+                .map(|(id, path, size, modified)| {
+                    info(Arc::clone(&store), id, path, size, modified)
+                })
                 .buffer_unordered(LIST_CONCURRENCY)
                 .filter_map(|info| async move { info })
                 .collect::<Vec<_>>()
@@ -572,14 +575,14 @@ impl Pool for S3Pool {
         let path = key.clone();
         let head =
             inner.client.run("reading container", &key, async move { store.head(&path).await })?;
-        let size = match head {
-            Ok(meta) => meta.size,
+        let (size, modified) = match head {
+            Ok(meta) => (meta.size, Some(meta.last_modified.timestamp())),
             Err(e) if is_not_found(&e) => return Ok(None),
             Err(e) => return Err(inner.client.error("reading container", &key, e)),
         };
         let store = Arc::clone(&inner.client.store);
         let path = key.clone();
-        inner.client.run("reading container", &key, info(store, id, path, size))
+        inner.client.run("reading container", &key, info(store, id, path, size, modified))
     }
 
     fn scan(

@@ -515,14 +515,14 @@ impl Pool for DirPool {
                     continue;
                 }
                 let Ok(id) = u64::from_str_radix(hex, 16) else { continue };
-                let size = match entry.metadata() {
-                    Ok(m) if m.is_file() => m.len(),
+                let (size, modified) = match entry.metadata() {
+                    Ok(m) if m.is_file() => (m.len(), unix_seconds(&m)),
                     Ok(_) => continue,
                     // Deleted since the directory was listed.
                     Err(e) if e.kind() == ErrorKind::NotFound => continue,
                     Err(e) => return Err(read_error("listing containers in", &sub_path, e)),
                 };
-                out.push(ContainerInfo { id, size, sealed: self.inner.has_trailer(id) });
+                out.push(ContainerInfo { id, size, sealed: self.inner.has_trailer(id), modified });
             }
         }
         out.sort_by_key(|info| info.id);
@@ -532,9 +532,12 @@ impl Pool for DirPool {
     fn container(&self, id: ContainerId) -> Result<Option<ContainerInfo>, PoolError> {
         let path = self.inner.container_path(id);
         match fs::metadata(&path) {
-            Ok(m) if m.is_file() => {
-                Ok(Some(ContainerInfo { id, size: m.len(), sealed: self.inner.has_trailer(id) }))
-            }
+            Ok(m) if m.is_file() => Ok(Some(ContainerInfo {
+                id,
+                size: m.len(),
+                sealed: self.inner.has_trailer(id),
+                modified: unix_seconds(&m),
+            })),
             Ok(_) => Ok(None),
             Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
             Err(e) => Err(read_error("reading container", &path, e)),
@@ -884,4 +887,10 @@ impl PoolWriter for DirWriter {
         }
         self.seal().map_err(|e| self.fail(e))
     }
+}
+
+/// A file's modification time in Unix seconds, if the file system keeps one.
+fn unix_seconds(m: &fs::Metadata) -> Option<i64> {
+    let since = m.modified().ok()?.duration_since(std::time::UNIX_EPOCH).ok()?;
+    i64::try_from(since.as_secs()).ok()
 }

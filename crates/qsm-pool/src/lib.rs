@@ -126,6 +126,9 @@ pub struct ContainerInfo {
     /// also for a container that cannot be read. The index check itself is verified by
     /// [`Pool::scan`] and [`Pool::audit`], not by listing.
     pub sealed: bool,
+    /// When it was last written (Unix seconds), where the pool can say: a container written
+    /// a moment ago may belong to a writer that has not yet leased it (servers sharing a pool).
+    pub modified: Option<i64>,
 }
 
 /// How a scan of one container ended.

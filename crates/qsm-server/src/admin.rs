@@ -5,7 +5,8 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use qsm_catalog::{Privilege, Severity};
+use qsm_catalog::coord::SessionsOf;
+use qsm_catalog::{Coordination, Privilege, Severity};
 use qsm_proto::v1::{self, admin_server::Admin};
 use tonic::transport::server::UdsConnectInfo;
 use tonic::{Request, Response, Status};
@@ -283,7 +284,8 @@ impl Admin for AdminService {
                 .ok_or_else(|| Status::not_found(format!("no node {}", r.name)))?;
             catalog.set_node_locked(node.id, r.locked).map_err(catalog_status)?;
             if r.locked {
-                state.sessions.cancel_node(node.id);
+                // Here at once, on the servers sharing the catalog within a heartbeat.
+                state.cancel_sessions(SessionsOf::Node(node.id), "cancelled: node locked")?;
             }
             let how = if r.locked { "locked" } else { "unlocked" };
             state.log(
@@ -324,24 +326,46 @@ impl Admin for AdminService {
         request: Request<v1::Empty>,
     ) -> Result<Response<v1::SessionList>, Status> {
         self.authorize(&request, ANY)?;
-        let sessions = self
-            .state
-            .sessions
-            .list()
-            .into_iter()
-            .map(|s| v1::SessionInfo {
-                id: s.id,
-                account: s.account.clone(),
-                admin: s.node.is_none(),
-                client: s.client.clone(),
-                started: s.started,
-                bytes: s.bytes.load(Ordering::Relaxed),
-                objects: s.objects.load(Ordering::Relaxed),
-                state: s.state().into(),
-                peer: s.peer.clone(),
-            })
-            .collect();
-        Ok(Response::new(v1::SessionList { sessions }))
+        let state = Arc::clone(&self.state);
+        blocking(move || {
+            // This server's sessions as it knows them (live counters), then the other servers'
+            // as the catalog has them.
+            let mut sessions: Vec<v1::SessionInfo> = state
+                .sessions
+                .list()
+                .into_iter()
+                .map(|s| v1::SessionInfo {
+                    id: s.id,
+                    account: s.account.clone(),
+                    admin: s.node.is_none(),
+                    client: s.client.clone(),
+                    started: s.started,
+                    bytes: s.bytes.load(Ordering::Relaxed),
+                    objects: s.objects.load(Ordering::Relaxed),
+                    state: s.state().into(),
+                    peer: s.peer.clone(),
+                    server: state.name.clone(),
+                })
+                .collect();
+            let elsewhere = state.store.catalog().open_sessions().map_err(catalog_status)?;
+            sessions.extend(elsewhere.into_iter().filter(|s| s.server != state.server).map(|s| {
+                v1::SessionInfo {
+                    id: s.id,
+                    admin: s.node.is_none(),
+                    account: s.account,
+                    client: s.client,
+                    started: s.started,
+                    bytes: s.bytes,
+                    objects: s.objects,
+                    state: if s.cancelled { "cancelled" } else { "running" }.into(),
+                    peer: s.peer,
+                    server: s.server_name,
+                }
+            }));
+            sessions.sort_by_key(|s| s.id);
+            Ok(Response::new(v1::SessionList { sessions }))
+        })
+        .await
     }
 
     async fn cancel_session(
@@ -350,11 +374,12 @@ impl Admin for AdminService {
     ) -> Result<Response<v1::Empty>, Status> {
         let actor = self.authorize(&request, OPERATOR)?;
         let id = request.get_ref().session;
-        if !self.state.sessions.cancel(id) {
-            return Err(Status::not_found(format!("no session {id}")));
-        }
         let state = Arc::clone(&self.state);
         blocking(move || {
+            let how = format!("cancelled by {actor}");
+            if state.cancel_sessions(SessionsOf::Id(id), &how)? == 0 {
+                return Err(Status::not_found(format!("no session {id}")));
+            }
             state.log(Severity::Info, &format!("{actor} cancelled session {id}"), None, None);
             Ok(())
         })
@@ -443,19 +468,36 @@ impl Admin for AdminService {
         request: Request<v1::Empty>,
     ) -> Result<Response<v1::ProcessList>, Status> {
         self.authorize(&request, ANY)?;
-        let processes = self
-            .state
-            .processes
-            .list()
-            .into_iter()
-            .map(|(id, kind, started, progress)| v1::ProcessInfo {
-                id: id as u64,
-                kind,
-                started,
-                progress,
-            })
-            .collect();
-        Ok(Response::new(v1::ProcessList { processes }))
+        let state = Arc::clone(&self.state);
+        blocking(move || {
+            // This server's processes with their progress now, then the other servers' with
+            // the progress of their last heartbeat.
+            let mut processes: Vec<v1::ProcessInfo> = state
+                .processes
+                .list()
+                .into_iter()
+                .map(|(id, kind, started, progress)| v1::ProcessInfo {
+                    id: id as u64,
+                    kind,
+                    started,
+                    progress,
+                    server: state.name.clone(),
+                })
+                .collect();
+            let elsewhere = state.store.catalog().running_processes().map_err(catalog_status)?;
+            processes.extend(elsewhere.into_iter().filter(|p| p.server != state.server).map(|p| {
+                v1::ProcessInfo {
+                    id: p.id.0 as u64,
+                    kind: p.kind,
+                    started: p.started,
+                    progress: p.progress,
+                    server: p.server_name,
+                }
+            }));
+            processes.sort_by_key(|p| p.id);
+            Ok(Response::new(v1::ProcessList { processes }))
+        })
+        .await
     }
 
     async fn cancel_process(
@@ -464,12 +506,14 @@ impl Admin for AdminService {
     ) -> Result<Response<v1::Empty>, Status> {
         let actor = self.authorize(&request, OPERATOR)?;
         let id = request.get_ref().process;
-        let known = i64::try_from(id).is_ok_and(|id| self.state.processes.cancel(id));
-        if !known {
-            return Err(Status::not_found(format!("no process {id} is running")));
-        }
         let state = Arc::clone(&self.state);
         blocking(move || {
+            let Ok(process) = i64::try_from(id) else {
+                return Err(Status::not_found(format!("no process {id} is running")));
+            };
+            if !state.cancel_process(qsm_catalog::ProcessId(process))? {
+                return Err(Status::not_found(format!("no process {id} is running")));
+            }
             state.log(Severity::Info, &format!("{actor} cancelled process {id}"), None, None);
             Ok(())
         })
@@ -504,23 +548,19 @@ impl Admin for AdminService {
                         .store
                         .reclaim_until(f64::from(100 - pct) / 100.0, cancel)
                         .map_err(store_status)?;
-                    // With a catalog of its own this server is the pool's only writer, and its
-                    // open containers are known to the store: orphans are leftovers of crashes
-                    // or refused reclamations. A shared catalog skips them (see remove_orphans).
+                    // Orphans are leftovers of crashes or refused reclamations. On a shared
+                    // catalog, containers a live server leases or wrote within a lease term
+                    // are kept (Store::remove_orphans): a crashed server's become orphans once
+                    // its lease lapsed.
                     let orphans = state.store.remove_orphans().map_err(store_status)?;
-                    let shared = state.store.catalog().is_shared();
                     Ok(Finished {
                         detail: format!(
-                            "{} containers reclaimed, {}",
+                            "{} containers reclaimed, {} orphan containers removed",
                             done.len(),
-                            if shared {
-                                "orphan removal skipped (servers may share the pool)".to_owned()
-                            } else {
-                                format!("{} orphan containers removed", orphans.len())
-                            }
+                            orphans.len()
                         ),
                         stopped: cancel.load(Ordering::Relaxed).then(|| "cancelled".to_owned()),
-                        value: (done.len() as u64, orphans.len() as u64, shared),
+                        value: (done.len() as u64, orphans.len() as u64, false),
                     })
                 },
             )?;
@@ -742,7 +782,7 @@ impl Admin for AdminService {
         blocking(move || {
             state.store.catalog().set_admin_locked(&r.name, r.locked).map_err(catalog_status)?;
             if r.locked {
-                state.sessions.cancel_admin(&r.name);
+                state.cancel_sessions(SessionsOf::Admin(&r.name), "cancelled: locked")?;
             }
             let how = if r.locked { "locked" } else { "unlocked" };
             state.log(
@@ -768,7 +808,7 @@ impl Admin for AdminService {
         let state = Arc::clone(&self.state);
         blocking(move || {
             state.store.catalog().remove_admin(&r.name).map_err(catalog_status)?;
-            state.sessions.cancel_admin(&r.name);
+            state.cancel_sessions(SessionsOf::Admin(&r.name), "cancelled: removed")?;
             state.log(
                 Severity::Info,
                 &format!("{actor} removed administrator {}", r.name),
@@ -995,8 +1035,9 @@ impl Admin for AdminService {
                 .ok_or_else(|| {
                     Status::not_found(format!("node {} has no filespace {}", r.node, r.filespace))
                 })?;
-            // Its backups would race the deletion: the node's sessions end first.
-            state.sessions.cancel_node(node.id);
+            // Its backups would race the deletion: the node's sessions end first (those on
+            // other servers sharing the catalog at their next heartbeat).
+            state.cancel_sessions(SessionsOf::Node(node.id), "cancelled: filespace deleted")?;
             let what = format!("node {} filespace {}", r.node, r.filespace);
             let shown = what.clone();
             let ran = state.run_process(
@@ -1036,7 +1077,7 @@ impl Admin for AdminService {
                 .node(&name)
                 .map_err(catalog_status)?
                 .ok_or_else(|| Status::not_found(format!("no node {name}")))?;
-            state.sessions.cancel_node(node.id);
+            state.cancel_sessions(SessionsOf::Node(node.id), "cancelled: node deleted")?;
             catalog.delete_node(node.id).map_err(|e| named(e, "node", &name))?;
             Ok(format!("{actor} deleted node {name}"))
         })

@@ -63,6 +63,13 @@ pub struct Session {
     pub bytes: AtomicU64,
     /// Objects committed.
     pub objects: AtomicU64,
+    /// The bytes and objects already added to the catalog's record.
+    recorded: Mutex<(u64, u64)>,
+    /// Whether `id` is the catalog's (module `coord`): false for a session opened while the
+    /// catalog could not record it (a full disk), which other servers then do not see.
+    pub in_catalog: bool,
+    /// Ended: its record closed, its end logged (once, however many paths end it).
+    ended: AtomicBool,
     cancelled: AtomicBool,
     last_used: Mutex<Instant>,
     /// When the connection it logged in over closed, if no request came since (module
@@ -74,6 +81,21 @@ impl Session {
     /// Cancelled by an administrator: every further request fails, running streams stop.
     pub fn is_cancelled(&self) -> bool {
         self.cancelled.load(Ordering::Relaxed)
+    }
+
+    /// The bytes and objects counted since the last call: what the catalog's record lacks.
+    pub fn unrecorded(&self) -> (u64, u64) {
+        let (bytes, objects) =
+            (self.bytes.load(Ordering::Relaxed), self.objects.load(Ordering::Relaxed));
+        let mut recorded = self.recorded.lock().unwrap_or_else(|p| p.into_inner());
+        let delta = (bytes.saturating_sub(recorded.0), objects.saturating_sub(recorded.1));
+        *recorded = (bytes, objects);
+        delta
+    }
+
+    /// Marks the session ended; true the first time only.
+    pub fn end(&self) -> bool {
+        !self.ended.swap(true, Ordering::Relaxed)
     }
 
     /// "running" or "cancelled".
@@ -98,15 +120,28 @@ impl Session {
 }
 
 /// The sessions open on this server, by token.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Sessions {
     by_token: Mutex<HashMap<String, Arc<Session>>>,
     next_id: AtomicU64,
 }
 
+/// Numbers of sessions the catalog could not record start here, far above any the catalog
+/// gives, so the two never meet.
+const LOCAL_IDS: u64 = 1 << 48;
+
+impl Default for Sessions {
+    fn default() -> Self {
+        Sessions { by_token: Mutex::default(), next_id: AtomicU64::new(LOCAL_IDS) }
+    }
+}
+
 /// What a new session needs.
 #[derive(Debug)]
 pub struct NewSession {
+    /// Its number: the catalog's, or (`in_catalog` false) one of this server's own.
+    pub id: u64,
+    pub in_catalog: bool,
     pub account: String,
     pub node: Option<NodeId>,
     pub record: Option<SessionId>,
@@ -143,7 +178,10 @@ impl Sessions {
             ));
         }
         let session = Arc::new(Session {
-            id: self.next_id.fetch_add(1, Ordering::Relaxed) + 1,
+            id: s.id,
+            in_catalog: s.in_catalog,
+            recorded: Mutex::new((0, 0)),
+            ended: AtomicBool::new(false),
             account: s.account,
             node: s.node,
             record: s.record,
@@ -188,26 +226,25 @@ impl Sessions {
         list
     }
 
-    /// Cancels session `id`; whether it existed.
-    pub fn cancel(&self, id: u64) -> bool {
-        self.map().values().filter(|s| s.id == id).fold(false, |_, s| {
-            s.cancelled.store(true, Ordering::Relaxed);
-            true
-        })
+    /// A number for a session the catalog could not record.
+    pub fn local_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed) + 1
     }
 
-    /// Cancels every session of `node` (it was locked).
-    pub fn cancel_node(&self, node: NodeId) {
-        for s in self.map().values().filter(|s| s.node == Some(node)) {
-            s.cancelled.store(true, Ordering::Relaxed);
-        }
-    }
-
-    /// Cancels every session of administrator `name` (locked or removed).
-    pub fn cancel_admin(&self, name: &str) {
-        for s in self.map().values().filter(|s| s.node.is_none() && s.account == name) {
-            s.cancelled.store(true, Ordering::Relaxed);
-        }
+    /// Cancels the sessions `which` selects; returns those it cancelled (not those cancelled
+    /// before).
+    pub fn cancel(&self, which: qsm_catalog::coord::SessionsOf<'_>) -> Vec<Arc<Session>> {
+        use qsm_catalog::coord::SessionsOf;
+        let selected = |s: &Session| match which {
+            SessionsOf::Id(id) => s.id == id,
+            SessionsOf::Node(node) => s.node == Some(node),
+            SessionsOf::Admin(name) => s.node.is_none() && s.account == name,
+        };
+        self.map()
+            .values()
+            .filter(|s| selected(s) && !s.cancelled.swap(true, Ordering::Relaxed))
+            .cloned()
+            .collect()
     }
 
     /// Removes sessions idle longer than `limit`, and those whose connection closed more than
@@ -247,7 +284,10 @@ mod tests {
     #[test]
     fn sessions_are_bounded_cancellable_and_expire() {
         let s = Sessions::default();
+        let ids = AtomicU64::new(0);
         let new = |n: &str| NewSession {
+            id: ids.fetch_add(1, Ordering::Relaxed) + 1,
+            in_catalog: true,
             account: n.into(),
             node: Some(NodeId(1)),
             record: None,
@@ -257,9 +297,11 @@ mod tests {
         let a = s.open(new("a"), "t1".into(), 2, 9).unwrap();
         s.open(new("b"), "t2".into(), 2, 9).unwrap();
         assert!(s.open(new("c"), "t3".into(), 2, 9).is_err(), "over the limit");
-        assert!(s.cancel(a.id));
+        use qsm_catalog::coord::SessionsOf;
+        assert_eq!(s.cancel(SessionsOf::Id(a.id)).len(), 1);
+        assert!(s.cancel(SessionsOf::Id(a.id)).is_empty(), "cancelled once");
         assert!(s.get("t1").unwrap().is_cancelled());
-        assert!(!s.cancel(999));
+        assert!(s.cancel(SessionsOf::Id(999)).is_empty());
         s.open(new("c"), "t3".into(), 2, 9).expect("a cancelled session does not count");
         assert!(s.get("t1").is_some(), "kept while a request holds it");
         drop(a);
@@ -274,6 +316,8 @@ mod tests {
     fn sessions_are_limited_per_node_and_end_when_their_connection_does() {
         let s = Sessions::default();
         let new = |node: i64, peer: &str| NewSession {
+            id: s.local_id(),
+            in_catalog: false,
             account: format!("n{node}"),
             node: Some(NodeId(node)),
             record: None,

@@ -50,7 +50,14 @@ pub struct ServerConfig {
     pub max_node_streams: usize,
     /// Whether clients deduplicate when neither their flags nor their configuration say.
     pub dedup: bool,
+    /// Seconds without a heartbeat after which the servers sharing this server's catalog take
+    /// it for dead: they end its sessions and processes, and its unfinished containers become
+    /// orphans. It beats every 3 s; the lease must outlast a slow catalog.
+    pub lease_seconds: u64,
 }
+
+/// The shortest lease: two heartbeats.
+pub const MIN_LEASE_SECONDS: u64 = 6;
 
 impl Default for ServerConfig {
     fn default() -> Self {
@@ -79,6 +86,7 @@ impl Default for ServerConfig {
             max_streams: 128,
             max_node_streams: 16,
             dedup: false,
+            lease_seconds: 30,
         }
     }
 }
@@ -109,6 +117,12 @@ impl ServerConfig {
             if value == 0 {
                 return Err(format!("{name} must be at least 1"));
             }
+        }
+        if !(MIN_LEASE_SECONDS..=3600).contains(&self.lease_seconds) {
+            return Err(format!(
+                "lease_seconds must be between {MIN_LEASE_SECONDS} and 3600 seconds, not {}",
+                self.lease_seconds
+            ));
         }
         if self.plaintext && !self.insecure {
             let reachable: Vec<&String> =

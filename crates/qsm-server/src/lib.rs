@@ -23,6 +23,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use qsm_catalog::Coordination;
 use qsm_proto::v1::{admin_server::AdminServer, node_server::NodeServer};
 use tokio::net::{TcpListener, UnixListener};
 use tokio_stream::wrappers::UnixListenerStream;
@@ -92,8 +93,21 @@ async fn serve(config: ServerConfig, ready: impl FnOnce(&Listening)) -> Result<(
         eprintln!("qsm server: warning: {warning}");
         let _ = store.catalog().log(qsm_catalog::Severity::Warning, &warning, None, None, None);
     }
+    // Registered where the servers sharing the catalog see it (module `qsm_catalog::coord`).
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "localhost".into());
+    let name = format!("{host} pid {}", std::process::id());
+    let lease = i64::try_from(config.lease_seconds).unwrap_or(i64::MAX);
+    let server = store
+        .catalog()
+        .register_server(&name, lease)
+        .map_err(|e| ServerError(format!("registering the server in its catalog: {e}")))?;
+    store.hold_leases(server, lease);
     let state = Arc::new(State {
         store,
+        server,
+        name,
         config: config.clone(),
         sessions: Default::default(),
         processes: Default::default(),
@@ -205,6 +219,16 @@ async fn serve(config: ServerConfig, ready: impl FnOnce(&Listening)) -> Result<(
             .await;
         }
     });
+    // The heartbeat apart from the reaper, so that neither waits for the other's catalog
+    // writes (module `qsm_catalog::coord`).
+    let beating = Arc::clone(&state);
+    let heart = tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(REAP_EVERY).await;
+            let state = Arc::clone(&beating);
+            let _ = tokio::task::spawn_blocking(move || state.beat()).await;
+        }
+    });
 
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| ServerError(format!("cannot watch for SIGTERM: {e}")))?;
@@ -219,6 +243,7 @@ async fn serve(config: ServerConfig, ready: impl FnOnce(&Listening)) -> Result<(
     };
     let _ = stop_tx.send(true);
     reaper.abort();
+    heart.abort();
     orphaner.abort();
     // Expiration and reclamation stop at their next transaction boundary.
     state.processes.cancel_all();
@@ -230,6 +255,11 @@ async fn serve(config: ServerConfig, ready: impl FnOnce(&Listening)) -> Result<(
     for s in state.sessions.list() {
         state.end_record(&s, "server stopped");
     }
+    let stopping = Arc::clone(&state);
+    let _ = tokio::task::spawn_blocking(move || {
+        stopping.store.catalog().stop_server(stopping.server, "failed: its server stopped")
+    })
+    .await;
     if let Some(path) = config.socket_path() {
         let _ = std::fs::remove_file(path);
     }

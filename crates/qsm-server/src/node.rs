@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use qsm_catalog::{CatalogError, FilespaceId, NewObject, NodeId, ObjectId, ObjectKind, Severity};
+use qsm_catalog::{
+    CatalogError, Coordination, FilespaceId, NewObject, NodeId, ObjectId, ObjectKind, Severity,
+};
 use qsm_proto::convert;
 use qsm_proto::v1::{self, backup_op::Op, node_server::Node};
 use qsm_store::{Store, StoreError, TxnLimits};
@@ -227,7 +229,7 @@ impl Node for NodeService {
                 }
                 Status::unauthenticated("wrong account name or password")
             };
-            let (node, record) = if r.admin {
+            let node = if r.admin {
                 let Some(admin) = catalog.admin(&r.account).map_err(catalog_status)? else {
                     auth::verify_nothing(&r.password);
                     state.log(
@@ -259,7 +261,7 @@ impl Node for NodeService {
                         r.account
                     )));
                 }
-                (None, None)
+                None
             } else {
                 let Some(node) = catalog.node(&r.account).map_err(catalog_status)? else {
                     auth::verify_nothing(&r.password);
@@ -286,28 +288,42 @@ impl Node for NodeService {
                         r.account
                     )));
                 }
-                // A full catalog disk still lets the node read (queries, restores): the session
-                // goes unrecorded, and whatever it tries to write fails naming the full disk.
-                let record = match catalog.start_session(node.id) {
-                    Ok(record) => Some(record),
-                    Err(CatalogError::DiskFull { .. }) => None,
-                    Err(e) => return Err(catalog_status(e)),
-                };
-                (Some(node.id), record)
+                Some(node.id)
             };
             state.logins.succeeded(&keys);
             let token = auth::new_token().map_err(Status::internal)?;
-            let new =
-                NewSession { account: r.account.clone(), node, record, client: r.client, peer };
-            let session = state
-                .sessions
-                .open(
-                    new,
-                    token.clone(),
-                    state.config.max_sessions,
-                    state.config.max_node_sessions,
-                )
-                .map_err(Status::resource_exhausted)?;
+            // Recorded where every server sharing the catalog sees it. A full catalog disk
+            // still lets the node read (queries, restores): the session goes unrecorded, and
+            // whatever it tries to write fails naming the full disk.
+            let (id, record, in_catalog) =
+                match catalog.open_session(state.server, &r.account, node, &r.client, &peer) {
+                    Ok((id, record)) => (id, record, true),
+                    Err(CatalogError::DiskFull { .. }) => (state.sessions.local_id(), None, false),
+                    Err(e) => return Err(catalog_status(e)),
+                };
+            let new = NewSession {
+                id,
+                in_catalog,
+                account: r.account.clone(),
+                node,
+                record,
+                client: r.client,
+                peer,
+            };
+            let session = match state.sessions.open(
+                new,
+                token.clone(),
+                state.config.max_sessions,
+                state.config.max_node_sessions,
+            ) {
+                Ok(session) => session,
+                Err(why) => {
+                    if in_catalog {
+                        let _ = catalog.close_session(id, &format!("refused: {why}"));
+                    }
+                    return Err(Status::resource_exhausted(why));
+                }
+            };
             state.log(
                 Severity::Info,
                 &format!(

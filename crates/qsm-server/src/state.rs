@@ -4,7 +4,8 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use qsm_catalog::{NodeId, SessionId, Severity};
+use qsm_catalog::coord::{Excluded, SessionsOf};
+use qsm_catalog::{Coordination, NodeId, ProcessId, ServerId, SessionId, Severity};
 use qsm_store::Store;
 use tonic::Status;
 
@@ -16,6 +17,9 @@ use crate::node::catalog_status;
 #[derive(Debug)]
 pub struct State {
     pub store: Store,
+    /// This server's id in the catalog (module `coord`): its sessions, processes and leases
+    /// are recorded under it, for the servers sharing the catalog.
+    pub server: ServerId,
     pub config: ServerConfig,
     pub sessions: Sessions,
     pub processes: Processes,
@@ -23,6 +27,8 @@ pub struct State {
     pub logins: crate::logins::Logins,
     /// The streams running, bounded in all and per node.
     pub streams: Arc<crate::streams::Streams>,
+    /// This server's name in the catalog: host and process id.
+    pub name: String,
 }
 
 /// What a process's work reports when it ends: its result, a line for the process table and
@@ -45,7 +51,8 @@ pub struct Ran<T> {
 
 impl State {
     /// Runs `work` as the server process `kind`, for `actor`: one process of each kind at a
-    /// time (a second is refused, naming the first); recorded in the catalog's process table
+    /// time across the servers sharing the catalog (a second is refused, naming the first and
+    /// its server); recorded in the catalog's process table
     /// and the activity log at its start and its end, with `work`'s detail and the time it
     /// took; listed with `progress` while it runs; cancelled through the flag `work` is given
     /// (by `CancelProcess`, or at shutdown).
@@ -58,7 +65,21 @@ impl State {
         work: impl FnOnce(&AtomicBool) -> Result<Finished<T>, Status>,
     ) -> Result<Ran<T>, Status> {
         let catalog = self.store.catalog();
-        let process = catalog.start_process(kind, what).map_err(catalog_status)?;
+        let process = match catalog
+            .start_process_on(self.server, kind, what, &excluded_by(kind))
+            .map_err(catalog_status)?
+        {
+            Ok(process) => process,
+            Err(Excluded { id, kind: running, server }) => {
+                let here =
+                    if server == self.name { String::new() } else { format!(" on {server}") };
+                return Err(Status::failed_precondition(if running == kind {
+                    format!("{kind} is already running as process {}{here}", id.0)
+                } else {
+                    format!("{kind} cannot run beside {running}, running as process {}{here}", id.0)
+                }));
+            }
+        };
         let cancel = Arc::new(AtomicBool::new(false));
         let running = Running {
             kind: kind.to_owned(),
@@ -66,18 +87,7 @@ impl State {
             cancel: Arc::clone(&cancel),
             progress,
         };
-        let guard = match self.processes.start(process.0, running) {
-            Ok(guard) => guard,
-            Err((other, running)) => {
-                let why = if running == kind {
-                    format!("{kind} is already running as process {other}")
-                } else {
-                    format!("{kind} cannot run beside {running}, running as process {other}")
-                };
-                let _ = catalog.end_process(process, "failed", &why);
-                return Err(Status::failed_precondition(why));
-            }
-        };
+        let guard = self.processes.start(process.0, running);
         let say = |severity, text: &str| {
             let message = format!("process {}: {kind} {text}", process.0);
             let _ = catalog.log(severity, &message, None, None, Some(process));
@@ -123,6 +133,13 @@ impl std::fmt::Debug for Running {
 /// Processes that read or rewrite the pool's containers: one of them at a time.
 const POOL_PROCESSES: &[&str] = &["reclaim stgpool", "audit stgpool"];
 
+/// The kinds of process that keep `kind` from starting while one runs: its own (two
+/// expirations would decide the same versions), and for the [`POOL_PROCESSES`] each other (an
+/// audit reading a container reclamation deletes would take its chunks for damaged).
+pub fn excluded_by(kind: &str) -> Vec<&str> {
+    if POOL_PROCESSES.contains(&kind) { POOL_PROCESSES.to_vec() } else { vec![kind] }
+}
+
 /// The processes running now, by their catalog id.
 #[derive(Debug, Default)]
 pub struct Processes(Mutex<BTreeMap<i64, Running>>);
@@ -146,21 +163,10 @@ impl Processes {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Registers a running process, unless one of its kind runs (then its id is the error):
-    /// one of each kind at a time, so two expirations never decide the same versions. The
-    /// [`POOL_PROCESSES`] exclude each other too: an audit reading a container reclamation
-    /// deletes would take its chunks for damaged.
-    pub fn start(&self, id: i64, running: Running) -> Result<ProcessGuard<'_>, (i64, String)> {
-        let mut map = self.lock();
-        let pool = |kind: &str| POOL_PROCESSES.contains(&kind);
-        if let Some((other, _)) = map
-            .iter()
-            .find(|(_, r)| r.kind == running.kind || (pool(&r.kind) && pool(&running.kind)))
-        {
-            return Err((*other, map[other].kind.clone()));
-        }
-        map.insert(id, running);
-        Ok(ProcessGuard { processes: self, id })
+    /// Registers a running process (the catalog decided it may run: [`excluded_by`]).
+    pub fn start(&self, id: i64, running: Running) -> ProcessGuard<'_> {
+        self.lock().insert(id, running);
+        ProcessGuard { processes: self, id }
     }
 
     /// Asks every running process to stop (the server is shutting down).
@@ -182,22 +188,28 @@ impl Processes {
 }
 
 impl State {
-    /// Copies a node session's counters into its catalog record (for history and accounting).
+    /// Adds what a node session counted since the last call to its catalog record (for
+    /// history, accounting, and `query session` on the other servers).
     pub fn update_record(&self, session: &Session) {
-        if let Some(record) = session.record {
-            let _ = self.store.catalog().update_session(
-                record,
-                session.bytes.load(Ordering::Relaxed),
-                session.objects.load(Ordering::Relaxed),
-            );
+        let (bytes, objects) = session.unrecorded();
+        if let Some(record) = session.record
+            && (bytes, objects) != (0, 0)
+        {
+            let _ = self.store.catalog().update_session(record, bytes, objects);
         }
     }
 
-    /// Closes a node session's catalog record, and says so in the activity log.
+    /// Ends a session `how`: closes it in the catalog (its record too), and for a node's,
+    /// says so in the activity log. Once, whichever path ends it first.
     pub fn end_record(&self, session: &Session, how: &str) {
+        if !session.end() {
+            return;
+        }
         self.update_record(session);
+        if session.in_catalog {
+            let _ = self.store.catalog().close_session(session.id, how);
+        }
         if let Some(record) = session.record {
-            let _ = self.store.catalog().end_session(record, how);
             self.log(
                 Severity::Info,
                 &format!(
@@ -209,6 +221,76 @@ impl State {
                 ),
                 session.node,
                 Some(record),
+            );
+        }
+    }
+
+    /// Cancels the sessions `which` selects, on this server at once and on the others sharing
+    /// the catalog at their next heartbeat; returns how many were found.
+    pub fn cancel_sessions(&self, which: SessionsOf<'_>, how: &str) -> Result<u64, Status> {
+        let here = self.sessions.cancel(which);
+        for s in &here {
+            self.end_record(s, how);
+        }
+        let elsewhere = self.store.catalog().cancel_sessions(which).map_err(catalog_status)?;
+        Ok(here.len() as u64 + elsewhere)
+    }
+
+    /// Asks process `id` to stop, here or on the server running it; whether it runs.
+    pub fn cancel_process(&self, id: ProcessId) -> Result<bool, Status> {
+        if self.processes.cancel(id.0) {
+            return Ok(true);
+        }
+        self.store.catalog().cancel_process(id).map_err(catalog_status)
+    }
+
+    /// The server's heartbeat (module `coord`): renews its container leases and records its
+    /// processes' progress, and does what other servers asked: cancel sessions and processes.
+    /// Servers found dead are logged.
+    pub fn beat(&self) {
+        let progress: Vec<(ProcessId, String)> =
+            self.processes.list().into_iter().map(|(id, _, _, p)| (ProcessId(id), p)).collect();
+        let beat = match self.store.catalog().heartbeat(
+            self.server,
+            &self.store.open_containers(),
+            &progress,
+        ) {
+            Ok(beat) => beat,
+            Err(e) => {
+                eprintln!("qsm server: warning: the heartbeat could not be recorded: {e}");
+                return;
+            }
+        };
+        for id in beat.cancel_sessions {
+            // A session ended meanwhile is closed in the catalog by its own end.
+            for s in self.sessions.cancel(SessionsOf::Id(id)) {
+                self.end_record(&s, "cancelled from another server");
+            }
+        }
+        for id in beat.cancel_processes {
+            self.processes.cancel(id.0);
+        }
+        for name in beat.lost {
+            self.log(
+                Severity::Warning,
+                &format!(
+                    "server {name} stopped answering (no heartbeat within its lease): its \
+                     sessions and processes were ended and its containers left to orphan removal"
+                ),
+                None,
+                None,
+            );
+        }
+        if beat.revived {
+            self.log(
+                Severity::Error,
+                &format!(
+                    "this server ({}) had been taken for dead: its heartbeat came later than its \
+                     lease of {} s; its sessions are no longer listed on other servers",
+                    self.name, self.config.lease_seconds
+                ),
+                None,
+                None,
             );
         }
     }
@@ -241,19 +323,15 @@ mod tests {
 
     #[test]
     fn one_process_of_a_kind_and_pool_processes_exclude_each_other() {
+        assert_eq!(excluded_by("expire inventory"), ["expire inventory"]);
+        assert_eq!(excluded_by("audit stgpool"), POOL_PROCESSES);
+        assert_eq!(excluded_by("reclaim stgpool"), POOL_PROCESSES);
         let p = Processes::default();
-        let reclaim = p.start(1, running("reclaim stgpool")).unwrap();
-        assert_eq!(
-            p.start(2, running("reclaim stgpool")).unwrap_err(),
-            (1, "reclaim stgpool".into())
-        );
-        assert_eq!(p.start(3, running("audit stgpool")).unwrap_err().0, 1);
-        let expire = p.start(4, running("expire inventory")).unwrap();
-        let backup = p.start(5, running("backup db")).unwrap();
-        drop(reclaim);
-        let audit = p.start(6, running("audit stgpool")).unwrap();
-        assert_eq!(p.list().len(), 3);
-        drop((audit, expire, backup));
+        let reclaim = p.start(1, running("reclaim stgpool"));
+        let expire = p.start(4, running("expire inventory"));
+        assert_eq!(p.list().len(), 2);
+        assert!(p.cancel(4) && !p.cancel(9));
+        drop((reclaim, expire));
         assert!(p.list().is_empty());
     }
 }

@@ -83,7 +83,9 @@ impl Store {
         let known = self.catalog.containers(self.pool_record)?;
         let known_ids: HashSet<u64> = known.iter().map(|c| c.id.0).collect();
         let wanted = |id: u64| options.containers.as_ref().is_none_or(|only| only.contains(&id));
-        let open = self.open_set().clone();
+        // Containers being written grow past their record until they commit; with a shared
+        // catalog and no leases to go by, any may be.
+        let busy = self.busy()?;
         let mut frame = Vec::new();
         for container in known.iter().filter(|c| wanted(c.id.0)) {
             if options.stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
@@ -93,7 +95,8 @@ impl Store {
             report.containers += 1;
             let size = listed.get(&container.id.0).copied();
             // A container this process is writing grows past its record until it commits.
-            if let Some(size) = size.filter(|_| !open.contains(&container.id))
+            let writing = busy.as_ref().is_none_or(|b| b.held(container.id));
+            if let Some(size) = size.filter(|_| !writing)
                 && size > container.size
             {
                 report.unrecorded_tails.push((container.id.0, size - container.size));
@@ -129,7 +132,8 @@ impl Store {
             report.unknown_containers = listed
                 .iter()
                 .filter(|(id, _)| {
-                    !known_ids.contains(id) && !open.contains(&qsm_catalog::ContainerId(**id))
+                    let id = qsm_catalog::ContainerId(**id);
+                    !known_ids.contains(&id.0) && busy.as_ref().is_some_and(|b| !b.held(id))
                 })
                 .map(|(id, size)| (*id, *size))
                 .collect();

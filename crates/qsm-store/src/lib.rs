@@ -22,8 +22,8 @@ use std::io::Write;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use qsm_catalog::{
-    Catalog, CatalogError, ChunkKey, ContainerId, DedupScopeId, FilespaceId, NewChunk, NewObject,
-    ObjectChunk, ObjectId, PoolId, Timestamp,
+    Catalog, CatalogError, ChunkKey, ContainerId, Coordination, DedupScopeId, FilespaceId,
+    NewChunk, NewObject, ObjectChunk, ObjectId, PoolId, ServerId, Timestamp,
 };
 use qsm_codec::{FrameDecoder, FrameHeader};
 use qsm_pool::{FrameLocation, Pool, PoolError, PoolWriter};
@@ -125,14 +125,46 @@ pub struct Store {
     pool: Arc<dyn Pool>,
     pool_record: PoolId,
     /// Containers open for appending in this process: reclamation and orphan removal leave
-    /// them alone. (Several servers sharing a pool will need this in the catalog.)
+    /// them alone. A server sharing its catalog and pool with others also leases them in the
+    /// catalog ([`Store::hold_leases`]), so the others leave them alone too.
     open: Mutex<HashSet<ContainerId>>,
+    /// The server this store leases its open containers for, and the lease's term (seconds).
+    leases: std::sync::OnceLock<(ServerId, i64)>,
     /// Held shared by every append and exclusively by orphan removal: a writer rolling over
     /// creates its new container inside `append`, before it can register it as open, and
     /// orphan removal must not see that container in between.
     appending: RwLock<()>,
     /// What the operator should hear about the store as it was opened.
     warnings: Vec<String>,
+}
+
+/// Containers that may be being written, for reclamation, orphan removal and audits.
+#[derive(Debug)]
+struct Busy {
+    /// Open in this process.
+    here: HashSet<ContainerId>,
+    /// Leased by a live server sharing the catalog (this one included).
+    leased: HashSet<ContainerId>,
+    /// On a shared catalog, the time (Unix seconds) after which a container last written may
+    /// belong to a writer that has not leased it yet.
+    recent: Option<i64>,
+}
+
+impl Busy {
+    /// Whether a container, sealed or not, last written at `modified`, may be being written.
+    /// A sealed container never changes again, whoever wrote it.
+    fn writing(&self, id: ContainerId, sealed: bool, modified: Option<i64>) -> bool {
+        self.here.contains(&id)
+            || (!sealed
+                && (self.leased.contains(&id)
+                    || self.recent.is_some_and(|r| modified.is_none_or(|m| m >= r))))
+    }
+
+    /// Whether a container is open here or leased by a live server: what an audit, which
+    /// deletes nothing, leaves out of its report.
+    fn held(&self, id: ContainerId) -> bool {
+        self.here.contains(&id) || self.leased.contains(&id)
+    }
 }
 
 /// What one commit recorded.
@@ -174,6 +206,7 @@ impl Store {
             pool,
             pool_record,
             open: Mutex::new(HashSet::new()),
+            leases: std::sync::OnceLock::new(),
             appending: RwLock::new(()),
             warnings: Vec::new(),
         })
@@ -199,11 +232,47 @@ impl Store {
         self.open.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Makes this store lease the containers it writes to `server` (for `term` seconds, renewed
+    /// by the server's heartbeat), so that other servers on the same catalog and pool never
+    /// take them for orphans; and lets it remove orphans and reclaim unsealed containers on a
+    /// shared catalog, once no live server leases them.
+    pub fn hold_leases(&self, server: ServerId, term: i64) {
+        let _ = self.leases.set((server, term));
+    }
+
+    /// The containers open for appending in this process (for the server's heartbeat).
+    pub fn open_containers(&self) -> Vec<ContainerId> {
+        self.open_set().iter().copied().collect()
+    }
+
+    /// Registers container `id` as open in this process, and leases it if this store holds
+    /// leases. A lease that cannot be written fails the write: without it, another server's
+    /// orphan removal could delete the container.
+    fn opened(&self, id: ContainerId) -> Result<()> {
+        self.open_set().insert(id);
+        if let Some((server, _)) = self.leases.get() {
+            self.catalog.lease_container(*server, id)?;
+        }
+        Ok(())
+    }
+
+    /// What may be being written: see [`Busy`]. `None` when the catalog is shared but this
+    /// store holds no leases: it cannot know what other servers write.
+    fn busy(&self) -> Result<Option<Busy>> {
+        let here = self.open_set().clone();
+        if !self.catalog.is_shared() {
+            return Ok(Some(Busy { here, leased: HashSet::new(), recent: None }));
+        }
+        let Some((_, term)) = self.leases.get() else { return Ok(None) };
+        let leased = self.catalog.leased_containers()?;
+        Ok(Some(Busy { here, leased, recent: Some(qsm_catalog::now() - term) }))
+    }
+
     /// Starts a batch of objects with its own pool writer.
     pub fn batch(&self, limits: TxnLimits) -> Result<Batch<'_>> {
         let appending = self.appending.read().unwrap_or_else(PoisonError::into_inner);
         let writer = self.pool.writer()?;
-        self.open_set().insert(ContainerId(writer.container()));
+        self.opened(ContainerId(writer.container()))?;
         drop(appending);
         let mine = HashSet::from([writer.container()]);
         Ok(Batch {
@@ -298,22 +367,27 @@ impl Store {
         // After a catalog restore, a container may hold frames written after the copy past
         // its recorded end: rewriting it would drop them before an audit has reported them.
         self.check_not_restored()?;
-        let open = self.open_set().clone();
-        let listed: BTreeMap<u64, (u64, bool)> =
-            self.pool.containers()?.into_iter().map(|c| (c.id, (c.size, c.sealed))).collect();
-        // With a shared catalog another server may be appending to any unsealed container;
-        // a sealed one never changes again, whoever wrote it.
-        let shared = self.catalog.is_shared();
+        // With a shared catalog another server may be appending to an unsealed container: it
+        // is left alone while leased or recently written, and always without leases to go
+        // by. A sealed one never changes again, whoever wrote it.
+        let busy = self.busy()?;
+        let listed: BTreeMap<u64, (u64, bool, Option<i64>)> = self
+            .pool
+            .containers()?
+            .into_iter()
+            .map(|c| (c.id, (c.size, c.sealed, c.modified)))
+            .collect();
         let mut reclaimed = Vec::new();
         for container in self.catalog.containers(self.pool_record)? {
             if stop.load(std::sync::atomic::Ordering::Relaxed) {
                 break;
             }
-            if open.contains(&container.id) {
-                continue;
-            }
-            let Some(&(size, sealed)) = listed.get(&container.id.0) else { continue };
-            if shared && !sealed {
+            let Some(&(size, sealed, modified)) = listed.get(&container.id.0) else { continue };
+            let writing = match &busy {
+                Some(busy) => busy.writing(container.id, sealed, modified),
+                None => !sealed,
+            };
+            if writing {
                 continue;
             }
             let chunks = self.catalog.chunks_in_container(container.id)?;
@@ -327,7 +401,7 @@ impl Store {
             } else {
                 let mut writer = self.pool.writer()?;
                 // Registered as open, so orphan removal leaves it alone until committed.
-                self.open_set().insert(ContainerId(writer.container()));
+                self.opened(ContainerId(writer.container()))?;
                 let locations: Vec<FrameLocation> =
                     live.iter().map(|c| location(&c.location)).collect();
                 let moved = qsm_pool::copy_frames(self.pool.as_ref(), &locations, writer.as_mut())?;
@@ -375,25 +449,26 @@ impl Store {
     /// pool. Refused after a catalog restore until an audit released the unknown containers
     /// ([`AuditOptions::release_unknown`]). Returns the containers deleted.
     ///
-    /// With a shared catalog ([`Catalog::is_shared`]: several servers on one pool) nothing is
-    /// deleted: a container another server is writing, or sealed but not yet committed, looks
-    /// exactly like an orphan from here.
+    /// With a shared catalog ([`Catalog::is_shared`]: several servers on one pool) a container
+    /// another server is writing, or has sealed but not yet committed, looks exactly like an
+    /// orphan from here: it is deleted only once no live server leases it and it was last
+    /// written more than a lease term ago (a server that crashed: its lease lapsed). Without
+    /// leases ([`Store::hold_leases`]) nothing is deleted on a shared catalog.
     pub fn remove_orphans(&self) -> Result<Vec<u64>> {
         self.check_not_restored()?;
-        if self.catalog.is_shared() {
-            return Ok(Vec::new());
-        }
-        // Pool first, then the catalog, then the open set: a container created after the pool
-        // listing is not considered, and one committed or opened before the later two
-        // snapshots is seen as known or open.
+        // Pool first, then the catalog, then the open set and leases: a container created
+        // after the pool listing is not considered, and one committed or opened before the
+        // later snapshots is seen as known or open.
         let _no_appends = self.appending.write().unwrap_or_else(PoisonError::into_inner);
         let listed = self.pool.containers()?;
         let known: HashSet<u64> =
             self.catalog.containers(self.pool_record)?.iter().map(|c| c.id.0).collect();
-        let open = self.open_set().clone();
+        let Some(busy) = self.busy()? else { return Ok(Vec::new()) };
         let mut removed = Vec::new();
         for c in listed {
-            if !known.contains(&c.id) && !open.contains(&ContainerId(c.id)) {
+            // Sealed or not: a container sealed but not yet committed is no orphan either.
+            let id = ContainerId(c.id);
+            if !known.contains(&c.id) && !busy.writing(id, false, c.modified) {
                 self.pool.delete(c.id)?;
                 removed.push(c.id);
             }
@@ -601,7 +676,7 @@ impl Batch<'_> {
         let appending = store.appending.read().unwrap_or_else(PoisonError::into_inner);
         let loc = self.writer()?.append(frame)?;
         if self.mine.insert(loc.container) {
-            store.open_set().insert(ContainerId(loc.container));
+            store.opened(ContainerId(loc.container))?;
         }
         drop(appending);
         let end = self.touched.entry(loc.container).or_insert(0);

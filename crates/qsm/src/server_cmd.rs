@@ -743,17 +743,22 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
             if json {
                 let rows: Vec<_> = sessions
                     .iter()
-                    .map(|s| serde_json::json!({"id": s.id, "account": s.account, "admin": s.admin, "client": s.client, "peer": s.peer, "started": s.started, "bytes": s.bytes, "objects": s.objects, "bytes_per_second": rate(s), "state": s.state}))
+                    .map(|s| serde_json::json!({"id": s.id, "account": s.account, "admin": s.admin, "client": s.client, "peer": s.peer, "started": s.started, "bytes": s.bytes, "objects": s.objects, "bytes_per_second": rate(s), "state": s.state, "server": s.server}))
                     .collect();
                 println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
+                // Servers sharing a catalog list each other's sessions: then each says where.
+                let several = sessions.iter().any(|s| s.server != sessions[0].server);
+                let on = |s: &v1::SessionInfo| {
+                    if several { format!("  (on {})", s.server) } else { String::new() }
+                };
                 println!(
                     "{:>6}  {:<16} {:<9} {:>12} {:>9} {:>10}  {:<24} client",
                     "id", "account", "state", "bytes", "objects", "MB/s", "peer"
                 );
                 for s in &sessions {
                     println!(
-                        "{:>6}  {:<16} {:<9} {:>12} {:>9} {:>10.2}  {:<24} {}",
+                        "{:>6}  {:<16} {:<9} {:>12} {:>9} {:>10.2}  {:<24} {}{}",
                         s.id,
                         if s.admin { format!("{} (admin)", s.account) } else { s.account.clone() },
                         s.state,
@@ -761,7 +766,8 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
                         s.objects,
                         rate(s) / 1e6,
                         s.peer,
-                        s.client
+                        s.client,
+                        on(s)
                     );
                 }
             }
@@ -814,12 +820,14 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
             if json {
                 let rows: Vec<_> = list
                     .iter()
-                    .map(|p| serde_json::json!({"id": p.id, "kind": p.kind, "started": p.started, "progress": p.progress}))
+                    .map(|p| serde_json::json!({"id": p.id, "kind": p.kind, "started": p.started, "progress": p.progress, "server": p.server}))
                     .collect();
                 println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
+                let several = list.iter().any(|p| p.server != list[0].server);
                 for p in &list {
-                    println!("{:>6}  {:<18} {}", p.id, p.kind, p.progress);
+                    let on = if several { format!("  (on {})", p.server) } else { String::new() };
+                    println!("{:>6}  {:<18} {}{on}", p.id, p.kind, p.progress);
                 }
             }
         }

@@ -222,3 +222,109 @@ fn s3_stopped_mid_backup_or_wrong_credentials_are_clear_errors_and_lose_nothing(
     assert!(err.contains("backups"), "{err}");
     assert!(!err.contains("not-the-secret-key"), "the secret key was printed: {err}");
 }
+
+/// Issue 23.7: two servers on one catalog and pool see each other's sessions; a lock or a
+/// cancel given to one ends a backup running on the other within seconds; a container the
+/// other is writing before its first commit is leased, so orphan removal keeps it, until the
+/// other is killed and its lease lapses: then it is an orphan, and removed.
+#[test]
+fn servers_sharing_a_catalog_stop_each_others_sessions_and_lease_their_containers() {
+    let dir = TempDir::new().unwrap();
+    let pool = dir.path().join("pool");
+    let pool_arg = pool.to_str().unwrap();
+    let one = dir.path().join("srv1");
+    backend(&one);
+    // The shortest lease, so that the test waits seconds, not half a minute.
+    let settings = fs::read_to_string(one.join("server.toml")).unwrap();
+    fs::write(one.join("server.toml"), settings + "lease_seconds = 6\n").unwrap();
+    let first = ServerProc::start_with(&one, false, &["--pool", pool_arg]);
+    let two = dir.path().join("srv2");
+    share_settings(&one, &two);
+    let mut second = ServerProc::start_with(&two, false, &["--pool", pool_arg]);
+    register(&first, "alpha", "alpha-password");
+    let pw = password_file(dir.path(), "pw", "alpha-password");
+    let src = dir.path().join("src");
+    big_tree(&src, 40);
+    let containers = || -> Vec<PathBuf> {
+        let mut all = Vec::new();
+        for sub in fs::read_dir(pool.join("containers")).into_iter().flatten().flatten() {
+            for f in fs::read_dir(sub.path()).into_iter().flatten().flatten() {
+                all.push(f.path());
+            }
+        }
+        all
+    };
+    let alpha_sessions = |server: &ServerProc| -> Vec<serde_json::Value> {
+        let all = json(admin(server).args(["query", "session"]));
+        all.as_array().unwrap().iter().filter(|s| s["account"] == "alpha").cloned().collect()
+    };
+    let ends_within = |backup: Child, what: &str| {
+        let started = Instant::now();
+        let out = backup.wait_with_output().unwrap();
+        let took = started.elapsed();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{what}: {err}");
+        assert!(err.contains("cancelled"), "{what}: {err}");
+        assert!(took < Duration::from_secs(15), "{what}: the backup ran {took:?} more");
+        println!("{what}: the backup on the other server ended {took:?} later");
+    };
+
+    // A lock given to the first server ends the backup running on the second.
+    let backup = slow_backup(&second.url, &pw, &src, dir.path());
+    wait_for("a first commit", || committed_objects(&second, "alpha", &pw) >= 3);
+    let listed = alpha_sessions(&first);
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    let pid = format!("pid {}", second.child.id());
+    assert!(listed[0]["server"].as_str().unwrap().ends_with(&pid), "{listed:?}");
+    admin(&first).args(["lock-node", "alpha"]).assert().success();
+    ends_within(backup, "lock node");
+    wait_for("the session's end", || alpha_sessions(&first).is_empty());
+    admin(&first).args(["unlock-node", "alpha"]).assert().success();
+
+    // So does a cancel of its session, by the number the first server lists.
+    let backup = slow_backup(&second.url, &pw, &src, dir.path());
+    wait_for("a session", || !alpha_sessions(&first).is_empty());
+    let id = alpha_sessions(&first)[0]["id"].as_u64().unwrap().to_string();
+    admin(&first).args(["cancel", "session", &id]).assert().success();
+    ends_within(backup, "cancel session");
+
+    // A backup whose first transaction takes seconds: its container exists before the
+    // catalog knows it, leased by the second server.
+    let before = containers();
+    let backup = StdCommand::new(assert_cmd::cargo::cargo_bin("qsm"))
+        .env("QSM_SERVER", &second.url)
+        .env("QSM_NODE", "alpha")
+        .env("QSM_PASSWORD_FILE", &pw)
+        .env("QSM_HOME", "/nonexistent/embedded-must-not-be-used")
+        .env("HOME", dir.path())
+        .args(["backup", "--json", "--compression", "off", "--limit-upload", "2MB"])
+        .args(["--txn-group-max", "1000"])
+        .arg(&src)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut fresh = Vec::new();
+    wait_for("a new container", || {
+        fresh = containers().into_iter().filter(|c| !before.contains(c)).collect();
+        fresh.iter().any(|c| fs::metadata(c).map(|m| m.len() > 1_000_000).unwrap_or(false))
+    });
+    let reclaimed = json(admin(&first).args(["reclaim", "stgpool"]));
+    assert_eq!(reclaimed["orphans"], 0, "a leased container removed: {reclaimed}");
+    second.kill();
+    let mut backup = backup;
+    let _ = backup.wait();
+    let reclaimed = json(admin(&first).args(["reclaim", "stgpool"]));
+    assert_eq!(reclaimed["orphans"], 0, "removed before its lease lapsed: {reclaimed}");
+    assert!(fresh.iter().all(|c| c.exists()), "{fresh:?}");
+    // The lease (6 s) lapses and a heartbeat of the first server (every 3 s) notices.
+    std::thread::sleep(Duration::from_secs(10));
+    let reclaimed = json(admin(&first).args(["reclaim", "stgpool"]));
+    assert!(reclaimed["orphans"].as_u64().unwrap() >= 1, "{reclaimed}");
+    assert!(fresh.iter().all(|c| !c.exists()), "the crashed server's container is still there");
+    let log = json(admin(&first).args(["query", "actlog"]));
+    assert!(log.to_string().contains("stopped answering"), "{log}");
+    // What was committed before restores through the survivor.
+    let listed = json(client(&first, "alpha", &pw).args(["query", "backup"]).arg(&src));
+    assert!(!listed.as_array().unwrap().is_empty(), "{listed}");
+}
