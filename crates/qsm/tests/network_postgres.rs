@@ -236,7 +236,7 @@ fn servers_sharing_a_catalog_stop_each_others_sessions_and_lease_their_container
     backend(&one);
     // The shortest lease, so that the test waits seconds, not half a minute.
     let settings = fs::read_to_string(one.join("server.toml")).unwrap();
-    fs::write(one.join("server.toml"), settings + "lease_seconds = 6\n").unwrap();
+    fs::write(one.join("server.toml"), format!("lease_seconds = 6\n{settings}")).unwrap();
     let first = ServerProc::start_with(&one, false, &["--pool", pool_arg]);
     let two = dir.path().join("srv2");
     share_settings(&one, &two);

@@ -1397,7 +1397,8 @@ fn the_catalog_is_backed_up_online_restored_offline_and_audit_reports_what_it_lo
 
     // The shortest lease, so that on a shared catalog unknown containers become orphans soon.
     let settings = fs::read_to_string(data.join("server.toml")).unwrap_or_default();
-    fs::write(data.join("server.toml"), settings + "lease_seconds = 6\n").unwrap();
+    // First: a top-level key after an `[s3]` table would belong to the table.
+    fs::write(data.join("server.toml"), format!("lease_seconds = 6\n{settings}")).unwrap();
     let server = ServerProc::start(&data, false);
     let listed = json(client(&server, "alpha", &pw).args(["query", "backup"]).arg(&src));
     assert!(
