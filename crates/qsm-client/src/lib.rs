@@ -14,6 +14,7 @@ pub mod archives;
 pub mod backup;
 pub mod chunker;
 pub mod dedup;
+mod dirs;
 pub mod embedded;
 pub mod error;
 pub mod filter;

@@ -28,6 +28,7 @@ use rustix::io::Errno;
 
 use qsm_catalog::{ObjectId, ObjectKind, ObjectType, ObjectVersion, Timestamp};
 
+use crate::dirs::Dirs;
 use crate::error::{ClientError, Result};
 use crate::fsmeta::{self, At};
 use crate::server::{Fetch, Fetched, Scope, Server};
@@ -204,44 +205,6 @@ pub fn safe_components(rel: &[u8]) -> std::result::Result<Vec<&OsStr>, String> {
             c => Ok(OsStr::from_bytes(c)),
         })
         .collect()
-}
-
-/// Reaches the directory `components` below `base` one component at a time, each opened
-/// relative to the previous one's descriptor with `O_NOFOLLOW | O_DIRECTORY`: a symlink or a
-/// file anywhere on the way is refused, whenever it was planted, and nothing is resolved by
-/// path. With `create`, missing directories are made, owner-only until the final pass sets
-/// their real mode.
-fn open_dirs(
-    base: &OwnedFd,
-    components: &[&OsStr],
-    create: bool,
-    shown: &Path,
-) -> std::result::Result<OwnedFd, String> {
-    let flags = OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::RDONLY | OFlags::CLOEXEC;
-    let mut fd = rustix::fs::openat(base, ".", flags, Mode::empty())
-        .map_err(|e| format!("{}: {e}", shown.display()))?;
-    let mut path = shown.to_path_buf();
-    for c in components {
-        path.push(c);
-        let next = match rustix::fs::openat(&fd, *c, flags, Mode::empty()) {
-            Ok(next) => next,
-            Err(e) if e == Errno::NOENT && create => {
-                rustix::fs::mkdirat(&fd, *c, Mode::from_raw_mode(0o700))
-                    .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
-                rustix::fs::openat(&fd, *c, flags, Mode::empty())
-                    .map_err(|e| format!("{}: {e}", path.display()))?
-            }
-            Err(e) if e == Errno::LOOP || e == Errno::NOTDIR => {
-                return Err(format!(
-                    "{} is a symlink or not a directory: refusing to restore through it",
-                    path.display()
-                ));
-            }
-            Err(e) => return Err(format!("{}: {e}", path.display())),
-        };
-        fd = next;
-    }
-    Ok(fd)
 }
 
 fn running_as_root() -> bool {
@@ -437,6 +400,7 @@ pub fn restore(
         path: target.to_path_buf(),
         source: e.into(),
     })?;
+    let tree = Dirs::new(target_fd, target);
     let mut dirs = Vec::new();
     let mut jobs = Vec::new();
     let me = current_uid();
@@ -461,7 +425,7 @@ pub fn restore(
         if let (Some(me), Ok(components), false) = (me, safe_components(&v.path), ancestor) {
             let parents = components.split_last().map_or(&[][..], |(_, p)| p);
             if swept.insert(parents.to_vec())
-                && let Ok(dir) = open_dirs(&target_fd, parents, false, target)
+                && let Ok(dir) = tree.get(parents, false)
             {
                 summary.leftovers += sweep_leftovers(&dir, me);
             }
@@ -470,7 +434,7 @@ pub fn restore(
             links.push((v, existing));
             continue;
         }
-        match restore_one(v, target, &target_fd, existing, &meta) {
+        match restore_one(v, target, &tree, existing, &meta) {
             Ok(Outcome::Restored(bytes, renamed)) => {
                 summary.renamed += u64::from(renamed);
                 summary.bytes += bytes;
@@ -498,8 +462,7 @@ pub fn restore(
     restore_files(
         server,
         &jobs,
-        &target_fd,
-        target,
+        &tree,
         &meta,
         options.threads,
         &options.keys,
@@ -508,13 +471,13 @@ pub fn restore(
         filespace,
     )?;
     // Later names of link groups, now that their files are in place.
-    restore_links(&links, &jobs, &target_fd, target, &mut summary, filespace);
+    restore_links(&links, &jobs, &tree, &mut summary, filespace);
     // Directory owner, mode and times last, deepest first: restoring their contents changed
     // them. Through a handle opened without following symlinks, so a directory swapped for a
     // symlink meanwhile is skipped, not followed.
     for v in dirs.iter().rev() {
         let Ok(components) = safe_components(&v.path) else { continue };
-        if let Ok(fd) = open_dirs(&target_fd, &components, false, target) {
+        if let Ok(fd) = tree.get(&components, false) {
             let problems = fsmeta::apply(At::Fd(fd.as_fd()), v.object_type, &v.attrs, &meta);
             meta.note(&format!("{filespace}/{}", String::from_utf8_lossy(&v.path)), problems);
         }
@@ -556,7 +519,7 @@ enum Refusal {
 fn restore_one(
     v: &ObjectVersion,
     target: &Path,
-    target_fd: &OwnedFd,
+    dirs: &Dirs,
     existing: Existing,
     meta: &fsmeta::Context,
 ) -> std::result::Result<Outcome, Refusal> {
@@ -567,12 +530,12 @@ fn restore_one(
         return Ok(Outcome::Restored(0, false));
     };
     let parent_path = parents.iter().fold(target.to_path_buf(), |p, c| p.join(c));
-    let parent = open_dirs(target_fd, parents, true, target).map_err(Refusal::Warn)?;
+    let parent = dirs.get(parents, true).map_err(Refusal::Warn)?;
     let path = parent_path.join(last);
     let present = rustix::fs::statat(&parent, *last, AtFlags::SYMLINK_NOFOLLOW).ok();
     match v.object_type {
         ObjectType::Directory => {
-            open_dirs(&parent, &[*last], true, &parent_path).map_err(Refusal::Warn)?;
+            dirs.get(&components, true).map_err(Refusal::Warn)?;
             // An existing directory is used as it is, its owner, mode and times untouched,
             // unless replacing.
             if present.is_some() && existing != Existing::Replace {
@@ -726,8 +689,7 @@ struct FrameSource<'a> {
     /// Each job's index by object id, to tell a frame of a later file (the current one was
     /// cut short) from one nobody asked for.
     index: HashMap<ObjectId, usize>,
-    target_fd: &'a OwnedFd,
-    target: &'a Path,
+    dirs: &'a Dirs,
     next_job: usize,
     current: Option<OpenFile>,
     /// A frame read ahead (to see that nothing follows a file's last frame, or because it
@@ -799,11 +761,11 @@ impl FrameSource<'_> {
             return failed("the server's data ended before this file's began".into());
         }
         let parents: Vec<&OsStr> = job.parents.iter().map(|c| c.as_os_str()).collect();
-        let opened = open_dirs(self.target_fd, &parents, false, self.target).and_then(|p| {
+        let opened = self.dirs.get(&parents, false).and_then(|p| {
             let flags =
                 OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-            rustix::fs::openat(&p, job.tmp.as_str(), flags, Mode::from_raw_mode(0o600))
-                .map(|fd| (Arc::new(p), Arc::new(File::from(fd))))
+            rustix::fs::openat(&*p, job.tmp.as_str(), flags, Mode::from_raw_mode(0o600))
+                .map(|fd| (Arc::clone(&p), Arc::new(File::from(fd))))
                 .map_err(|e| format!("cannot create {}: {e}", job.tmp))
         });
         match opened {
@@ -957,8 +919,7 @@ impl FrameSource<'_> {
 fn restore_files(
     server: &dyn Server,
     jobs: &[FileJob],
-    target_fd: &OwnedFd,
-    target: &Path,
+    dirs: &Dirs,
     meta: &fsmeta::Context,
     threads: Option<usize>,
     keys: &Option<Arc<crate::keys::NodeKeys>>,
@@ -972,8 +933,7 @@ fn restore_files(
         fetch,
         jobs,
         index: jobs.iter().enumerate().map(|(i, j)| (j.version.id, i)).collect(),
-        target_fd,
-        target,
+        dirs,
         next_job: 0,
         current: None,
         ahead: None,
@@ -1103,8 +1063,7 @@ fn restore_files(
 fn restore_links(
     links: &[(&ObjectVersion, Existing)],
     jobs: &[FileJob],
-    target_fd: &OwnedFd,
-    target: &Path,
+    dirs: &Dirs,
     summary: &mut RestoreSummary,
     filespace: &str,
 ) {
@@ -1114,7 +1073,7 @@ fn restore_links(
     let by_path: HashMap<&[u8], &FileJob> =
         jobs.iter().map(|j| (j.version.path.as_slice(), j)).collect();
     for (v, existing) in links {
-        match link_one(v, *existing, &by_path, target_fd, target) {
+        match link_one(v, *existing, &by_path, dirs) {
             Ok(Outcome::Restored(_, renamed)) => {
                 summary.restored += 1;
                 summary.renamed += u64::from(renamed);
@@ -1130,16 +1089,15 @@ fn link_one(
     v: &ObjectVersion,
     existing: Existing,
     by_path: &HashMap<&[u8], &FileJob>,
-    target_fd: &OwnedFd,
-    target: &Path,
+    dirs: &Dirs,
 ) -> std::result::Result<Outcome, Refusal> {
     let components = safe_components(&v.path)
         .map_err(|why| Refusal::Warn(format!("unsafe name in the catalog ({why})")))?;
     let Some((last, parents)) = components.split_last() else {
         return Err(Refusal::Warn("the filespace root cannot be another name of a file".into()));
     };
-    let parent = open_dirs(target_fd, parents, true, target).map_err(Refusal::Warn)?;
-    let present = rustix::fs::statat(&parent, *last, AtFlags::SYMLINK_NOFOLLOW).ok();
+    let parent = dirs.get(parents, true).map_err(Refusal::Warn)?;
+    let present = rustix::fs::statat(&*parent, *last, AtFlags::SYMLINK_NOFOLLOW).ok();
     if present.is_some() && existing == Existing::Skip {
         return Ok(Outcome::Skipped);
     }
@@ -1154,7 +1112,7 @@ fn link_one(
             ))
         })?;
     let from_parents: Vec<&OsStr> = job.parents.iter().map(|c| c.as_os_str()).collect();
-    let from = open_dirs(target_fd, &from_parents, false, target).map_err(Refusal::Warn)?;
+    let from = dirs.get(&from_parents, false).map_err(Refusal::Warn)?;
     let renamed = present.is_some() && existing == Existing::Rename;
     if !renamed
         && present.is_some_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Directory)
