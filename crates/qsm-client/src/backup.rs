@@ -84,6 +84,10 @@ pub struct BackupOptions {
 /// this many more reads before it is reported.
 pub const CHANGING_RETRIES: u32 = 3;
 
+/// The most [`BackupOptions::changing_retries`] that may be asked: each is another whole read
+/// of the file, and a file still changing after this many will go on changing.
+pub const MAX_CHANGING_RETRIES: u32 = 100;
+
 impl Default for BackupOptions {
     fn default() -> Self {
         BackupOptions {

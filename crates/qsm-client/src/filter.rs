@@ -110,7 +110,7 @@ impl Rules {
         let mut sets = [(); 4].map(|()| GlobSetBuilder::new());
         for pattern in patterns {
             let bad =
-                |why: String| ClientError::Invalid(format!("{what} pattern {pattern:?}: {why}"));
+                |why: String| ClientError::Usage(format!("{what} pattern {pattern:?}: {why}"));
             let body = pattern.trim_end_matches('/');
             let dirs_only = body.len() < pattern.len();
             if body.is_empty() {
@@ -131,7 +131,7 @@ impl Rules {
             sets[usize::from(absolute) + 2 * usize::from(dirs_only)].add(glob);
         }
         let [relative, absolute, relative_dirs, absolute_dirs] = sets
-            .map(|b| b.build().map_err(|e| ClientError::Invalid(format!("{what} patterns: {e}"))));
+            .map(|b| b.build().map_err(|e| ClientError::Usage(format!("{what} patterns: {e}"))));
         Ok(Rules {
             relative: relative?,
             absolute: absolute?,
@@ -169,7 +169,7 @@ impl Bindings {
                 .rsplit_once('=')
                 .filter(|(p, c)| !p.is_empty() && !c.trim().is_empty())
                 .ok_or_else(|| {
-                    ClientError::Invalid(format!(
+                    ClientError::Usage(format!(
                         "management-class binding {spec:?}: write PATTERN=CLASS"
                     ))
                 })?;

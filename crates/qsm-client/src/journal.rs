@@ -71,7 +71,15 @@ pub struct Journal {
 
 fn db_error(path: &Path, what: &str) -> impl FnOnce(rusqlite::Error) -> ClientError {
     let detail = format!("journal {}: {what}", path.display());
-    move |e| ClientError::Invalid(format!("{detail}: {e}"))
+    let path = path.to_path_buf();
+    move |e| match e.sqlite_error_code() {
+        // Another file named as the journal: a mistake in how the command was given.
+        Some(rusqlite::ErrorCode::NotADatabase) => ClientError::Usage(format!(
+            "{} is not a QSM change journal (not an SQLite database)",
+            path.display()
+        )),
+        _ => ClientError::Invalid(format!("{detail}: {e}")),
+    }
 }
 
 /// What a backup's journal use is keyed on besides the journal itself: its include/exclude

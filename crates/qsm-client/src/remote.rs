@@ -223,7 +223,10 @@ pub fn connect_local_admin(url: &str) -> Result<RemoteServer> {
 async fn connect_channel(options: &RemoteOptions) -> Result<Channel> {
     let url = &options.url;
     let unreachable = |e: tonic::transport::Error| {
-        ClientError::Unreachable(format!("cannot reach the server at {url}: {}", source_chain(&e)))
+        ClientError::Unreachable(format!(
+            "cannot reach the server at {url}: {}",
+            crate::error::chain(&e)
+        ))
     };
     if let Some(path) = url.strip_prefix("unix:") {
         let path = PathBuf::from(path);
@@ -242,7 +245,7 @@ async fn connect_channel(options: &RemoteOptions) -> Result<Channel> {
             .map_err(unreachable);
     }
     let mut endpoint = Endpoint::from_shared(url.clone())
-        .map_err(|e| ClientError::Invalid(format!("server address {url:?}: {e}")))?
+        .map_err(|e| ClientError::Usage(format!("server address {url:?}: {e}")))?
         .connect_timeout(Duration::from_secs(10))
         .tcp_nodelay(true)
         .http2_keep_alive_interval(Duration::from_secs(30))
@@ -257,13 +260,13 @@ async fn connect_channel(options: &RemoteOptions) -> Result<Channel> {
                 let pem = std::fs::read(ca).map_err(|e| {
                     ClientError::Usage(format!("the CA certificate {}: {e}", ca.display()))
                 })?;
-                check_certificates(&pem).map_err(|why| {
+                qsm_proto::pem::check_certificates(&pem).map_err(|why| {
                     ClientError::Usage(format!("the CA certificate {}: {why}", ca.display()))
                 })?;
                 tls = tls.ca_certificate(Certificate::from_pem(pem));
             }
             None => {
-                return Err(ClientError::Invalid(format!(
+                return Err(ClientError::Usage(format!(
                     "{url}: no certificate to trust: give the server's certificate with --ca \
                      (or QSM_CA, or `ca` in the client configuration)"
                 )));
@@ -273,39 +276,20 @@ async fn connect_channel(options: &RemoteOptions) -> Result<Channel> {
             .tls_config(tls)
             .map_err(|e| ClientError::Invalid(format!("TLS for {url}: {e}")))?;
     } else if !url.starts_with("http:") {
-        return Err(ClientError::Invalid(format!(
+        return Err(ClientError::Usage(format!(
             "server address {url:?}: use https://HOST:PORT, http://HOST:PORT or unix:PATH"
         )));
     } else if !options.insecure && !endpoint.uri().host().is_some_and(qsm_proto::is_loopback) {
-        return Err(ClientError::Invalid(format!(
+        return Err(ClientError::Usage(format!(
             "{url}: http:// sends the password and every file in clear to another machine: \
              use https:// (with the server's certificate, --ca), or say --insecure if the \
              link is private"
         )));
     }
-    endpoint.connect().await.map_err(|e| match wrong_scheme(url, &source_chain(&e)) {
+    endpoint.connect().await.map_err(|e| match wrong_scheme(url, &crate::error::chain(&e)) {
         Some(why) => ClientError::Usage(why),
         None => unreachable(e),
     })
-}
-
-/// Checks that `pem` holds at least one certificate a TLS client can trust: a garbage file
-/// given as `--ca` would otherwise make every connection fail as if the server were at fault.
-fn check_certificates(pem: &[u8]) -> std::result::Result<(), String> {
-    use rustls::pki_types::pem::PemObject;
-    let certs: Vec<rustls::pki_types::CertificateDer<'static>> =
-        rustls::pki_types::CertificateDer::pem_slice_iter(pem)
-            .collect::<std::result::Result<_, _>>()
-            .map_err(|e| format!("not a PEM certificate: {e}"))?;
-    if certs.is_empty() {
-        return Err("holds no PEM certificate (-----BEGIN CERTIFICATE-----)".into());
-    }
-    let mut roots = rustls::RootCertStore::empty();
-    let (added, _) = roots.add_parsable_certificates(certs);
-    if added == 0 {
-        return Err("holds no certificate that parses (damaged PEM)".into());
-    }
-    Ok(())
 }
 
 /// Whether the server at `url` (an `http://` URL whose login failed) answers as TLS: the
@@ -348,18 +332,6 @@ fn wrong_scheme(url: &str, text: &str) -> Option<String> {
     } else {
         None
     }
-}
-
-/// An error with its causes, which tonic's transport errors keep to themselves.
-fn source_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        text.push_str(": ");
-        text.push_str(&c.to_string());
-        cause = c.source();
-    }
-    text
 }
 
 impl Drop for RemoteServer {

@@ -15,6 +15,13 @@ use crate::auth;
 use crate::node::{blocking, catalog_status, store_status, token};
 use crate::state::{Finished, State};
 
+/// The most workers one expiration may run (`--resource`): each takes whole filespaces and
+/// holds a catalog connection.
+pub const MAX_EXPIRE_WORKERS: u32 = 64;
+/// The most activity-log entries one query returns (`--limit`); a larger one is answered with
+/// this many.
+pub const MAX_ACTLOG_ENTRIES: u32 = 100_000;
+
 /// The service.
 #[derive(Debug, Clone)]
 pub struct AdminService {
@@ -396,8 +403,10 @@ impl Admin for AdminService {
         let r = request.into_inner();
         let resource = match r.resource {
             0 => 4,
-            n if n > 64 => {
-                return Err(Status::invalid_argument("--resource: at most 64 workers"));
+            n if n > MAX_EXPIRE_WORKERS => {
+                return Err(Status::invalid_argument(format!(
+                    "--resource: at most {MAX_EXPIRE_WORKERS} workers"
+                )));
             }
             n => n as usize,
         };
@@ -826,7 +835,7 @@ impl Admin for AdminService {
     ) -> Result<Response<v1::ActlogReply>, Status> {
         self.authorize(&request, ANY)?;
         let r = request.into_inner();
-        let limit = if r.limit == 0 { 1000 } else { r.limit.min(100_000) } as usize;
+        let limit = if r.limit == 0 { 1000 } else { r.limit.min(MAX_ACTLOG_ENTRIES) } as usize;
         let search = r.search.to_lowercase();
         let state = Arc::clone(&self.state);
         blocking(move || {

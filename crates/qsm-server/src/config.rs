@@ -2,7 +2,17 @@
 
 use std::path::{Path, PathBuf};
 
+use qsm_store::TxnLimits;
 use serde::{Deserialize, Serialize};
+
+/// The most sessions a server may be told to hold open, in all or for one node (TSM's
+/// largest `MAXSESSIONS`).
+pub const MAX_SESSIONS: usize = 99_999;
+/// The most streams a server may be told to run at once: each holds one of tokio's 512
+/// blocking threads, and the catalog's calls (logins included) must always find one free.
+pub const MAX_STREAMS: usize = 448;
+/// The longest idle timeout, in minutes (TSM's largest `IDLETIMEOUT`).
+pub const MAX_IDLE_MINUTES: u64 = 9_999;
 
 /// Everything `qsm server` can be told.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -102,25 +112,34 @@ impl ServerConfig {
         Ok(config)
     }
 
-    /// Refuses limits that would stop the server from working: a transaction of no objects
-    /// or bytes, no sessions, sessions ended as soon as they start.
+    /// Refuses settings that would stop the server from working or that no server needs: a
+    /// transaction of no objects or bytes, no sessions, sessions ended as soon as they start,
+    /// more streams than there are threads to run them, an address that is not `HOST:PORT`.
     pub fn validate(&self) -> Result<(), String> {
-        for (name, value) in [
-            ("txn_group_max", self.txn_group_max as u64),
-            ("txn_byte_limit", self.txn_byte_limit),
-            ("max_sessions", self.max_sessions as u64),
-            ("max_node_sessions", self.max_node_sessions as u64),
-            ("max_streams", self.max_streams as u64),
-            ("max_node_streams", self.max_node_streams as u64),
-            ("idle_timeout_minutes", self.idle_timeout_minutes),
+        for (name, value, max, unit) in [
+            ("txn_group_max", self.txn_group_max as u64, TxnLimits::MAX_GROUP as u64, "objects"),
+            ("txn_byte_limit", self.txn_byte_limit, TxnLimits::MAX_BYTES, "bytes"),
+            ("max_sessions", self.max_sessions as u64, MAX_SESSIONS as u64, "sessions"),
+            ("max_node_sessions", self.max_node_sessions as u64, MAX_SESSIONS as u64, "sessions"),
+            ("max_streams", self.max_streams as u64, MAX_STREAMS as u64, "streams"),
+            ("max_node_streams", self.max_node_streams as u64, MAX_STREAMS as u64, "streams"),
+            ("idle_timeout_minutes", self.idle_timeout_minutes, MAX_IDLE_MINUTES, "minutes"),
         ] {
-            if value == 0 {
-                return Err(format!("{name} must be at least 1"));
+            if !(1..=max).contains(&value) {
+                return Err(format!("{name} {value} is outside 1 to {max} {unit}"));
+            }
+        }
+        for addr in &self.listen {
+            let port = addr.rsplit_once(':').filter(|(host, _)| !host.is_empty());
+            if port.is_none_or(|(_, port)| port.parse::<u16>().is_err()) {
+                return Err(format!(
+                    "listen address {addr:?}: write HOST:PORT (port 0 to 65535; 0 picks one)"
+                ));
             }
         }
         if !(MIN_LEASE_SECONDS..=3600).contains(&self.lease_seconds) {
             return Err(format!(
-                "lease_seconds must be between {MIN_LEASE_SECONDS} and 3600 seconds, not {}",
+                "lease_seconds {} is outside {MIN_LEASE_SECONDS} to 3600 seconds",
                 self.lease_seconds
             ));
         }
@@ -136,6 +155,34 @@ impl ServerConfig {
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// Checks the certificate and key TLS would serve, when TLS is served and they exist or
+    /// are configured (the default pair is generated on first start): a file that is not PEM
+    /// of its kind is named here, not left to fail the TLS setup without saying which.
+    pub fn check_tls_files(&self) -> Result<(), String> {
+        if self.plaintext || self.listen.is_empty() {
+            return Ok(());
+        }
+        let (cert, key) = self.tls_paths();
+        if !cert.exists() && !key.exists() {
+            if self.tls_cert.is_some() || self.tls_key.is_some() {
+                return Err(format!(
+                    "the configured certificate {} and key {} do not exist",
+                    cert.display(),
+                    key.display()
+                ));
+            }
+            return Ok(());
+        }
+        let read = |path: &Path, what: &str| {
+            std::fs::read(path).map_err(|e| format!("the TLS {what} {}: {e}", path.display()))
+        };
+        qsm_proto::pem::check_certificates(&read(&cert, "certificate")?)
+            .map_err(|why| format!("the TLS certificate {}: {why}", cert.display()))?;
+        qsm_proto::pem::check_private_key(&read(&key, "key")?)
+            .map_err(|why| format!("the TLS key {}: {why}", key.display()))?;
         Ok(())
     }
 
@@ -237,7 +284,10 @@ mod tests {
         assert!(e.contains("data_dri"), "{e}");
         std::fs::write(&path, "txn_byte_limit = 0\n").unwrap();
         let e = ServerConfig::load(&path).unwrap_err();
-        assert!(e.contains("txn_byte_limit must be at least 1"), "{e}");
+        assert!(e.contains("txn_byte_limit 0 is outside 1 to 34359738368 bytes"), "{e}");
+        std::fs::write(&path, "listen = [\"1500\"]\n").unwrap();
+        let e = ServerConfig::load(&path).unwrap_err();
+        assert!(e.contains("write HOST:PORT"), "{e}");
     }
 }
 

@@ -10,15 +10,9 @@ use crate::{ServerConfig, ServerError};
 
 /// The identity to serve TLS with, and the certificate's path (what clients must trust).
 pub fn identity(config: &ServerConfig) -> Result<(Identity, PathBuf), ServerError> {
+    config.check_tls_files().map_err(ServerError)?;
     let (cert, key) = config.tls_paths();
     if !cert.exists() && !key.exists() {
-        if config.tls_cert.is_some() || config.tls_key.is_some() {
-            return Err(ServerError(format!(
-                "the configured certificate {} and key {} do not exist",
-                cert.display(),
-                key.display()
-            )));
-        }
         generate(config, &cert, &key)?;
     }
     let read = |p: &PathBuf| {

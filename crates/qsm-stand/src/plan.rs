@@ -114,6 +114,15 @@ pub enum PlanError {
 /// The most data one cell may hold.
 pub const MAX_CELL: usize = 1 << 30;
 
+/// The most passes over a cell's blocks a plan may ask for, untimed or timed: far past what a
+/// measurement needs, and small enough that passes times rounds cannot overflow.
+pub const MAX_PASSES: u32 = 10_000;
+/// The most rounds a plan may ask for.
+pub const MAX_ROUNDS: u32 = 1_000;
+/// The most timed samples one cell may keep (8 bytes each): a plan asking for more would run
+/// out of memory instead of measuring.
+pub const MAX_SAMPLES: u64 = 1 << 26;
+
 /// The smallest and largest block a plan may ask for.
 pub const MIN_BLOCK: usize = 64;
 /// The frame format's largest quantum.
@@ -317,6 +326,32 @@ impl Plan {
         if file.repetitions == 0 {
             return Err(value("repetitions".into(), "0: at least one timed pass"));
         }
+        for (field, n, max, unit) in [
+            ("rounds", file.rounds, MAX_ROUNDS, "rounds"),
+            ("repetitions", file.repetitions, MAX_PASSES, "timed passes"),
+            ("warmup", file.warmup, MAX_PASSES, "untimed passes"),
+        ] {
+            if n > max {
+                return Err(value(field.into(), format!("{n}: at most {max} {unit}")));
+            }
+        }
+        // The smallest block makes the most samples.
+        let smallest = block_sizes.iter().copied().min().unwrap_or(MIN_BLOCK);
+        let blocks = match file.iterations {
+            Some(n) => n,
+            None => bytes_per_cell.max(smallest) / smallest,
+        } as u64;
+        let samples = blocks.saturating_mul(u64::from(file.repetitions));
+        if samples > MAX_SAMPLES {
+            return Err(value(
+                "repetitions".into(),
+                format!(
+                    "{} timed passes over {blocks} blocks of {smallest} bytes are {samples} samples, \
+                     more than the {MAX_SAMPLES} a cell may keep",
+                    file.repetitions
+                ),
+            ));
+        }
         Ok(Plan {
             algorithms,
             operations,
@@ -426,6 +461,12 @@ mod tests {
             ),
             (&format!("{base}repetitions = 0"), "repetitions"),
             (&format!("{base}rounds = 0"), "rounds: 0"),
+            (&format!("{base}repetitions = 4000000000"), "at most 10000 timed passes"),
+            (&format!("{base}warmup = 4000000000"), "at most 10000 untimed passes"),
+            (
+                "algorithms = [\"lz4\"]\nblock_sizes = [\"64\"]\npatterns = [\"random\"]\nbytes_per_cell = \"1024M\"\nrepetitions = 10",
+                "more than the 67108864 a cell may keep",
+            ),
             (&format!("{base}colour = 1"), "unknown field `colour`"),
             (&format!("{base}loads = [\"none\", \"disk:1\"]"), "loads[1]: unknown load \"disk:1\""),
             (&format!("{base}core = 4096"), "core: 4096"),

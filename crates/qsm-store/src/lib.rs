@@ -109,6 +109,15 @@ pub struct TxnLimits {
     pub byte_limit: u64,
 }
 
+impl TxnLimits {
+    /// The most objects a transaction may be asked to hold: TSM's largest `TXNGROUPMAX`.
+    /// Past it a transaction only grows the catalog's lock time and what a crash loses.
+    pub const MAX_GROUP: usize = 65_000;
+    /// The most frame bytes a transaction may be asked to hold: TSM's largest `TXNBYTELIMIT`
+    /// (32 GiB).
+    pub const MAX_BYTES: u64 = 32 << 30;
+}
+
 impl Default for TxnLimits {
     /// TSM's defaults: 4,096 objects (`TXNGROUPMAX`) and 25,600 KiB (`TXNBYTELIMIT`). Each
     /// commit costs an fsync of the pool and one of the catalog; at these sizes that is

@@ -7,10 +7,12 @@ use std::path::{Component, Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use qsm_catalog::{ObjectId, ObjectKind, ObjectVersion};
+use qsm_client::backup::MAX_CHANGING_RETRIES;
 use qsm_client::restore::Existing;
 use qsm_client::server::{Scope, Server};
 use qsm_client::{BackupOptions, BackupSummary, RestoreOptions, Selection};
 use qsm_codec::Compression;
+use qsm_store::TxnLimits;
 use serde::Serialize;
 
 use crate::conn::{ClientConfig, Conn, Connected, parse_rate};
@@ -38,10 +40,10 @@ pub struct BackupArgs {
     #[arg(long, value_parser = parse_rate)]
     limit_upload: Option<u64>,
     /// Objects per server transaction at most (the server may cap it lower).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::usage::range(1, TxnLimits::MAX_GROUP, "objects"))]
     txn_group_max: Option<usize>,
     /// Frame bytes per server transaction at most.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::usage::range(1, TxnLimits::MAX_BYTES, "bytes"))]
     txn_byte_limit: Option<u64>,
     /// Stay on the file system of each path.
     #[arg(long)]
@@ -60,7 +62,7 @@ pub struct BackupArgs {
     /// How many times a file that changed while it was read is read again, after the rest,
     /// before it is reported and left out (TSM's CHANGINGRETRIES; default 3, or
     /// `changing_retries` in client.toml).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = crate::usage::range(0, MAX_CHANGING_RETRIES, "retries"))]
     changing_retries: Option<u32>,
     /// The filespace to back up into. By default a path below an existing filespace goes
     /// into it, as an incremental of that subtree; naming the path itself makes it a
@@ -202,7 +204,7 @@ pub struct RestoreArgs {
     #[arg(long, value_parser = parse_time, conflicts_with = "id")]
     pit: Option<i64>,
     /// Restore one version by id, active or not (ids from `qsm query backup --inactive`).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::usage::range(1, i64::MAX, "(a version id)"))]
     id: Option<i64>,
     /// The node's key file, for encrypted backups (default: `key_file` in client.toml,
     /// $QSM_KEY_FILE, or ~/.config/qsm/key; fetched from the server if none is here).
@@ -229,8 +231,9 @@ pub struct ArchiveArgs {
     #[arg(long, short = 'd')]
     description: String,
     /// Days to keep it, if longer than its management class keeps archives (the class's
-    /// archive copy group decides otherwise: 365 days unless the administrator changed it).
-    #[arg(long)]
+    /// archive copy group decides otherwise: 365 days unless the administrator changed it), or
+    /// nolimit.
+    #[arg(long, value_parser = crate::usage::or_nolimit(0, "days"))]
     retain_days: Option<u32>,
     /// The management class of what no --mgmtclass binding names (TSM's ARCHMC; default: the
     /// domain's default class); its archive copy group's retention applies.
@@ -260,7 +263,7 @@ pub struct RetrieveArgs {
     #[arg(long, short = 'd')]
     description: Option<String>,
     /// The archive with this id (the `archive` column of `qsm query archive`).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::usage::range(1, i64::MAX, "(an archive id)"))]
     id: Option<i64>,
     /// Retrieve into this directory instead of the original location.
     #[arg(long)]
@@ -411,7 +414,8 @@ fn mb(bytes: u64) -> f64 {
     bytes as f64 / 1e6
 }
 
-/// The backup options from flags, then the client configuration, then the defaults.
+/// The backup options from flags, then the client configuration, then the defaults. A value
+/// the configuration gives is checked as its flag is, and named as the configuration's.
 fn backup_options(
     config: &ClientConfig,
     compression: Option<&str>,
@@ -419,29 +423,33 @@ fn backup_options(
     patterns: &Patterns,
 ) -> Result<BackupOptions> {
     let mut options = BackupOptions::default();
-    let compression = compression.or(config.compression.as_deref()).unwrap_or("auto");
+    let (compression, from) = match (compression, config.compression.as_deref()) {
+        (Some(c), _) => (c, "--compression"),
+        (None, Some(c)) => (c, "compression in the client configuration"),
+        (None, None) => ("auto", "--compression"),
+    };
     options.compression = Compression::parse(compression)
-        .map_err(|e| crate::usage::usage(format!("--compression {compression:?}: {e}")))?;
+        .map_err(|e| crate::usage::usage(format!("{from} {compression:?}: {e}")))?;
     // Bare `auto` adapts per quantum; `auto:LEVEL` or a codec is a fixed setting.
     options.adaptive = compression.trim().eq_ignore_ascii_case("auto");
     options.threads = crate::usage::threads(threads.or(config.threads))?;
+    let configured = |name: &'static str| {
+        move |why: String| crate::usage::usage(format!("{name} in the client configuration: {why}"))
+    };
     if let Some(n) = config.changing_retries {
-        options.changing_retries = n;
+        options.changing_retries = crate::usage::within(n, 0, MAX_CHANGING_RETRIES, "retries")
+            .map_err(configured("changing_retries"))?;
     }
     if let Some(rate) = &config.limit_upload {
-        options.limit_upload =
-            Some(parse_rate(rate).map_err(|e| {
-                crate::usage::usage(format!("limit_upload in the configuration: {e}"))
-            })?);
-    }
-    if config.txn_group_max == Some(0) || config.txn_byte_limit == Some(0) {
-        bail!("txn_group_max and txn_byte_limit in the client configuration must be at least 1");
+        options.limit_upload = Some(parse_rate(rate).map_err(configured("limit_upload"))?);
     }
     if let Some(n) = config.txn_group_max {
-        options.limits.group_max = n;
+        options.limits.group_max = crate::usage::within(n, 1, TxnLimits::MAX_GROUP, "objects")
+            .map_err(configured("txn_group_max"))?;
     }
     if let Some(n) = config.txn_byte_limit {
-        options.limits.byte_limit = n;
+        options.limits.byte_limit = crate::usage::within(n, 1, TxnLimits::MAX_BYTES, "bytes")
+            .map_err(configured("txn_byte_limit"))?;
     }
     let include: Vec<String> = config.include.iter().chain(&patterns.include).cloned().collect();
     let exclude: Vec<String> = config.exclude.iter().chain(&patterns.exclude).cloned().collect();
@@ -486,9 +494,6 @@ pub fn backup(args: BackupArgs) -> Result<Complete> {
     if args.limit_upload.is_some() {
         options.limit_upload = args.limit_upload;
     }
-    if args.txn_group_max == Some(0) || args.txn_byte_limit == Some(0) {
-        bail!("--txn-group-max and --txn-byte-limit must be at least 1");
-    }
     if let Some(n) = args.txn_group_max {
         options.limits.group_max = n;
     }
@@ -531,7 +536,7 @@ pub fn backup(args: BackupArgs) -> Result<Complete> {
     }
     if args.json {
         let reports: Vec<BackupReport> = summaries.iter().map(BackupReport::from).collect();
-        println!("{}", serde_json::to_string_pretty(&reports)?);
+        outln!("{}", serde_json::to_string_pretty(&reports)?);
     }
     Ok(summaries.iter().all(|s| s.failed == 0))
 }
@@ -586,26 +591,30 @@ impl From<&BackupSummary> for BackupReport {
 
 fn print_backup(s: &BackupSummary, verbose: bool) {
     match &s.subtree {
-        Some(sub) => println!(
+        Some(sub) => outln!(
             "Backup of {}/{} (in filespace {}):",
             s.filespace.trim_end_matches('/'),
             String::from_utf8_lossy(sub),
             s.filespace
         ),
-        None => println!("Backup of {}:", s.filespace),
+        None => outln!("Backup of {}:", s.filespace),
     }
-    println!(
+    outln!(
         "  examined {}, backed up {}, unchanged {}, failed {}, marked inactive {}",
-        s.examined, s.backed_up, s.unchanged, s.failed, s.deactivated
+        s.examined,
+        s.backed_up,
+        s.unchanged,
+        s.failed,
+        s.deactivated
     );
     if s.skipped > 0 {
-        println!("  skipped {} sockets (QSM does not back up sockets)", s.skipped);
+        outln!("  skipped {} sockets (QSM does not back up sockets)", s.skipped);
     }
     if s.retried > 0 {
-        println!("  read again {} times files that changed while being read", s.retried);
+        outln!("  read again {} times files that changed while being read", s.retried);
     }
     if s.resealed > 0 {
-        println!(
+        outln!(
             "  sent again {} unchanged files to seal them with key {}: they were stored in the clear, under another key, or before keys were recorded",
             s.resealed,
             s.key_fingerprint.as_deref().unwrap_or("?")
@@ -623,7 +632,7 @@ fn print_backup(s: &BackupSummary, verbose: bool) {
     } else {
         format!("{:.2} s user+sys", s.cpu_seconds)
     };
-    println!(
+    outln!(
         "  read {:.1} MB, stored {:.1} MB (ratio {ratio}), {:.2} s, {:.1} MB/s, client CPU {cpu}",
         mb(s.bytes_read),
         mb(s.bytes_stored),
@@ -631,10 +640,10 @@ fn print_backup(s: &BackupSummary, verbose: bool) {
         mb(s.bytes_read) / s.seconds.max(1e-9),
     );
     if s.compression.rungs.iter().any(|r| r.quanta > 0) {
-        println!("  compression: {}", s.compression.describe());
+        outln!("  compression: {}", s.compression.describe());
     }
     if s.asked > 0 || s.dedup_chunks > 0 || s.cache_note.is_some() {
-        println!(
+        outln!(
             "  dedup: {} of {} chunks ({:.1} MB) already stored, not sent; {} found in the local cache, {} ids asked of the server",
             s.dedup_chunks,
             s.chunks,
@@ -644,11 +653,11 @@ fn print_backup(s: &BackupSummary, verbose: bool) {
         );
     }
     if let Some(note) = &s.cache_note {
-        println!("  dedup cache not used: {note}");
+        outln!("  dedup cache not used: {note}");
     }
     // A tree that is not journaled scans as always: not worth a line each time.
     if let Some(j) = s.journal.as_ref().filter(|_| verbose || !s.journal_routine) {
-        println!("  journal: {j}");
+        outln!("  journal: {j}");
     }
     if let Some(fp) = &s.key_fingerprint {
         let rate = if s.encrypt_seconds > 0.0 {
@@ -656,7 +665,7 @@ fn print_backup(s: &BackupSummary, verbose: bool) {
         } else {
             "-".into()
         };
-        println!(
+        outln!(
             "  encrypted {:.1} MB with key {fp} ({rate}, {:.3} CPU s)",
             mb(s.encrypted_bytes),
             s.encrypt_seconds
@@ -870,9 +879,9 @@ fn restore_with(server: &dyn Server, r: RestoreRequest<'_>) -> Result<Complete> 
             })
             .collect();
         report["failed_paths"] = failed.into();
-        println!("{report}");
+        outln!("{report}");
     } else {
-        println!(
+        outln!(
             "{} of {} into {}: restored {}{}, skipped {} (existing), failed {}, {:.1} MB{}",
             if r.verb == "retrieving" { "Retrieve" } else { "Restore" },
             r.path.display(),
@@ -892,10 +901,7 @@ fn restore_with(server: &dyn Server, r: RestoreRequest<'_>) -> Result<Complete> 
             }
         );
         if s.incomplete > 0 {
-            println!(
-                "  {} restored without some of their metadata (see the warnings)",
-                s.incomplete
-            );
+            outln!("  {} restored without some of their metadata (see the warnings)", s.incomplete);
         }
     }
     // Every file failed: the restore failed (exit 1), not partly succeeded (exit 4).
@@ -1062,7 +1068,7 @@ pub fn archive(args: ArchiveArgs) -> Result<Complete> {
             )
         },
         &|s| {
-            println!(
+            outln!(
                 "Archive of {}{} ({description:?}, {kept}): {} objects, {:.1} MB read, {:.1} MB stored, failed {}",
                 s.filespace,
                 s.subtree
@@ -1085,7 +1091,7 @@ pub fn archive(args: ArchiveArgs) -> Result<Complete> {
             .iter()
             .map(|s| serde_json::json!({"filespace": s.filespace, "description": args.description, "retain_days": days, "objects": s.backed_up, "bytes_read": s.bytes_read, "bytes_stored": s.bytes_stored, "failed": s.failed, "warnings": s.warnings}))
             .collect();
-        println!("{}", serde_json::to_string_pretty(&reports)?);
+        outln!("{}", serde_json::to_string_pretty(&reports)?);
     }
     Ok(summaries.iter().all(|s| s.failed == 0))
 }
@@ -1152,10 +1158,10 @@ pub fn query(what: QueryWhat) -> Result<Complete> {
                         |f| serde_json::json!({"name": f.name, "id": f.id.0, "created": f.created}),
                     )
                     .collect();
-                println!("{}", serde_json::to_string_pretty(&rows)?);
+                outln!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
                 for f in list {
-                    println!("{}", f.name);
+                    outln!("{}", f.name);
                 }
             }
         }
@@ -1232,16 +1238,21 @@ fn list_versions(
         }
     }
     if json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        outln!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
         for r in rows {
             let mut note = r.description.as_deref().map(|d| format!("  [{d}]")).unwrap_or_default();
             if let (Some(id), Some(date)) = (r.archive, r.archived) {
                 note.push_str(&format!("  archive {id} of {}", format_time(date)));
             }
-            println!(
+            outln!(
                 "{:>8}  {:<8} {:<8} {:>12}  {}/{}{note}",
-                r.id, r.state, r.kind, r.size, r.filespace, r.path
+                r.id,
+                r.state,
+                r.kind,
+                r.size,
+                r.filespace,
+                r.path
             );
         }
     }

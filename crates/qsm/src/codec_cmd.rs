@@ -101,7 +101,10 @@ fn parse_range(text: &str) -> Result<std::ops::Range<u64>, String> {
             let end = b.parse().map_err(|_| err())?;
             Ok(start..end)
         }
-        None => text.parse::<u64>().map(|i| i..i + 1).map_err(|_| err()),
+        None => {
+            let i = text.parse::<u64>().map_err(|_| err())?;
+            Ok(i..i.checked_add(1).ok_or_else(err)?)
+        }
     }
 }
 
@@ -109,13 +112,42 @@ fn is_stdin(path: &Option<PathBuf>) -> bool {
     path.as_deref().is_none_or(|p| p == Path::new("-"))
 }
 
-/// The input as a reader, with its size when known.
-fn open_input(path: &Option<PathBuf>) -> Result<(Box<dyn Read + Send>, Option<u64>, String)> {
+/// A file named on the command line, opened for reading: one that cannot be is bad usage.
+fn open_named(path: &Path) -> Result<File> {
+    File::open(path)
+        .map_err(|e| crate::usage::usage(format!("cannot open {}: {e}", path.display())))
+}
+
+/// A file that must be a QSM stream (`info`, `decompress`, a catalog backup), opened and
+/// checked to start as one: another kind of file is bad usage, named as such; a stream
+/// damaged further on is a failure found while reading it. (A pipe cannot be read twice: the
+/// decoder checks its start as it reads it.)
+pub fn open_stream(path: &Path) -> Result<File> {
+    let mut file = open_named(path)?;
+    if !file.metadata().is_ok_and(|m| m.is_file()) {
+        return Ok(file);
+    }
+    let mut header = Vec::new();
+    Read::by_ref(&mut file)
+        .take(qsm_codec::stream::STREAM_HEADER_LEN as u64)
+        .read_to_end(&mut header)
+        .with_context(|| format!("reading {}", path.display()))?;
+    qsm_codec::stream::check_stream_header(&header)
+        .map_err(|e| crate::usage::usage(format!("{}: {e}", path.display())))?;
+    io::Seek::rewind(&mut file).with_context(|| format!("reading {}", path.display()))?;
+    Ok(file)
+}
+
+/// The input as a reader, with its size when known; `stream`: it must be a QSM stream.
+fn open_input(
+    path: &Option<PathBuf>,
+    stream: bool,
+) -> Result<(Box<dyn Read + Send>, Option<u64>, String)> {
     if is_stdin(path) {
         return Ok((Box::new(io::stdin()), None, "stdin".into()));
     }
     let path = path.as_deref().unwrap_or(Path::new("-"));
-    let file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let file = if stream { open_stream(path)? } else { open_named(path)? };
     let len = file.metadata().ok().filter(|m| m.is_file()).map(|m| m.len());
     // Small enough that payload reads (hundreds of KiB) bypass the buffer instead of being
     // copied through it: with 1 MiB the single reader thread copied every byte twice and
@@ -156,7 +188,7 @@ pub fn compress(args: CompressArgs) -> Result<()> {
         quantum_size: args.quantum.unwrap_or(qsm_codec::DEFAULT_QUANTUM),
         threads: crate::usage::threads(args.threads)?,
     };
-    let (input, len, name) = open_input(&args.input)?;
+    let (input, len, name) = open_input(&args.input, false)?;
     let mut output = Output::open(args.output.as_deref(), args.force, true)?;
     let bar = progress_bar(len, args.quiet);
     let start = Instant::now();
@@ -206,8 +238,7 @@ pub fn decompress(args: DecompressArgs) -> Result<()> {
                 bail!("--quanta needs an input file: the index is at the end of the stream");
             }
             let path = args.input.as_deref().unwrap_or(Path::new("-"));
-            let mut file =
-                File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+            let mut file = open_stream(path)?;
             let index = StreamIndex::read(&mut file)
                 .with_context(|| format!("reading {}", path.display()))?;
             let summary = qsm_codec::decompress_quanta(
@@ -222,7 +253,7 @@ pub fn decompress(args: DecompressArgs) -> Result<()> {
             (summary, path.display().to_string())
         }
         None => {
-            let (input, len, name) = open_input(&args.input)?;
+            let (input, len, name) = open_input(&args.input, true)?;
             let bar = progress_bar(len, args.quiet);
             let summary = qsm_codec::decompress(input, &mut output, threads, &mut |done| {
                 if let Some(b) = &bar {
@@ -290,7 +321,7 @@ fn codec_name(id: u16) -> String {
 
 pub fn info(args: InfoArgs) -> Result<()> {
     let path = &args.file;
-    let mut file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let mut file = open_stream(path)?;
     let index =
         StreamIndex::read(&mut file).with_context(|| format!("reading {}", path.display()))?;
     let stream_bytes = file.metadata().map(|m| m.len()).unwrap_or_default();
@@ -343,21 +374,25 @@ pub fn info(args: InfoArgs) -> Result<()> {
         quanta_list: list,
     };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&info)?);
+        outln!("{}", serde_json::to_string_pretty(&info)?);
         return Ok(());
     }
-    println!("file:         {}", info.file);
-    println!("original:     {} bytes", info.raw_bytes);
-    println!("stream:       {} bytes (ratio {:.3}:1)", info.stream_bytes, info.ratio);
-    println!("quanta:       {} of {} bytes", info.quanta, info.quantum_size);
+    outln!("file:         {}", info.file);
+    outln!("original:     {} bytes", info.raw_bytes);
+    outln!("stream:       {} bytes (ratio {:.3}:1)", info.stream_bytes, info.ratio);
+    outln!("quanta:       {} of {} bytes", info.quanta, info.quantum_size);
     for c in &info.codecs {
-        println!(
+        outln!(
             "codec {:<6} {} quanta ({} stored raw), {} -> {} bytes",
-            c.codec, c.quanta, c.raw_quanta, c.raw_bytes, c.stored_bytes
+            c.codec,
+            c.quanta,
+            c.raw_quanta,
+            c.raw_bytes,
+            c.stored_bytes
         );
     }
     for q in &info.quanta_list {
-        println!(
+        outln!(
             "  #{:<6} at {:>12}  raw {:>12}  {:<5} {:>9} -> {:>9}{}",
             q.index,
             q.frame_offset,
@@ -395,20 +430,24 @@ pub fn codecs(args: CodecsArgs) -> Result<()> {
         })
         .collect();
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&list)?);
+        outln!("{}", serde_json::to_string_pretty(&list)?);
         return Ok(());
     }
-    println!("{:>3}  {:<6} levels", "id", "name");
+    outln!("{:>3}  {:<6} levels", "id", "name");
     for c in &list {
         if c.min_level == c.max_level {
-            println!("{:>3}  {:<6} -", c.id, c.name);
+            outln!("{:>3}  {:<6} -", c.id, c.name);
         } else {
-            println!(
+            outln!(
                 "{:>3}  {:<6} {}..={} (default {})",
-                c.id, c.name, c.min_level, c.max_level, c.default_level
+                c.id,
+                c.name,
+                c.min_level,
+                c.max_level,
+                c.default_level
             );
         }
     }
-    println!("auto: {}, a probe stores incompressible quanta raw", Compression::AUTO);
+    outln!("auto: {}, a probe stores incompressible quanta raw", Compression::AUTO);
     Ok(())
 }

@@ -154,6 +154,19 @@ pub fn read_password(path: &Path) -> Result<String> {
     Ok(password.to_owned())
 }
 
+/// A new password from the first line of stdin, which must not be empty.
+pub fn password_from_stdin() -> Result<String> {
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).context("reading the password from stdin")?;
+    let password = line.trim_end_matches(['\n', '\r']);
+    if password.is_empty() {
+        return Err(crate::usage::usage(
+            "no password on stdin: its first line is the password (or give --new-password-file)",
+        ));
+    }
+    Ok(password.to_owned())
+}
+
 impl Conn {
     /// The client configuration: the named file, or the default one if it exists.
     pub fn config(&self) -> Result<ClientConfig> {
@@ -167,9 +180,12 @@ impl Conn {
         if self.config.is_none() && !path.exists() {
             return Ok(ClientConfig::default());
         }
-        let text = std::fs::read_to_string(&path)
-            .with_context(|| format!("reading the client configuration {}", path.display()))?;
-        toml::from_str(&text).with_context(|| format!("client configuration {}", path.display()))
+        // A configuration that cannot be read, or is not one, is bad usage: before any work.
+        let bad = |why: String| {
+            crate::usage::usage(format!("the client configuration {}: {why}", path.display()))
+        };
+        let text = std::fs::read_to_string(&path).map_err(|e| bad(e.to_string()))?;
+        toml::from_str(&text).map_err(|e| bad(e.to_string()))
     }
 
     /// Whether there is somewhere data is kept: a configured server, or an embedded store that
@@ -210,14 +226,14 @@ impl Conn {
                 .with_context(|| format!("opening the QSM store in {}", home.display()))?;
             return Ok(Connected::Embedded(e));
         }
-        let account = self
-            .node
-            .clone()
-            .or(config.node)
-            .context("a server is configured but no node name: give --node or QSM_NODE")?;
-        let password_file = self.password_file.clone().or(config.password_file).context(
-            "a server is configured but no password: give --password-file or QSM_PASSWORD_FILE",
-        )?;
+        let account = self.node.clone().or(config.node).ok_or_else(|| {
+            crate::usage::usage("a server is configured but no node name: give --node or QSM_NODE")
+        })?;
+        let password_file = self.password_file.clone().or(config.password_file).ok_or_else(|| {
+            crate::usage::usage(
+                "a server is configured but no password: give --password-file or QSM_PASSWORD_FILE",
+            )
+        })?;
         let mut options = RemoteOptions {
             url: String::new(),
             account,

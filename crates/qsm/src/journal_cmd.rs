@@ -24,7 +24,10 @@ enum JournalCommand {
     /// Watch these trees and record what changes in them, until stopped (SIGINT, SIGTERM).
     /// `qsm backup` of a watched tree then sends what the journal lists instead of scanning,
     /// from the second backup after the daemon started on.
-    Start { paths: Vec<PathBuf> },
+    Start {
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+    },
     /// The journaled trees: valid or why not, how many changes wait for a backup, and what
     /// the next backup will do (use the journal or scan, and why), asked of the configured
     /// server or embedded store; for a backup with other patterns, give them here too.
@@ -49,26 +52,26 @@ pub fn journal(args: JournalArgs) -> Result<bool> {
     let path = journal_path(args.journal)?;
     match args.command {
         JournalCommand::Start { paths } => {
-            anyhow::ensure!(!paths.is_empty(), "name at least one directory to journal");
             let stop = Arc::new(AtomicBool::new(false));
             for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
                 signal_hook::flag::register(signal, Arc::clone(&stop))
                     .context("watching for SIGINT and SIGTERM")?;
             }
             journal::run_daemon(&path, &paths, &stop, |roots| {
-                println!("qsm journal: watching {} (journal {})", roots.join(", "), path.display());
+                outln!("qsm journal: watching {} (journal {})", roots.join(", "), path.display());
             })?;
             Ok(true)
         }
         JournalCommand::Status { json, patterns, home } => {
+            // Bad patterns or configuration are refused whether or not there is a journal.
+            let fingerprint = crate::client_cmd::patterns_fingerprint(&home.config()?, &patterns)?;
             if !path.exists() {
-                println!("No journal at {}.", path.display());
+                outln!("No journal at {}.", path.display());
                 return Ok(true);
             }
             let j = journal::Journal::open(&path)?;
             let running = journal::daemon_running(&path);
             let roots = j.status()?;
-            let fingerprint = crate::client_cmd::patterns_fingerprint(&home.config()?, &patterns)?;
             let next = next_backups(&j, &roots, &home, &fingerprint)?;
             if json {
                 let rows: Vec<_> = roots
@@ -79,9 +82,9 @@ pub fn journal(args: JournalArgs) -> Result<bool> {
                         serde_json::json!({"root": r.root, "valid": r.valid && running, "reason": if running { r.reason.clone() } else { "the journal daemon is not running".into() }, "since": r.since, "pending": r.pending, "next_backup": next})
                     })
                     .collect();
-                println!("{}", serde_json::to_string_pretty(&rows)?);
+                outln!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
-                println!(
+                outln!(
                     "Journal {}: daemon {}.",
                     path.display(),
                     if running { "running" } else { "not running" }
@@ -94,7 +97,7 @@ pub fn journal(args: JournalArgs) -> Result<bool> {
                     } else {
                         format!("incomplete: {}", r.reason)
                     };
-                    println!(
+                    outln!(
                         "  {}: {state}, since {}, {} changes pending",
                         r.root,
                         crate::client_cmd::format_time(r.since),
@@ -102,11 +105,12 @@ pub fn journal(args: JournalArgs) -> Result<bool> {
                     );
                     for n in next {
                         match n.changes {
-                            Some(c) => println!(
+                            Some(c) => outln!(
                                 "    next backup to {}: uses the journal ({c} changes): {}",
-                                n.server, n.why
+                                n.server,
+                                n.why
                             ),
-                            None => println!("    next backup to {}: scans: {}", n.server, n.why),
+                            None => outln!("    next backup to {}: scans: {}", n.server, n.why),
                         }
                     }
                 }

@@ -142,7 +142,9 @@ fn passphrase(env: &str, prompt: &str) -> Result<Vec<u8>> {
 fn new_passphrase(env: &str) -> Result<Vec<u8>> {
     let first = passphrase(env, "New passphrase: ")?;
     if first.len() < MIN_PASSPHRASE {
-        bail!("the passphrase is shorter than {MIN_PASSPHRASE} bytes");
+        return Err(crate::usage::usage(format!(
+            "the passphrase is shorter than {MIN_PASSPHRASE} bytes"
+        )));
     }
     if std::env::var_os(env).is_none() && passphrase(env, "The same again: ")? != first {
         bail!("the two passphrases differ; nothing was written");
@@ -158,10 +160,14 @@ pub fn stated_fingerprint(given: Option<PathBuf>) -> Option<String> {
 }
 
 fn read_key_file(path: &Path) -> Result<KeyFile> {
-    let bytes = std::fs::read(path).with_context(|| {
-        format!("reading the key file {} (make one with `qsm key init`)", path.display())
+    // Missing, unreadable, or not a key file at all (another file named by mistake): bad
+    // usage, exit 2.
+    let bytes = std::fs::read(path).map_err(|e| {
+        crate::usage::usage(format!(
+            "the key file {}: {e} (make one with `qsm key init`)",
+            path.display()
+        ))
     })?;
-    // Not a key file at all (another file named by mistake): bad usage, exit 2.
     KeyFile::from_bytes(&bytes).map_err(|e| {
         crate::usage::usage(format!("the key file {} is not a QSM key file: {e}", path.display()))
     })
@@ -258,13 +264,13 @@ pub fn key(args: KeyArgs) -> Result<bool> {
             let pass = new_passphrase("QSM_PASSPHRASE_FILE")?;
             let key = MasterKey::generate()?;
             write_key_file(&path, &key.wrap(&pass, KdfParams::DEFAULT)?, false)?;
-            println!("key written to {}", path.display());
-            println!("fingerprint {}", key.fingerprint());
-            println!(
+            outln!("key written to {}", path.display());
+            outln!("fingerprint {}", key.fingerprint());
+            outln!(
                 "Keep the passphrase safe: without it no one, not even the server's administrator, can restore this node's encrypted backups."
             );
             if let Some((server, stored)) = held {
-                println!(
+                outln!(
                     "{server} still holds the node's other key file ({}): backups with this \
                      key are refused until `qsm key upload --replace` stores this one there",
                     describe_stored(&stored)
@@ -273,7 +279,7 @@ pub fn key(args: KeyArgs) -> Result<bool> {
         }
         KeyCommand::ShowFingerprint => {
             let file = read_key_file(&path)?;
-            println!("{}", open(&path, &file, "QSM_PASSPHRASE_FILE")?.fingerprint());
+            outln!("{}", open(&path, &file, "QSM_PASSPHRASE_FILE")?.fingerprint());
         }
         KeyCommand::ChangePassphrase { home } => {
             let file = read_key_file(&path)?;
@@ -299,7 +305,7 @@ pub fn key(args: KeyArgs) -> Result<bool> {
             let at = qsm_client::keys::rewrap_time(&file, stored.as_deref(), &fingerprint);
             let new = key.wrap_at(&pass, KdfParams::DEFAULT, at)?;
             write_key_file(&path, &new, true)?;
-            println!("passphrase changed; fingerprint {fingerprint} (the key itself is unchanged)");
+            outln!("passphrase changed; fingerprint {fingerprint} (the key itself is unchanged)");
             // The server's copy, if the old passphrase opens it to this key: a new machine
             // then needs the new passphrase, and the old one opens nothing. A copy it does not
             // open is left alone, whatever it claims.
@@ -309,18 +315,18 @@ pub fn key(args: KeyArgs) -> Result<bool> {
             match server_copy(&file, &old, &fingerprint, stored.as_deref()) {
                 ServerCopy::Same | ServerCopy::Opens { .. } => {
                     server.put_key(new.as_bytes())?;
-                    println!("the copy on {} is rewrapped too", server.describe());
+                    outln!("the copy on {} is rewrapped too", server.describe());
                 }
                 // The next backup stores it.
                 ServerCopy::Missing => {}
-                ServerCopy::Rewrapped { at, .. } => println!(
+                ServerCopy::Rewrapped { at, .. } => outln!(
                     "{} holds this key under another passphrase (set {}), which the old one \
                      does not open: left as it is; `qsm key upload --replace` puts this new \
                      wrapping there",
                     server.describe(),
                     when(at)
                 ),
-                ServerCopy::Other { .. } => println!(
+                ServerCopy::Other { .. } => outln!(
                     "{} holds another key file for this node ({}): left as it is",
                     server.describe(),
                     describe_stored(stored.as_deref().unwrap_or_default())
@@ -349,8 +355,8 @@ pub fn key(args: KeyArgs) -> Result<bool> {
                 .with_context(|| format!("the key file {} holds", server.describe()))?;
             let key = open(&path, &file, "QSM_PASSPHRASE_FILE")?;
             write_key_file(&path, &file, false)?;
-            println!("key recovered from {} into {}", server.describe(), path.display());
-            println!("fingerprint {}", key.fingerprint());
+            outln!("key recovered from {} into {}", server.describe(), path.display());
+            outln!("fingerprint {}", key.fingerprint());
         }
         KeyCommand::Upload { replace, home } => {
             let file = read_key_file(&path)?;
@@ -362,11 +368,11 @@ pub fn key(args: KeyArgs) -> Result<bool> {
             let here = wrapped(&file);
             match server_copy(&file, &pass, &fingerprint, stored.as_deref()) {
                 ServerCopy::Same => {
-                    println!("{} already holds this key file ({fingerprint})", server.describe());
+                    outln!("{} already holds this key file ({fingerprint})", server.describe());
                     return Ok(true);
                 }
                 ServerCopy::Opens { newer: true } => {
-                    println!(
+                    outln!(
                         "{} already holds key {fingerprint} under this passphrase, wrapped later \
                          ({}) than this machine's file ({here}): left as it is",
                         server.describe(),
@@ -401,7 +407,7 @@ pub fn key(args: KeyArgs) -> Result<bool> {
                 ),
                 _ => server.put_key(file.as_bytes())?,
             }
-            println!("key {fingerprint} stored on {}", server.describe());
+            outln!("key {fingerprint} stored on {}", server.describe());
         }
     }
     Ok(true)
@@ -439,7 +445,7 @@ fn refresh_key(path: &Path, local: &KeyFile, server: &dyn Server) -> Result<()> 
         )
     })?;
     if stored == local.as_bytes() {
-        println!("{} is already the key file {} holds", path.display(), server.describe());
+        outln!("{} is already the key file {} holds", path.display(), server.describe());
         return Ok(());
     }
     let file = KeyFile::from_bytes(&stored)
@@ -500,7 +506,7 @@ fn refresh_key(path: &Path, local: &KeyFile, server: &dyn Server) -> Result<()> 
         );
     }
     write_key_file(path, &file, true)?;
-    println!(
+    outln!(
         "key {fingerprint} refreshed from {} into {} (wrapped {}): the passphrase that opened \
          it is the one to use here now",
         server.describe(),
@@ -532,8 +538,10 @@ pub fn node_keys(
     let path = key_path(given)?;
     let aead = match cipher {
         None => Aead::Aes256Gcm,
-        Some(name) => Aead::parse(name).with_context(|| {
-            format!("unknown cipher {name:?}: aes-256-gcm or chacha20-poly1305")
+        Some(name) => Aead::parse(name).ok_or_else(|| {
+            crate::usage::usage(format!(
+                "cipher {name:?} in the client configuration: aes-256-gcm or chacha20-poly1305"
+            ))
         })?,
     };
     let env = "QSM_PASSPHRASE_FILE";

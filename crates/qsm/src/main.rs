@@ -1,11 +1,14 @@
 //! `qsm`: the command line. It parses flags and calls library functions; no logic of its own.
 
+// First: its `outln!` is for every module after it.
+#[macro_use]
+mod output;
+
 mod client_cmd;
 mod codec_cmd;
 mod conn;
 mod journal_cmd;
 mod key_cmd;
-mod output;
 mod server_cmd;
 mod stand_cmd;
 mod usage;
@@ -79,13 +82,60 @@ fn main() -> ExitCode {
         Command::Key(args) => key_cmd::key(args),
         Command::Journal(args) => journal_cmd::journal(args),
     };
+    if let (Ok(_), Some(why)) = (&result, output::failure()) {
+        eprintln!("qsm: error: writing stdout: {why}: the output is incomplete");
+        return ExitCode::FAILURE;
+    }
     match result {
         Ok(true) => ExitCode::SUCCESS,
         // Some files were skipped (unreadable, vanished, changed while read): see the warnings.
         Ok(false) => ExitCode::from(EXIT_PARTIAL),
+        // A data stream whose reader has gone (`qsm decompress F | head -c 100`): done.
+        Err(e) if output::reader_gone(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("qsm: error: {}", usage::chain(&e));
             if usage::is_usage(&e) { ExitCode::from(EXIT_USAGE) } else { ExitCode::FAILURE }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The value parsers that check ranges give the type their field holds: a mismatch (an
+    /// untyped literal read as i32 for a u32 field) panics only when a valid value or a
+    /// default is parsed, which the refusals tested elsewhere never reach.
+    #[test]
+    fn every_checked_option_takes_its_valid_values_and_defaults() {
+        for line in [
+            "backup --txn-group-max 10 --txn-byte-limit 1000 --changing-retries 5 --limit-upload 10Mbit -T 2 --dedup on /x",
+            "restore --id 5 /x",
+            "restore --pit 2026-01-01 /x",
+            "archive -d d --retain-days nolimit /x",
+            "archive -d d --retain-days 0 /x",
+            "retrieve --id 3 /x",
+            "server --txn-group-max 10 --txn-byte-limit 100 --max-sessions 5",
+            "admin reclaim stgpool",
+            "admin reclaim stgpool --threshold 50",
+            "admin expire inventory",
+            "admin expire inventory --resource 8 --duration 60",
+            "admin query actlog",
+            "admin query actlog --limit 10 --since @0",
+            "admin register-admin x --privilege system,policy",
+            "admin grant authority x --privilege none",
+            "admin define mgmtclass d c --versions-exist 2 --versions-deleted 0 --retain-extra nolimit --retain-only 30 --retain-archive 365",
+            "admin audit stgpool --container ff",
+            "compress -q 64K -T 2 -l 3 f",
+            "decompress --quanta 3..7 -T 1 f",
+            "stand compare a b",
+            "stand compare a b --threshold 2.5",
+            "stand load cpu:1 --seconds 1.5",
+        ] {
+            let args = std::iter::once("qsm").chain(line.split(' '));
+            if let Err(e) = Cli::try_parse_from(args) {
+                panic!("{line}: {e}");
+            }
         }
     }
 }

@@ -1,17 +1,113 @@
 //! Where command output goes: a file that appears only when complete, or stdout.
+//!
+//! Stdout may be closed by its reader before the command ends (`qsm query backup | head -1`).
+//! That is no error of the command's, and must not panic as `println!` does: a report or
+//! listing printed with [`outln!`] just stops being written, and the command still does all
+//! it was asked (a backup of several paths is not cut short) and exits as it would have; a
+//! data stream ([`Output::open`] without a file) ends the command at once, exit 0, as a filter
+//! whose reader has gone should. Any other failure to write stdout (a full disk) is said once
+//! and makes the command exit 1 ([`failure`]). SIGPIPE's default action is not restored
+//! instead: it would end a backup mid-transaction at its first summary line, and kill the
+//! process on a write to a closed local socket as well.
 
 use std::fs::File;
 use std::io::{self, BufWriter, IsTerminal, Write};
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{Context, Result, bail};
+
+/// `println!` for command output: see the module's documentation.
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::output::line(format_args!($($arg)*))
+    };
+}
+
+/// Set once stdout can take no more: its reader has gone, or writing it failed.
+static STDOUT_DONE: AtomicBool = AtomicBool::new(false);
+/// Why writing stdout failed, when its reader had not simply gone.
+static STDOUT_FAILED: OnceLock<String> = OnceLock::new();
+
+/// Writes one line of command output (what [`outln!`] expands to).
+pub fn line(args: std::fmt::Arguments<'_>) {
+    if STDOUT_DONE.load(Ordering::Relaxed) {
+        return;
+    }
+    if let Err(e) = io::stdout().lock().write_fmt(format_args!("{args}\n")) {
+        stdout_failed(&e);
+    }
+}
+
+/// Records that writing stdout failed with `e`: no more is written to it.
+fn stdout_failed(e: &io::Error) {
+    STDOUT_DONE.store(true, Ordering::Relaxed);
+    if e.kind() != io::ErrorKind::BrokenPipe {
+        let _ = STDOUT_FAILED.set(e.to_string());
+    }
+}
+
+/// Why the command's output is incomplete, if writing stdout failed otherwise than by its
+/// reader going away.
+pub fn failure() -> Option<&'static str> {
+    STDOUT_FAILED.get().map(String::as_str)
+}
+
+/// The error a data stream to stdout ends with when its reader has gone.
+#[derive(Debug)]
+struct ReaderGone;
+
+impl std::fmt::Display for ReaderGone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the reader of stdout has gone")
+    }
+}
+
+impl std::error::Error for ReaderGone {}
+
+/// Whether `e` is a data stream's end because the reader of stdout has gone: not a failure.
+pub fn reader_gone(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<io::Error>()
+            .and_then(io::Error::get_ref)
+            .is_some_and(|inner| inner.is::<ReaderGone>())
+    })
+}
+
+/// Stdout for data streams: a closed pipe becomes [`ReaderGone`], whatever layer (buffer,
+/// codec) the error then passes through.
+#[derive(Debug)]
+pub struct Stdout(io::Stdout);
+
+impl Stdout {
+    fn checked<T>(done: io::Result<T>) -> io::Result<T> {
+        done.map_err(|e| {
+            stdout_failed(&e);
+            if e.kind() == io::ErrorKind::BrokenPipe {
+                io::Error::new(io::ErrorKind::BrokenPipe, ReaderGone)
+            } else {
+                e
+            }
+        })
+    }
+}
+
+impl Write for Stdout {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        Self::checked(self.0.write(buf))
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Self::checked(self.0.flush())
+    }
+}
 
 /// An output that becomes visible under its name only once [`Output::commit`] succeeds: a file
 /// is written to a temporary name in the same directory, synced, then renamed, so a failed or
 /// interrupted run never leaves a file that looks complete.
 pub enum Output {
     File { tmp: Option<PathBuf>, path: PathBuf, writer: BufWriter<File> },
-    Stdout(BufWriter<io::Stdout>),
+    Stdout(BufWriter<Stdout>),
     Discard(io::Sink),
 }
 
@@ -24,7 +120,7 @@ impl Output {
                     "refusing to write compressed data to a terminal; use -o FILE or redirect stdout"
                 );
             }
-            return Ok(Output::Stdout(BufWriter::with_capacity(1 << 20, io::stdout())));
+            return Ok(Output::Stdout(BufWriter::with_capacity(1 << 20, Stdout(io::stdout()))));
         };
         if path.exists() && !force {
             bail!("{} already exists; use --force to overwrite it", path.display());

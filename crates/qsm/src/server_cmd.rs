@@ -8,8 +8,10 @@ use clap::{Args, Subcommand};
 use qsm_client::remote::{self, RemoteOptions, RemoteServer};
 use qsm_proto::v1;
 use qsm_server::ServerConfig;
+use qsm_server::admin::{MAX_ACTLOG_ENTRIES, MAX_EXPIRE_WORKERS};
+use qsm_store::TxnLimits;
 
-use crate::conn::read_password;
+use crate::conn::{password_from_stdin, read_password};
 
 /// `qsm server`: every setting of the configuration file is also a flag, which wins.
 #[derive(Debug, Args)]
@@ -52,13 +54,13 @@ pub struct ServerArgs {
     #[arg(long, requires = "tls_cert")]
     tls_key: Option<PathBuf>,
     /// Objects per transaction at most (TXNGROUPMAX).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::usage::range(1, TxnLimits::MAX_GROUP, "objects"))]
     txn_group_max: Option<usize>,
     /// Frame bytes per transaction at most (TXNBYTELIMIT).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::usage::range(1, TxnLimits::MAX_BYTES, "bytes"))]
     txn_byte_limit: Option<u64>,
     /// Sessions open at once at most.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::usage::range(1, qsm_server::config::MAX_SESSIONS, "sessions"))]
     max_sessions: Option<usize>,
     /// Clients deduplicate by default (their `--dedup` flag or `dedup` setting wins).
     #[arg(long)]
@@ -86,12 +88,12 @@ enum Offline {
 
 fn print_volhist(entries: &[qsm_server::dbcopy::VolhistEntry], json: bool) -> Result<()> {
     if json {
-        println!("{}", serde_json::to_string_pretty(entries)?);
+        outln!("{}", serde_json::to_string_pretty(entries)?);
         return Ok(());
     }
-    println!("{:<20} {:<10} {:>12} {:>6}  path", "time (UTC)", "kind", "bytes", "schema");
+    outln!("{:<20} {:<10} {:>12} {:>6}  path", "time (UTC)", "kind", "bytes", "schema");
     for e in entries {
-        println!(
+        outln!(
             "{:<20} {:<10} {:>12} {:>6}  {}{}",
             crate::client_cmd::format_time(e.time),
             e.kind,
@@ -111,8 +113,9 @@ pub fn server(args: ServerArgs) -> Result<bool> {
         let own = args.data_dir.as_ref()?.join("server.toml");
         own.is_file().then_some(own)
     });
+    // A configuration that cannot be read, is not one, or says what cannot work: bad usage.
     let mut config = match &config_file {
-        Some(p) => ServerConfig::load(p).map_err(anyhow::Error::msg)?,
+        Some(p) => ServerConfig::load(p).map_err(crate::usage::usage)?,
         None => ServerConfig::default(),
     };
     if let Some(d) = args.data_dir {
@@ -140,12 +143,16 @@ pub fn server(args: ServerArgs) -> Result<bool> {
     if let Some(n) = args.max_sessions {
         config.max_sessions = n;
     }
-    config.validate().map_err(anyhow::Error::msg)?;
+    config.validate().map_err(crate::usage::usage)?;
     match args.offline {
         Some(Offline::RestoreDb { from }) => {
+            if let Some(from) = &from {
+                crate::codec_cmd::open_stream(from)
+                    .map_err(|e| e.context("--from: not a catalog backup"))?;
+            }
             let r = qsm_server::dbcopy::restore(&config, from.as_deref())
                 .map_err(anyhow::Error::msg)?;
-            println!(
+            outln!(
                 "Catalog restored from {}{}: {} object versions.",
                 r.from.display(),
                 r.taken
@@ -154,18 +161,18 @@ pub fn server(args: ServerArgs) -> Result<bool> {
                 r.objects
             );
             if let Some(p) = r.replaced {
-                println!("The catalog it replaced is kept as {}.", p.display());
+                outln!("The catalog it replaced is kept as {}.", p.display());
             }
             match r.missing {
                 Ok((0, _)) => {}
-                Ok((chunks, versions)) => println!(
+                Ok((chunks, versions)) => outln!(
                     "{chunks} chunks were in containers reclaimed since the copy: marked damaged, with the {versions} versions using them (their files are sent again by the next backups)."
                 ),
-                Err(why) => println!(
+                Err(why) => outln!(
                     "The pool was not checked: {why}. Run `qsm admin audit stgpool --mark-damaged`."
                 ),
             }
-            println!(
+            outln!(
                 "Versions backed up after the copy are not in the catalog; their data stays in the pool.\n\
                  Start the server and run `qsm admin audit stgpool` to see it; back those clients up again."
             );
@@ -179,6 +186,7 @@ pub fn server(args: ServerArgs) -> Result<bool> {
         }
         None => {}
     }
+    config.check_tls_files().map_err(crate::usage::usage)?;
     qsm_server::run(config, |l| {
         let mut out = std::io::stdout().lock();
         for url in &l.urls {
@@ -215,14 +223,19 @@ pub struct AdminConn {
 
 impl AdminConn {
     fn open(&self) -> Result<RemoteServer> {
-        let url = self.server.clone().context("say which server: --server or QSM_SERVER")?;
+        let usage = crate::usage::usage;
+        let url =
+            self.server.clone().ok_or_else(|| usage("say which server: --server or QSM_SERVER"))?;
         match &self.admin {
             None if url.starts_with("unix:") => Ok(remote::connect_local_admin(&url)?),
-            None => {
-                bail!("give --admin NAME and --password-file, or use the server's unix: socket")
-            }
+            None => Err(usage(
+                "give --admin NAME and --password-file, or use the server's unix: socket",
+            )),
             Some(name) => {
-                let file = self.password_file.as_ref().context("--admin needs --password-file")?;
+                let file = self
+                    .password_file
+                    .as_ref()
+                    .ok_or_else(|| usage("--admin needs --password-file"))?;
                 Ok(RemoteServer::connect(&RemoteOptions {
                     url,
                     account: name.clone(),
@@ -371,12 +384,15 @@ struct NewPassword {
 }
 
 impl NewPassword {
+    /// Whether a new password is given (to be read).
+    fn given(&self) -> bool {
+        self.password || self.new_password_file.is_some()
+    }
+
     /// The new password, if one is given.
     fn read(&self) -> Result<Option<String>> {
         if self.password {
-            let mut line = String::new();
-            std::io::stdin().read_line(&mut line).context("reading the password from stdin")?;
-            return Ok(Some(line.trim_end_matches(['\n', '\r']).to_owned()));
+            return password_from_stdin().map(Some);
         }
         self.new_password_file.as_deref().map(read_password).transpose()
     }
@@ -404,19 +420,19 @@ enum DeleteWhat {
 #[derive(Debug, Args)]
 struct CopyGroups {
     /// Versions kept while the file exists, the active one included.
-    #[arg(long, value_parser = limit, allow_negative_numbers = true)]
+    #[arg(long, value_parser = crate::usage::or_nolimit(1, "versions"), allow_negative_numbers = true)]
     versions_exist: Option<u32>,
     /// Inactive versions kept after the file was deleted.
-    #[arg(long, value_parser = limit, allow_negative_numbers = true)]
+    #[arg(long, value_parser = crate::usage::or_nolimit(0, "versions"), allow_negative_numbers = true)]
     versions_deleted: Option<u32>,
     /// Days an inactive version is kept (but the last of a deleted file).
-    #[arg(long, value_parser = limit, allow_negative_numbers = true)]
+    #[arg(long, value_parser = crate::usage::or_nolimit(0, "days"), allow_negative_numbers = true)]
     retain_extra: Option<u32>,
     /// Days the last inactive version of a deleted file is kept.
-    #[arg(long, value_parser = limit, allow_negative_numbers = true)]
+    #[arg(long, value_parser = crate::usage::or_nolimit(0, "days"), allow_negative_numbers = true)]
     retain_only: Option<u32>,
     /// Days an archive is kept.
-    #[arg(long, value_parser = limit, allow_negative_numbers = true)]
+    #[arg(long, value_parser = crate::usage::or_nolimit(0, "days"), allow_negative_numbers = true)]
     retain_archive: Option<u32>,
 }
 
@@ -434,19 +450,14 @@ impl CopyGroups {
     }
 }
 
-/// A count or number of days, or `nolimit` (TSM's NOLIMIT).
-fn limit(text: &str) -> std::result::Result<u32, String> {
-    if text.eq_ignore_ascii_case("nolimit") {
-        return Ok(qsm_catalog::expire::NO_LIMIT);
-    }
-    match text.parse::<u32>() {
-        Ok(n) if n < qsm_catalog::expire::NO_LIMIT => Ok(n),
-        _ => Err(format!(
-            "{text:?} is not a number of versions or days: give 0 to {}, or nolimit",
-            qsm_catalog::expire::NO_LIMIT - 1
-        )),
-    }
+/// One privilege class of a comma-separated `--privilege` list, checked as the server reads
+/// it (`none` for none) before anything is asked of it.
+fn privilege(text: &str) -> std::result::Result<String, String> {
+    qsm_catalog::Privilege::parse_list(text).map(|_| text.trim().to_owned())
 }
+
+/// The longest expiration that may be asked for (TSM's largest DURATION=).
+const MAX_DURATION_MINUTES: u32 = 999_999;
 
 #[derive(Debug, Subcommand)]
 enum ReclaimWhat {
@@ -455,7 +466,7 @@ enum ReclaimWhat {
     /// (`query process`, `cancel process`).
     Stgpool {
         /// Reclaimable share of a container that makes it worth rewriting (TSM's RECLAIM=).
-        #[arg(long, default_value_t = 60)]
+        #[arg(long, default_value_t = 60, value_parser = crate::usage::range(1u32, 100, "percent"))]
         threshold: u32,
         #[arg(long)]
         json: bool,
@@ -470,13 +481,13 @@ enum ExpireWhat {
     /// `cancel process`); a cancelled or timed-out run is simply run again.
     Inventory {
         /// Worker threads, each taking whole filespaces (TSM's RESOURCE=; default 4).
-        #[arg(long, default_value_t = 4)]
+        #[arg(long, default_value_t = 4, value_parser = crate::usage::range(1, MAX_EXPIRE_WORKERS, "workers"))]
         resource: u32,
         /// Only this node (repeatable).
         #[arg(long)]
         node: Vec<String>,
-        /// Stop after this many minutes.
-        #[arg(long)]
+        /// Stop after this many minutes (TSM's DURATION=).
+        #[arg(long, value_parser = crate::usage::range(1, MAX_DURATION_MINUTES, "minutes"))]
         duration: Option<u32>,
         #[arg(long)]
         json: bool,
@@ -491,7 +502,7 @@ struct Register {
     new_password_file: Option<PathBuf>,
     /// For an administrator: privilege classes, comma-separated: system, policy, storage,
     /// operator (default: none, queries only).
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', value_parser = privilege)]
     privilege: Vec<String>,
 }
 
@@ -536,7 +547,7 @@ enum AdminQuery {
         #[arg(long)]
         search: Option<String>,
         /// At most this many entries, the newest.
-        #[arg(long, default_value_t = 1000)]
+        #[arg(long, default_value_t = 1000, value_parser = crate::usage::range(1, MAX_ACTLOG_ENTRIES, "entries"))]
         limit: u32,
         #[arg(long)]
         json: bool,
@@ -548,7 +559,7 @@ enum GrantWhat {
     /// `grant authority NAME --privilege system|policy,storage,operator` (none: queries only).
     Authority {
         name: String,
-        #[arg(long, value_delimiter = ',', required = true)]
+        #[arg(long, value_delimiter = ',', required = true, value_parser = privilege)]
         privilege: Vec<String>,
     },
 }
@@ -602,11 +613,7 @@ enum CancelWhat {
 fn new_password(r: &Register) -> Result<String> {
     match &r.new_password_file {
         Some(p) => read_password(p),
-        None => {
-            let mut line = String::new();
-            std::io::stdin().read_line(&mut line).context("reading the password from stdin")?;
-            Ok(line.trim_end_matches(['\n', '\r']).to_owned())
-        }
+        None => password_from_stdin(),
     }
 }
 
@@ -616,13 +623,27 @@ fn migrate_catalog(from: &str, to: &str, replace: bool, json: bool) -> Result<bo
     if !qsm_catalog::is_postgres(from) {
         let path = std::path::Path::new(from.strip_prefix("sqlite:").unwrap_or(from));
         if !path.is_file() {
-            bail!("the source catalog {} does not exist", path.display());
+            return Err(crate::usage::usage(format!(
+                "the source catalog {} does not exist",
+                path.display()
+            )));
         }
     }
-    let source = AnyCatalog::open(from)
-        .with_context(|| format!("opening the source catalog {}", qsm_catalog::redact(from)))?;
-    let dest = AnyCatalog::open(to)
-        .with_context(|| format!("opening the destination {}", qsm_catalog::redact(to)))?;
+    // A file that is not a catalog (or one newer than this program) was named by mistake.
+    let open = |url: &str, what: &str| {
+        AnyCatalog::open(url).map_err(|e| {
+            let what = format!("opening the {what} {}", qsm_catalog::redact(url));
+            match e {
+                qsm_catalog::CatalogError::NotADatabase { .. }
+                | qsm_catalog::CatalogError::TooNew { .. } => {
+                    crate::usage::usage(format!("{what}: {e}"))
+                }
+                e => anyhow::Error::new(e).context(what),
+            }
+        })
+    };
+    let source = open(from, "source catalog")?;
+    let dest = open(to, "destination")?;
     let held = qsm_catalog::copy::digest(dest.tables())?;
     // A new catalog holds only the rows its migrations insert (the catalog state).
     let rows: u64 = held.tables.iter().filter(|t| t.0 != "catalog_state").map(|t| t.1).sum();
@@ -644,7 +665,7 @@ fn migrate_catalog(from: &str, to: &str, replace: bool, json: bool) -> Result<bo
                 serde_json::json!({"table": t, "rows": n, "blake3": hex})
             })
             .collect();
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({
                 "from": source.tables().describe(),
@@ -657,9 +678,9 @@ fn migrate_catalog(from: &str, to: &str, replace: bool, json: bool) -> Result<bo
         );
     } else {
         for (t, n, _) in &digest.tables {
-            println!("{t:<20} {n:>12} rows");
+            outln!("{t:<20} {n:>12} rows");
         }
-        println!(
+        outln!(
             "Copied {} rows from {} to {} in {seconds:.1} s; every table's rows and checksum verified.",
             digest.rows(),
             source.tables().describe(),
@@ -669,10 +690,39 @@ fn migrate_catalog(from: &str, to: &str, replace: bool, json: bool) -> Result<bo
     Ok(true)
 }
 
+/// Refuses (exit 2) what the options alone show cannot work, and reads the new password a
+/// command sets, both before the server is reached: a bad password file is named before any
+/// connection is tried.
+fn before_connecting(command: &AdminCommand) -> Result<Option<String>> {
+    let why = match command {
+        AdminCommand::RegisterNode(r) if !r.privilege.is_empty() => {
+            "--privilege is for administrators: a node has no privilege classes"
+        }
+        AdminCommand::Update(UpdateWhat::Node { domain: None, password, .. })
+            if !password.given() =>
+        {
+            "say what to change: --domain, --new-password-file or --password"
+        }
+        AdminCommand::Update(UpdateWhat::Admin { password, .. }) if !password.given() => {
+            "give the new password: --new-password-file or --password"
+        }
+        AdminCommand::RegisterNode(r) | AdminCommand::RegisterAdmin(r) => {
+            return new_password(r).map(Some);
+        }
+        AdminCommand::Update(
+            UpdateWhat::Node { password, .. } | UpdateWhat::Admin { password, .. },
+        ) => {
+            return password.read();
+        }
+        _ => return Ok(None),
+    };
+    Err(crate::usage::usage(why))
+}
+
 fn set_admin_locked(server: &RemoteServer, name: &str, locked: bool) -> Result<()> {
     let mut a = server.admin();
     server.call(a.set_admin_locked(v1::LockRequest { name: name.to_owned(), locked }))?;
-    println!("Administrator {name} {}.", if locked { "locked" } else { "unlocked" });
+    outln!("Administrator {name} {}.", if locked { "locked" } else { "unlocked" });
     Ok(())
 }
 
@@ -680,30 +730,30 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
     if let AdminCommand::MigrateCatalog { from, to, replace, json } = &args.command {
         return migrate_catalog(from, to, *replace, *json);
     }
+    let new_password = before_connecting(&args.command)?;
+    // Given by `before_connecting` to the commands that set one.
+    let new_password = || new_password.clone().context("no new password was read");
     let server = args.conn.open()?;
     match args.command {
         AdminCommand::RegisterNode(r) => {
-            let password = new_password(&r)?;
+            let password = new_password()?;
             let mut a = server.admin();
-            if !r.privilege.is_empty() {
-                bail!("--privilege is for administrators: a node has no privilege classes");
-            }
             server.call(a.register_node(v1::RegisterRequest {
                 name: r.name.clone(),
                 password,
                 privileges: Vec::new(),
             }))?;
-            println!("Node {} registered.", r.name);
+            outln!("Node {} registered.", r.name);
         }
         AdminCommand::RegisterAdmin(r) => {
-            let password = new_password(&r)?;
+            let password = new_password()?;
             let mut a = server.admin();
             server.call(a.register_admin(v1::RegisterRequest {
                 name: r.name.clone(),
                 password,
                 privileges: r.privilege.clone(),
             }))?;
-            println!(
+            outln!(
                 "Administrator {} registered with {} privilege.",
                 r.name,
                 if r.privilege.is_empty() { "no".to_owned() } else { r.privilege.join(",") }
@@ -712,13 +762,13 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
         AdminCommand::LockNode { name } => {
             let mut a = server.admin();
             server.call(a.set_node_locked(v1::LockRequest { name: name.clone(), locked: true }))?;
-            println!("Node {name} locked.");
+            outln!("Node {name} locked.");
         }
         AdminCommand::UnlockNode { name } => {
             let mut a = server.admin();
             server
                 .call(a.set_node_locked(v1::LockRequest { name: name.clone(), locked: false }))?;
-            println!("Node {name} unlocked.");
+            outln!("Node {name} unlocked.");
         }
         AdminCommand::Query(AdminQuery::Node { json }) => {
             let mut a = server.admin();
@@ -728,10 +778,10 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
                     .iter()
                     .map(|n| serde_json::json!({"name": n.name, "locked": n.locked, "registered": n.registered}))
                     .collect();
-                println!("{}", serde_json::to_string_pretty(&rows)?);
+                outln!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
                 for n in nodes {
-                    println!("{:<24} {}", n.name, if n.locked { "locked" } else { "" });
+                    outln!("{:<24} {}", n.name, if n.locked { "locked" } else { "" });
                 }
             }
         }
@@ -745,19 +795,25 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
                     .iter()
                     .map(|s| serde_json::json!({"id": s.id, "account": s.account, "admin": s.admin, "client": s.client, "peer": s.peer, "started": s.started, "bytes": s.bytes, "objects": s.objects, "bytes_per_second": rate(s), "state": s.state, "server": s.server}))
                     .collect();
-                println!("{}", serde_json::to_string_pretty(&rows)?);
+                outln!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
                 // Servers sharing a catalog list each other's sessions: then each says where.
                 let several = sessions.iter().any(|s| s.server != sessions[0].server);
                 let on = |s: &v1::SessionInfo| {
                     if several { format!("  (on {})", s.server) } else { String::new() }
                 };
-                println!(
+                outln!(
                     "{:>6}  {:<16} {:<9} {:>12} {:>9} {:>10}  {:<24} client",
-                    "id", "account", "state", "bytes", "objects", "MB/s", "peer"
+                    "id",
+                    "account",
+                    "state",
+                    "bytes",
+                    "objects",
+                    "MB/s",
+                    "peer"
                 );
                 for s in &sessions {
-                    println!(
+                    outln!(
                         "{:>6}  {:<16} {:<9} {:>12} {:>9} {:>10.2}  {:<24} {}{}",
                         s.id,
                         if s.admin { format!("{} (admin)", s.account) } else { s.account.clone() },
@@ -775,7 +831,7 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
         AdminCommand::Cancel { what: CancelWhat::Session { id } } => {
             let mut a = server.admin();
             server.call(a.cancel_session(v1::CancelRequest { session: id }))?;
-            println!("Session {id} cancelled.");
+            outln!("Session {id} cancelled.");
         }
         AdminCommand::SetDedupScope { node, scope } => {
             let mut a = server.admin();
@@ -783,12 +839,9 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
                 node: node.clone(),
                 scope: scope.clone(),
             }))?;
-            println!("Node {node} deduplicates in scope {scope}.");
+            outln!("Node {node} deduplicates in scope {scope}.");
         }
         AdminCommand::Expire(ExpireWhat::Inventory { resource, node, duration, json }) => {
-            if resource == 0 {
-                bail!("--resource must be at least 1");
-            }
             let mut a = server.admin();
             let r = server.call(a.expire_inventory(v1::ExpireRequest {
                 resource,
@@ -796,12 +849,12 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
                 duration_minutes: duration.unwrap_or(0),
             }))?;
             if json {
-                println!(
+                outln!(
                     "{}",
                     serde_json::json!({"process": r.process, "examined": r.examined, "backups": r.backups, "archives": r.archives, "filespaces": r.filespaces, "stopped": (!r.stopped.is_empty()).then_some(&r.stopped), "seconds": r.seconds})
                 );
             } else {
-                println!(
+                outln!(
                     "Process {}: expire inventory {}: examined {} versions, deleted {} backup versions and {} archives in {} filespaces, {:.1} s ({:.0} versions/s).",
                     r.process,
                     if r.stopped.is_empty() { "ended".to_owned() } else { r.stopped.clone() },
@@ -822,35 +875,32 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
                     .iter()
                     .map(|p| serde_json::json!({"id": p.id, "kind": p.kind, "started": p.started, "progress": p.progress, "server": p.server}))
                     .collect();
-                println!("{}", serde_json::to_string_pretty(&rows)?);
+                outln!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
                 let several = list.iter().any(|p| p.server != list[0].server);
                 for p in &list {
                     let on = if several { format!("  (on {})", p.server) } else { String::new() };
-                    println!("{:>6}  {:<18} {}{on}", p.id, p.kind, p.progress);
+                    outln!("{:>6}  {:<18} {}{on}", p.id, p.kind, p.progress);
                 }
             }
         }
         AdminCommand::Define(DefineWhat::Domain { name, description }) => {
             let mut a = server.admin();
             server.call(a.define_domain(v1::DomainRequest { name: name.clone(), description }))?;
-            println!("Domain {name} defined.");
+            outln!("Domain {name} defined.");
         }
         AdminCommand::Define(DefineWhat::Mgmtclass { domain, name, groups }) => {
             let mut a = server.admin();
             server.call(a.define_mgmt_class(groups.request(&domain, &name)))?;
-            println!("Management class {domain}/{name} defined.");
+            outln!("Management class {domain}/{name} defined.");
         }
         AdminCommand::Update(UpdateWhat::Mgmtclass { domain, name, groups }) => {
             let mut a = server.admin();
             server.call(a.update_mgmt_class(groups.request(&domain, &name)))?;
-            println!("Management class {domain}/{name} updated.");
+            outln!("Management class {domain}/{name} updated.");
         }
-        AdminCommand::Update(UpdateWhat::Node { name, domain, password }) => {
-            let password = password.read()?;
-            if domain.is_none() && password.is_none() {
-                bail!("say what to change: --domain, --new-password-file or --password");
-            }
+        AdminCommand::Update(UpdateWhat::Node { name, domain, .. }) => {
+            let password = new_password().ok();
             let mut a = server.admin();
             server.call(a.update_node(v1::UpdateNodeRequest {
                 name: name.clone(),
@@ -858,26 +908,24 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
                 password: password.clone(),
             }))?;
             if let Some(domain) = domain {
-                println!("Node {name} is in domain {domain}.");
+                outln!("Node {name} is in domain {domain}.");
             }
             if password.is_some() {
-                println!("Node {name} has a new password.");
+                outln!("Node {name} has a new password.");
             }
         }
-        AdminCommand::Update(UpdateWhat::Admin { name, password }) => {
-            let password = password
-                .read()?
-                .context("give the new password: --new-password-file or --password")?;
+        AdminCommand::Update(UpdateWhat::Admin { name, .. }) => {
+            let password = new_password()?;
             let mut a = server.admin();
             server.call(a.update_admin(v1::PasswordRequest { name: name.clone(), password }))?;
-            println!("Administrator {name} has a new password.");
+            outln!("Administrator {name} has a new password.");
         }
         AdminCommand::LockAdmin { name } => set_admin_locked(&server, &name, true)?,
         AdminCommand::UnlockAdmin { name } => set_admin_locked(&server, &name, false)?,
         AdminCommand::RemoveAdmin { name } => {
             let mut a = server.admin();
             server.call(a.remove_admin(v1::NodeName { name: name.clone() }))?;
-            println!("Administrator {name} removed.");
+            outln!("Administrator {name} removed.");
         }
         AdminCommand::Delete(DeleteWhat::Filespace { node, filespace, json }) => {
             let mut a = server.admin();
@@ -886,12 +934,12 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
                 filespace: filespace.clone(),
             }))?;
             if json {
-                println!(
+                outln!(
                     "{}",
                     serde_json::json!({"process": r.process, "versions": r.versions, "stopped": (!r.stopped.is_empty()).then_some(&r.stopped), "seconds": r.seconds})
                 );
             } else {
-                println!(
+                outln!(
                     "Process {}: filespace {filespace} of node {node} {}: {} versions deleted, {:.1} s.",
                     r.process,
                     if r.stopped.is_empty() { "deleted" } else { "partly deleted (cancelled)" },
@@ -904,7 +952,7 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
         AdminCommand::Delete(DeleteWhat::Node { name }) => {
             let mut a = server.admin();
             server.call(a.delete_node(v1::NodeName { name: name.clone() }))?;
-            println!("Node {name} deleted.");
+            outln!("Node {name} deleted.");
         }
         AdminCommand::Delete(DeleteWhat::Domain { name }) => {
             let mut a = server.admin();
@@ -912,7 +960,7 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
                 name: name.clone(),
                 description: String::new(),
             }))?;
-            println!("Domain {name} deleted.");
+            outln!("Domain {name} deleted.");
         }
         AdminCommand::Delete(DeleteWhat::Mgmtclass { domain, name }) => {
             let mut a = server.admin();
@@ -922,7 +970,7 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
                 ..Default::default()
             };
             server.call(a.delete_mgmt_class(request))?;
-            println!("Management class {domain}/{name} deleted.");
+            outln!("Management class {domain}/{name} deleted.");
         }
         AdminCommand::Query(AdminQuery::Domain { json }) => {
             let mut a = server.admin();
@@ -939,12 +987,12 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
                     .iter()
                     .map(|d| serde_json::json!({"name": d.name, "description": d.description, "nodes": d.nodes, "classes": d.classes.iter().map(|c| serde_json::json!({"name": c.name, "versions_exist": c.versions_exist, "versions_deleted": c.versions_deleted, "retain_extra_days": c.retain_extra_days, "retain_only_days": c.retain_only_days, "retain_version_days": c.retain_version_days})).collect::<Vec<_>>()}))
                     .collect();
-                println!("{}", serde_json::to_string_pretty(&rows)?);
+                outln!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
                 for d in &list {
-                    println!("{}  ({} nodes) {}", d.name, d.nodes.len(), d.description);
+                    outln!("{}  ({} nodes) {}", d.name, d.nodes.len(), d.description);
                     for c in &d.classes {
-                        println!(
+                        outln!(
                             "  {:<16} versions-exist {}, versions-deleted {}, retain-extra {}, retain-only {}, retain-archive {}",
                             c.name,
                             n(c.versions_exist),
@@ -958,14 +1006,11 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
             }
         }
         AdminCommand::Reclaim(ReclaimWhat::Stgpool { threshold, json }) => {
-            if !(1..=100).contains(&threshold) {
-                bail!("--threshold is a percentage, 1 to 100");
-            }
             let mut a = server.admin();
             let r = server
                 .call(a.reclaim_stgpool(v1::ReclaimRequest { threshold_percent: threshold }))?;
             if json {
-                println!(
+                outln!(
                     "{}",
                     serde_json::json!({"process": r.process, "containers": r.containers, "orphans": r.orphans, "orphans_skipped": r.orphans_skipped, "stopped": (!r.stopped.is_empty()).then_some(&r.stopped), "seconds": r.seconds})
                 );
@@ -975,7 +1020,7 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
                 } else {
                     format!("{} orphan containers removed", r.orphans)
                 };
-                println!(
+                outln!(
                     "Process {}: reclaim stgpool {}: {} containers reclaimed, {orphans}, {:.1} s.",
                     r.process,
                     if r.stopped.is_empty() { "ended" } else { r.stopped.as_str() },
@@ -990,7 +1035,7 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
                 name: name.clone(),
                 privileges: privilege.clone(),
             }))?;
-            println!("Administrator {name} has {} privilege.", privilege.join(","));
+            outln!("Administrator {name} has {} privilege.", privilege.join(","));
         }
         AdminCommand::Backup(BackupWhat::Db { to, json }) => {
             let mut a = server.admin();
@@ -998,14 +1043,19 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
                 to: to.map(|p| p.display().to_string()).unwrap_or_default(),
             }))?;
             if json {
-                println!(
+                outln!(
                     "{}",
                     serde_json::json!({"process": r.process, "path": r.path, "bytes": r.bytes, "catalog_bytes": r.catalog_bytes, "schema": r.schema, "seconds": r.seconds})
                 );
             } else {
-                println!(
+                outln!(
                     "Process {}: catalog backed up to {}: {} bytes of catalog (schema {}) in {} bytes, {:.1} s.",
-                    r.process, r.path, r.catalog_bytes, r.schema, r.bytes, r.seconds
+                    r.process,
+                    r.path,
+                    r.catalog_bytes,
+                    r.schema,
+                    r.bytes,
+                    r.seconds
                 );
             }
         }
@@ -1024,14 +1074,20 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
                     .iter()
                     .map(|p| serde_json::json!({"name": p.name, "kind": p.kind, "location": p.location, "containers": p.containers, "bytes": p.bytes, "chunks": p.chunks, "live_bytes": p.live_bytes, "reclaimable_percent": pct(p), "damaged_chunks": p.damaged_chunks}))
                     .collect();
-                println!("{}", serde_json::to_string_pretty(&rows)?);
+                outln!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
-                println!(
+                outln!(
                     "{:<16} {:<5} {:>10} {:>14} {:>14} {:>12} {:>8}  location",
-                    "pool", "kind", "containers", "bytes", "live bytes", "reclaimable", "damaged"
+                    "pool",
+                    "kind",
+                    "containers",
+                    "bytes",
+                    "live bytes",
+                    "reclaimable",
+                    "damaged"
                 );
                 for p in &pools {
-                    println!(
+                    outln!(
                         "{:<16} {:<5} {:>10} {:>14} {:>14} {:>11.1}% {:>8}  {}",
                         p.name,
                         p.kind,
@@ -1077,12 +1133,12 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
             }))?;
             if json {
                 let damaged: Vec<_> = r.damaged.iter().map(|d| serde_json::json!({"chunk": d.chunk, "container": format!("{:016x}", d.container), "offset": d.offset, "reason": d.reason})).collect();
-                println!(
+                outln!(
                     "{}",
                     serde_json::json!({"process": r.process, "containers": r.containers, "chunks_read": r.chunks_read, "bytes_read": r.bytes_read, "damaged": damaged, "damaged_objects": r.damaged_objects, "marked": r.marked, "unknown_containers": r.unknown_containers.iter().map(|c| format!("{c:016x}")).collect::<Vec<_>>(), "unknown_bytes": r.unknown_bytes, "unrecorded_bytes": r.unrecorded_bytes, "restored_at": (r.restored_at != 0).then_some(r.restored_at), "released": r.released, "stopped": (!r.stopped.is_empty()).then_some(&r.stopped), "seconds": r.seconds})
                 );
             } else {
-                println!(
+                outln!(
                     "Process {}: audit stgpool {}: {} containers, {} chunks ({} bytes) verified, {:.1} s.",
                     r.process,
                     if r.stopped.is_empty() { "ended" } else { r.stopped.as_str() },
@@ -1092,16 +1148,19 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
                     r.seconds
                 );
                 for d in &r.damaged {
-                    println!(
+                    outln!(
                         "damaged: chunk {} in container {:016x} at {}: {}",
-                        d.chunk, d.container, d.offset, d.reason
+                        d.chunk,
+                        d.container,
+                        d.offset,
+                        d.reason
                     );
                 }
                 for o in &r.damaged_objects {
-                    println!("damaged version: {o}");
+                    outln!("damaged version: {o}");
                 }
                 if !r.damaged.is_empty() {
-                    println!(
+                    outln!(
                         "{} damaged chunks in {} versions{}.",
                         r.damaged.len(),
                         r.damaged_objects.len(),
@@ -1113,7 +1172,7 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
                     );
                 }
                 if !r.unknown_containers.is_empty() {
-                    println!(
+                    outln!(
                         "{} containers ({} bytes) the catalog does not know: {}",
                         r.unknown_containers.len(),
                         r.unknown_bytes,
@@ -1125,13 +1184,13 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
                     );
                 }
                 if r.unrecorded_bytes > 0 {
-                    println!(
+                    outln!(
                         "{} bytes in known containers past what the catalog recorded.",
                         r.unrecorded_bytes
                     );
                 }
                 if r.restored_at != 0 {
-                    println!(
+                    outln!(
                         "The catalog was restored from a copy at {}: the unknown data above holds backups made after the copy, which the catalog cannot name; back those clients up again. {}",
                         crate::client_cmd::format_time(r.restored_at),
                         if r.released {
@@ -1160,10 +1219,10 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
                     .iter()
                     .map(|e| serde_json::json!({"time": e.time, "severity": e.severity, "message": e.message}))
                     .collect();
-                println!("{}", serde_json::to_string_pretty(&rows)?);
+                outln!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
                 for e in &r.entries {
-                    println!(
+                    outln!(
                         "{}  {:<7}  {}",
                         crate::client_cmd::format_time(e.time),
                         e.severity,
@@ -1180,7 +1239,7 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
         AdminCommand::Cancel { what: CancelWhat::Process { id } } => {
             let mut a = server.admin();
             server.call(a.cancel_process(v1::ProcessRequest { process: id }))?;
-            println!("Process {id} is stopping.");
+            outln!("Process {id} is stopping.");
         }
     }
     Ok(true)

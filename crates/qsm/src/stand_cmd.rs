@@ -32,7 +32,7 @@ pub enum StandCommand {
         /// The later run.
         b: PathBuf,
         /// Cells whose median moved by more than this percentage are listed.
-        #[arg(long, default_value_t = 5.0)]
+        #[arg(long, default_value_t = 5.0, value_parser = crate::usage::range(0.0, 10_000.0, "percent"))]
         threshold: f64,
         /// Exit with status 1 when a cell got slower by more than the threshold.
         #[arg(long)]
@@ -45,7 +45,7 @@ pub enum StandCommand {
         /// The load, as a plan's `loads` name it.
         load: String,
         /// Stop after this many seconds (default: run until killed).
-        #[arg(long)]
+        #[arg(long, value_parser = crate::usage::range(0.001, 31_536_000.0, "seconds"))]
         seconds: Option<f64>,
     },
     /// Draw the plots of a run from its --json report.
@@ -74,13 +74,8 @@ pub struct Outputs {
 
 /// `qsm stand load`: the emulator's threads run until the time is up or the process is killed.
 fn run_load(text: &str, seconds: Option<f64>) -> Result<()> {
-    let load =
-        qsm_stand::load::Load::parse(text).map_err(|e| anyhow::anyhow!("load {text}: {e}"))?;
-    if let Some(s) = seconds
-        && !(s.is_finite() && s > 0.0)
-    {
-        anyhow::bail!("--seconds {s}: must be a positive number of seconds");
-    }
+    let load = qsm_stand::load::Load::parse(text)
+        .map_err(|e| crate::usage::usage(format!("load {text}: {e}")))?;
     // No measured thread: CPU threads float over every core the process may use.
     let running = qsm_stand::load::start(&load, None, &qsm_stand::load::cpus())
         .map_err(|e| anyhow::anyhow!("load {text}: {e}"))?;
@@ -95,25 +90,30 @@ fn run_load(text: &str, seconds: Option<f64>) -> Result<()> {
     Ok(())
 }
 
+/// A report named on the command line: one that cannot be read, or is not a report, is bad
+/// usage.
 fn read_report(path: &std::path::Path) -> Result<Report> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    serde_json::from_str(&text)
-        .with_context(|| format!("{}: not a qsm stand --json report", path.display()))
+    let bad = |why: String| crate::usage::usage(format!("{}: {why}", path.display()));
+    let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+    serde_json::from_str(&text).map_err(|e| bad(format!("not a qsm stand --json report: {e}")))
 }
 
 fn plots(report: &Report, dir: &std::path::Path) -> Result<()> {
     let files = qsm_stand::plot::all(report, dir)?;
-    println!("{} plot files written to {}", files.len(), dir.display());
+    outln!("{} plot files written to {}", files.len(), dir.display());
     Ok(())
 }
 
 pub fn stand(cmd: StandCommand) -> Result<bool> {
     let (plan, out) = match cmd {
         StandCommand::Run { plan, out } => {
-            let text = std::fs::read_to_string(&plan)
-                .with_context(|| format!("reading the plan {}", plan.display()))?;
-            (Plan::parse(&text, &plan.to_string_lossy())?, out)
+            // A plan that cannot be read or is not a valid plan: bad usage, before any work.
+            let text = std::fs::read_to_string(&plan).map_err(|e| {
+                crate::usage::usage(format!("reading the plan {}: {e}", plan.display()))
+            })?;
+            let parsed = Plan::parse(&text, &plan.to_string_lossy())
+                .map_err(|e| crate::usage::usage(e.to_string()))?;
+            (parsed, out)
         }
         StandCommand::Quick { out } => (Plan::quick(), out),
         StandCommand::Compare { a, b, threshold, fail_on_slower } => {
@@ -128,7 +128,7 @@ pub fn stand(cmd: StandCommand) -> Result<bool> {
             return Ok(true);
         }
     };
-    println!(
+    outln!(
         "{:<10} {:<10} {:>6} {:<16} {:<14} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>6} {:>8}",
         "algorithm",
         "operation",
@@ -156,7 +156,7 @@ pub fn stand(cmd: StandCommand) -> Result<bool> {
     let report = qsm_stand::measure::run_with(
         &plan,
         &mut |c: &Cell| {
-            println!(
+            outln!(
                 "{:<10} {:<10} {:>6} {:<16} {:<14} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>8.0} {:>6} {:>8}",
                 c.algorithm,
                 c.operation,
@@ -176,11 +176,11 @@ pub fn stand(cmd: StandCommand) -> Result<bool> {
         },
         &mut on_round,
     )?;
-    println!(
+    outln!(
         "timer overhead {} ns per sample (two clock reads); every output verified",
         report.timer_overhead_ns
     );
-    println!("machine: {}", report.environment.line());
+    outln!("machine: {}", report.environment.line());
     for w in &report.warnings {
         eprintln!("qsm: warning: {w}");
     }
@@ -226,14 +226,14 @@ pub fn stand(cmd: StandCommand) -> Result<bool> {
 fn compare(a: &Report, b: &Report, threshold: f64, fail_on_slower: bool) -> Result<bool> {
     let c = Comparison::of(a, b);
     for e in &c.environment {
-        println!("machine changed: {e}");
+        outln!("machine changed: {e}");
     }
     let beyond = c.beyond(threshold);
     if !beyond.is_empty() {
-        println!("{:<56} {:>10} {:>10} {:>8}", "cell (median per block)", "A µs", "B µs", "change");
+        outln!("{:<56} {:>10} {:>10} {:>8}", "cell (median per block)", "A µs", "B µs", "change");
     }
     for ch in &beyond {
-        println!(
+        outln!(
             "{:<56} {:>10.2} {:>10.2} {:>+7.1}%",
             ch.cell,
             ch.p50.0 as f64 / 1e3,
@@ -242,21 +242,21 @@ fn compare(a: &Report, b: &Report, threshold: f64, fail_on_slower: bool) -> Resu
         );
     }
     for k in &c.only_a {
-        println!("only in A: {k}");
+        outln!("only in A: {k}");
     }
     for k in &c.only_b {
-        println!("only in B: {k}");
+        outln!("only in B: {k}");
     }
     let (median, max) = c.spread();
     let (min_median, min_max) = c.min_spread();
     let slower = beyond.iter().filter(|ch| ch.p50_change_pct > 0.0).count();
-    println!(
+    outln!(
         "{} cells in both: {} slower and {} faster by more than {threshold}%; medians moved by {median:.1}% (median) and {max:.1}% (largest)",
         c.changes.len(),
         slower,
         beyond.len() - slower
     );
-    println!(
+    outln!(
         "fastest blocks moved by {min_median:.1}% (median) and {min_max:.1}% (largest): medians that moved while these did not point at a busy machine, not a change"
     );
     if fail_on_slower && slower > 0 {

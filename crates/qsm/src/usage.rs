@@ -53,21 +53,58 @@ pub fn threads(asked: Option<usize>) -> Result<Option<usize>> {
     }
 }
 
-/// An error's message with each cause added once: a layer whose message already holds its
-/// cause's text (a library that formats its source in) does not repeat it ("X: X").
-pub fn chain(e: &anyhow::Error) -> String {
-    let mut text = String::new();
-    for cause in e.chain() {
-        let part = cause.to_string();
-        if part.is_empty() || text.contains(&part) {
-            continue;
-        }
-        if !text.is_empty() {
-            text.push_str(": ");
-        }
-        text.push_str(&part);
+/// `value` when it is from `min` to `max` (`unit`, for the message); else why not, with the
+/// limits and the unit. The one range check of option values and configuration settings.
+pub fn within<T: PartialOrd + std::fmt::Display>(
+    value: T,
+    min: T,
+    max: T,
+    unit: &str,
+) -> std::result::Result<T, String> {
+    // Written so that NaN is refused too.
+    if value >= min && value <= max {
+        Ok(value)
+    } else {
+        Err(format!("{value} is outside {min} to {max} {unit}"))
     }
-    text
+}
+
+/// A clap value parser of a number of `unit` from `min` to `max`, refused (exit 2) with the
+/// limits in the message before any work is done.
+pub fn range<T>(
+    min: T,
+    max: T,
+    unit: &'static str,
+) -> impl Fn(&str) -> std::result::Result<T, String> + Clone + Send + Sync + 'static
+where
+    T: std::str::FromStr + PartialOrd + std::fmt::Display + Copy + Send + Sync + 'static,
+{
+    move |text| {
+        let value = text
+            .trim()
+            .parse::<T>()
+            .map_err(|_| format!("{text:?} is not a number: give {min} to {max} {unit}"))?;
+        within(value, min, max, unit)
+    }
+}
+
+/// Like [`range`] up to the largest count a copy group keeps, or `nolimit` (TSM's NOLIMIT).
+pub fn or_nolimit(
+    min: u32,
+    unit: &'static str,
+) -> impl Fn(&str) -> std::result::Result<u32, String> + Clone + Send + Sync + 'static {
+    let max = qsm_catalog::expire::NO_LIMIT - 1;
+    move |text| {
+        if text.trim().eq_ignore_ascii_case("nolimit") {
+            return Ok(qsm_catalog::expire::NO_LIMIT);
+        }
+        range(min, max, unit)(text).map_err(|why| format!("{why}, or nolimit"))
+    }
+}
+
+/// An error's message with each cause said once (see [`qsm_client::error::chain`]).
+pub fn chain(e: &anyhow::Error) -> String {
+    qsm_client::error::chain(e.as_ref())
 }
 
 #[cfg(test)]
@@ -83,6 +120,23 @@ mod tests {
             .context("backup of /d")
             .unwrap_err();
         assert_eq!(chain(&e), "backup of /d: writing x: No space left on device");
+    }
+
+    #[test]
+    fn ranges_say_their_limits_and_unit() {
+        let threshold = range(1u32, 100, "percent");
+        assert_eq!(threshold("60"), Ok(60));
+        assert_eq!(threshold("0"), Err("0 is outside 1 to 100 percent".into()));
+        assert_eq!(threshold("x"), Err("\"x\" is not a number: give 1 to 100 percent".into()));
+        let seconds = range(0.001f64, 10.0, "seconds");
+        assert!(seconds("NaN").is_err() && seconds("inf").is_err() && seconds("0").is_err());
+        assert_eq!(seconds("1.5"), Ok(1.5));
+        let days = or_nolimit(1, "days");
+        assert_eq!(days("NOLIMIT"), Ok(qsm_catalog::expire::NO_LIMIT));
+        assert_eq!(
+            days("4294967295"),
+            Err("4294967295 is outside 1 to 4294967294 days, or nolimit".into())
+        );
     }
 
     #[test]

@@ -579,176 +579,810 @@ fn plain_http_is_refused_beyond_loopback_on_both_sides() {
 /// One row of the table below: what, arguments, environment, exit code, a fragment of stderr.
 type Case<'a> = (&'a str, Vec<String>, Vec<(&'a str, String)>, i32, &'a str);
 
+/// Arguments as the table holds them.
+fn argv(args: &[&str]) -> Vec<String> {
+    args.iter().map(|a| (*a).to_owned()).collect()
+}
+
+/// A file only its owner can read, as secrets must be.
+fn private(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let p = dir.join(name);
+    fs::write(&p, text).unwrap_or_else(|e| panic!("{e}"));
+    fs::set_permissions(&p, fs::Permissions::from_mode(0o600)).unwrap_or_else(|e| panic!("{e}"));
+    p
+}
+
 /// Issue 31: bad option values and bad files, command by command: the documented exit code
 /// (2 for bad usage, 0 when a value is only capped), a message naming what was wrong, and
-/// never a panic.
+/// never a panic. Every command that takes a number or reads a file has its rows; the admin
+/// rows name a server that does not exist, so a value checked only after connecting would
+/// fail as unreachable (exit 1) instead.
 #[test]
 fn bad_values_and_bad_files_exit_2_naming_them() {
-    use std::os::unix::fs::PermissionsExt;
     let dir = TempDir::new().unwrap_or_else(|e| panic!("{e}"));
     let d = dir.path();
     let src = d.join("src");
     fs::create_dir_all(&src).unwrap_or_else(|e| panic!("{e}"));
     fs::write(src.join("f"), "some data\n".repeat(1000)).unwrap_or_else(|e| panic!("{e}"));
-    let private = |name: &str, text: &str| {
+    let empty = private(d, "empty", "");
+    let garbage = private(d, "garbage", "this is not a certificate, a key or a password file\n");
+    let pw = private(d, "pw", "a-password\n");
+    let readable = d.join("readable");
+    fs::write(&readable, "a-password\n").unwrap_or_else(|e| panic!("{e}"));
+    let config = |name: &str, text: &str| {
         let p = d.join(name);
         fs::write(&p, text).unwrap_or_else(|e| panic!("{e}"));
-        fs::set_permissions(&p, fs::Permissions::from_mode(0o600))
-            .unwrap_or_else(|e| panic!("{e}"));
         p
     };
-    let empty = private("empty", "");
-    let garbage = private("garbage", "this is not a certificate, a key or a password file\n");
-    let pw = private("pw", "a-password\n");
-    // A stream to decompress.
-    qsm().args(["compress", "-o"]).arg(d.join("s.qsm")).arg(src.join("f")).assert().success();
-    let home = d.join("home");
     let s = |p: &std::path::Path| p.to_str().unwrap_or_default().to_owned();
-    let remote = |server: &str, password: &std::path::Path, ca: Option<&std::path::Path>| {
+    let (src_s, garbage_s, empty_s, pw_s) = (s(&src), s(&garbage), s(&empty), s(&pw));
+    let client_zero_txn = s(&config("client-txn.toml", "txn_group_max = 0\n"));
+    let client_retries = s(&config("client-retries.toml", "changing_retries = 1000\n"));
+    let client_cipher = s(&config("client-cipher.toml", "encryption = true\ncipher = \"rot13\"\n"));
+    let server_idle = s(&config("server-idle.toml", "idle_timeout_minutes = 0\n"));
+    let zero_block = s(&config(
+        "plan.toml",
+        "algorithms = [\"lz4\"]\nblock_sizes = [\"0\"]\npatterns = [\"random\"]\n",
+    ));
+    let endless = s(&config(
+        "endless.toml",
+        "algorithms = [\"lz4\"]\nblock_sizes = [\"4K\"]\npatterns = [\"random\"]\nrepetitions = 4000000000\n",
+    ));
+    let srv = s(&d.join("srv"));
+    // A stream to decompress, and a small store with something in it to restore.
+    let stream = d.join("s.qsm");
+    qsm().args(["compress", "-o"]).arg(&stream).arg(src.join("f")).assert().success();
+    let stream = s(&stream);
+    let home = d.join("home");
+    qsm()
+        .env("QSM_HOME", &home)
+        .env("HOME", d)
+        .env_remove("QSM_SERVER")
+        .arg("backup")
+        .arg(&src)
+        .assert()
+        .success();
+    let remote = |server: &str, password: &str, ca: Option<&str>| {
         let mut env = vec![
             ("QSM_SERVER", server.to_owned()),
             ("QSM_NODE", "n".to_owned()),
-            ("QSM_PASSWORD_FILE", s(password)),
+            ("QSM_PASSWORD_FILE", password.to_owned()),
         ];
         if let Some(ca) = ca {
-            env.push(("QSM_CA", s(ca)));
+            env.push(("QSM_CA", ca.to_owned()));
         }
         env
     };
+    // Nothing answers there: a value refused only after connecting would exit 1.
+    let nowhere = "http://127.0.0.1:9";
+    let admin = |args: &[&str]| {
+        let mut v = argv(&["admin", "--server", "unix:/nonexistent/qsm.sock"]);
+        v.extend(argv(args));
+        v
+    };
     let none: Vec<(&str, String)> = Vec::new();
+    let passphrase = vec![("QSM_PASSPHRASE_FILE", pw_s.clone())];
     // (what, arguments, environment, exit code, fragment of stderr)
     let cases: Vec<Case> = vec![
+        // backup
         (
             "threads far beyond the cores",
-            vec!["backup".into(), "-T".into(), "18446744073709551615".into(), s(&src)],
+            argv(&["backup", "-T", "18446744073709551615", &src_s]),
             none.clone(),
             0,
             "per core",
         ),
-        (
-            "compress with 100000 threads",
-            vec![
-                "compress".into(),
-                "-T".into(),
-                "100000".into(),
-                "-o".into(),
-                s(&d.join("t.qsm")),
-                s(&src.join("f")),
-            ],
-            none.clone(),
-            0,
-            "per core",
-        ),
-        (
-            "no threads",
-            vec!["backup".into(), "-T".into(), "0".into(), s(&src)],
-            none.clone(),
-            2,
-            "at least 1",
-        ),
+        ("no threads", argv(&["backup", "-T", "0", &src_s]), none.clone(), 2, "at least 1"),
         (
             "an unknown compression",
-            vec!["backup".into(), "--compression".into(), "zip:99".into(), s(&src)],
+            argv(&["backup", "--compression", "zip:99", &src_s]),
             none.clone(),
             2,
             "--compression",
         ),
         (
+            "a rate without a unit it knows",
+            argv(&["backup", "--limit-upload", "10 parsecs", &src_s]),
+            remote(nowhere, &pw_s, None),
+            2,
+            "unknown unit",
+        ),
+        (
+            "a transaction of no objects",
+            argv(&["backup", "--txn-group-max", "0", &src_s]),
+            remote(nowhere, &pw_s, None),
+            2,
+            "0 is outside 1 to 65000 objects",
+        ),
+        (
+            "a transaction past 32 GiB",
+            argv(&["backup", "--txn-byte-limit", "99999999999999", &src_s]),
+            remote(nowhere, &pw_s, None),
+            2,
+            "99999999999999 is outside 1 to 34359738368 bytes",
+        ),
+        (
+            "endless retries",
+            argv(&["backup", "--changing-retries", "4294967295", &src_s]),
+            remote(nowhere, &pw_s, None),
+            2,
+            "outside 0 to 100 retries",
+        ),
+        (
+            "dedup neither on nor off",
+            argv(&["backup", "--dedup", "maybe", &src_s]),
+            none.clone(),
+            2,
+            "on or off",
+        ),
+        (
+            "a pattern that is none",
+            argv(&["backup", "--exclude", "[", &src_s]),
+            none.clone(),
+            2,
+            "exclude pattern \"[\"",
+        ),
+        (
+            "a binding without a class",
+            argv(&["backup", "--mgmtclass", "*.log", &src_s]),
+            none.clone(),
+            2,
+            "write PATTERN=CLASS",
+        ),
+        (
+            "a journal that is none",
+            argv(&["backup", "--journal", &garbage_s, &src_s]),
+            none.clone(),
+            2,
+            "is not a QSM change journal",
+        ),
+        (
+            "a key file that is none, for encryption",
+            argv(&["backup", "--encryption", "on", "--key-file", &garbage_s, &src_s]),
+            passphrase.clone(),
+            2,
+            "not a QSM key file",
+        ),
+        (
+            "a configuration that is none",
+            argv(&["backup", "--config", &garbage_s, &src_s]),
+            none.clone(),
+            2,
+            "the client configuration",
+        ),
+        (
+            "a configuration's transaction of no objects",
+            argv(&["backup", "--config", &client_zero_txn, &src_s]),
+            none.clone(),
+            2,
+            "txn_group_max in the client configuration: 0 is outside 1 to 65000 objects",
+        ),
+        (
+            "a configuration's endless retries",
+            argv(&["backup", "--config", &client_retries, &src_s]),
+            none.clone(),
+            2,
+            "changing_retries in the client configuration: 1000 is outside 0 to 100 retries",
+        ),
+        (
+            "a configuration's cipher that is none",
+            argv(&["backup", "--config", &client_cipher, &src_s]),
+            passphrase.clone(),
+            2,
+            "cipher \"rot13\" in the client configuration",
+        ),
+        // restore, archive, retrieve
+        (
+            "a version id that none has",
+            argv(&["restore", "--id=0", &src_s]),
+            remote(nowhere, &pw_s, None),
+            2,
+            "0 is outside 1 to",
+        ),
+        (
+            "a time that is none",
+            argv(&["restore", "--pit", "yesterday", &src_s]),
+            remote(nowhere, &pw_s, None),
+            2,
+            "invalid time",
+        ),
+        (
+            "a key file that is none, to restore",
+            argv(&["restore", "--key-file", &garbage_s, &src_s, "--to", &s(&d.join("out"))]),
+            passphrase.clone(),
+            2,
+            "not a QSM key file",
+        ),
+        (
+            "an archive kept for a number of days that is none",
+            argv(&["archive", "-d", "x", "--retain-days", "forever", &src_s]),
+            remote(nowhere, &pw_s, None),
+            2,
+            "\"forever\" is not a number: give 0 to 4294967294 days, or nolimit",
+        ),
+        (
+            "an archive with an unknown compression",
+            argv(&["archive", "-d", "x", "--compression", "rar", &src_s]),
+            none.clone(),
+            2,
+            "--compression",
+        ),
+        (
+            "an archive id that none has",
+            argv(&["retrieve", "--id=-3", &src_s]),
+            remote(nowhere, &pw_s, None),
+            2,
+            "(an archive id)",
+        ),
+        // query, and the connection every client command shares
+        (
+            "an empty password file",
+            argv(&["query", "filespace"]),
+            remote(nowhere, &empty_s, None),
+            2,
+            "is empty",
+        ),
+        (
+            "a missing password file",
+            argv(&["query", "filespace"]),
+            remote(nowhere, &s(&d.join("nope")), None),
+            2,
+            "nope",
+        ),
+        (
+            "a password file others can read",
+            argv(&["query", "backup"]),
+            remote(nowhere, &s(&readable), None),
+            2,
+            "readable by others",
+        ),
+        (
+            "a CA that is no certificate",
+            argv(&["query", "filespace"]),
+            remote("https://127.0.0.1:9", &pw_s, Some(&garbage_s)),
+            2,
+            "no PEM certificate",
+        ),
+        (
+            "https without a certificate to trust",
+            argv(&["query", "archive"]),
+            remote("https://127.0.0.1:9", &pw_s, None),
+            2,
+            "no certificate to trust",
+        ),
+        (
+            "a server address of another scheme",
+            argv(&["query", "backup"]),
+            remote("ftp://127.0.0.1:9", &pw_s, None),
+            2,
+            "use https://HOST:PORT",
+        ),
+        (
+            "a server but no node",
+            argv(&["query", "filespace", "--server", nowhere, "--password-file", &pw_s]),
+            none.clone(),
+            2,
+            "no node name",
+        ),
+        (
+            "a query's configuration that is none",
+            argv(&["query", "archive", "--config", &garbage_s]),
+            none.clone(),
+            2,
+            "the client configuration",
+        ),
+        // server
+        (
+            "a server transaction of no objects",
+            argv(&["server", "--data-dir", &srv, "--txn-group-max", "0"]),
+            none.clone(),
+            2,
+            "0 is outside 1 to 65000 objects",
+        ),
+        (
+            "a server transaction of no bytes",
+            argv(&["server", "--data-dir", &srv, "--txn-byte-limit", "0"]),
+            none.clone(),
+            2,
+            "0 is outside 1 to 34359738368 bytes",
+        ),
+        (
+            "a server of no sessions",
+            argv(&["server", "--data-dir", &srv, "--max-sessions", "0"]),
+            none.clone(),
+            2,
+            "0 is outside 1 to 99999 sessions",
+        ),
+        (
+            "a server configuration that is none",
+            argv(&["server", "--data-dir", &srv, "--config", &garbage_s]),
+            none.clone(),
+            2,
+            "server configuration",
+        ),
+        (
+            "a server configuration ending sessions at once",
+            argv(&["server", "--data-dir", &srv, "--config", &server_idle]),
+            none.clone(),
+            2,
+            "idle_timeout_minutes 0 is outside 1 to 9999 minutes",
+        ),
+        (
+            "a listen address without a port",
+            argv(&["server", "--data-dir", &srv, "--listen", "localhost"]),
+            none.clone(),
+            2,
+            "write HOST:PORT",
+        ),
+        (
+            "a TLS certificate that is none",
+            argv(&[
+                "server",
+                "--data-dir",
+                &srv,
+                "--listen",
+                "127.0.0.1:0",
+                "--tls-cert",
+                &garbage_s,
+                "--tls-key",
+                &garbage_s,
+            ]),
+            none.clone(),
+            2,
+            "holds no PEM certificate",
+        ),
+        (
+            "a catalog backup that is none",
+            argv(&["server", "restore-db", "--data-dir", &srv, "--from", &garbage_s]),
+            none.clone(),
+            2,
+            "not a catalog backup",
+        ),
+        (
+            "the volume history with a configuration that is none",
+            argv(&["server", "volhist", "--data-dir", &srv, "--config", &garbage_s]),
+            none.clone(),
+            2,
+            "server configuration",
+        ),
+        // admin
+        ("no server to administer", argv(&["admin", "query", "node"]), none.clone(), 2, "--server"),
+        (
+            "an administrator without a password file",
+            argv(&["admin", "--server", "https://127.0.0.1:9", "--admin", "a", "query", "node"]),
+            none.clone(),
+            2,
+            "--admin needs --password-file",
+        ),
+        (
+            "an administrator's empty password file",
+            argv(&[
+                "admin",
+                "--server",
+                "https://127.0.0.1:9",
+                "--admin",
+                "a",
+                "--password-file",
+                &empty_s,
+                "query",
+                "session",
+            ]),
+            none.clone(),
+            2,
+            "is empty",
+        ),
+        (
+            "an administrator's CA that is no certificate",
+            argv(&[
+                "admin",
+                "--server",
+                "https://127.0.0.1:9",
+                "--admin",
+                "a",
+                "--password-file",
+                &pw_s,
+                "--ca",
+                &garbage_s,
+                "query",
+                "process",
+            ]),
+            none.clone(),
+            2,
+            "no PEM certificate",
+        ),
+        (
+            "reclaim at no threshold",
+            admin(&["reclaim", "stgpool", "--threshold", "0"]),
+            none.clone(),
+            2,
+            "0 is outside 1 to 100 percent",
+        ),
+        (
+            "expiration with too many workers",
+            admin(&["expire", "inventory", "--resource", "65"]),
+            none.clone(),
+            2,
+            "65 is outside 1 to 64 workers",
+        ),
+        (
+            "expiration for no time",
+            admin(&["expire", "inventory", "--duration", "0"]),
+            none.clone(),
+            2,
+            "0 is outside 1 to 999999 minutes",
+        ),
+        (
+            "an activity log of no entries",
+            admin(&["query", "actlog", "--limit", "0"]),
+            none.clone(),
+            2,
+            "0 is outside 1 to 100000 entries",
+        ),
+        (
+            "an activity log from no time",
+            admin(&["query", "actlog", "--since", "last week"]),
+            none.clone(),
+            2,
+            "invalid time",
+        ),
+        (
+            "an unknown privilege class",
+            admin(&["register-admin", "x", "--privilege", "root"]),
+            none.clone(),
+            2,
+            "unknown privilege class \"root\"",
+        ),
+        (
+            "an unknown privilege class granted",
+            admin(&["grant", "authority", "x", "--privilege", "policy,boss"]),
+            none.clone(),
+            2,
+            "unknown privilege class \"boss\"",
+        ),
+        (
+            "a node with a privilege class",
+            admin(&["register-node", "x", "--privilege", "system"]),
+            none.clone(),
+            2,
+            "a node has no privilege classes",
+        ),
+        (
+            "a node's new password file that is empty",
+            admin(&["register-node", "x", "--new-password-file", &empty_s]),
+            none.clone(),
+            2,
+            "is empty",
+        ),
+        (
+            "an administrator's new password file others can read",
+            admin(&["update", "admin", "x", "--new-password-file", &s(&readable)]),
+            none.clone(),
+            2,
+            "readable by others",
+        ),
+        (
+            "a node update that changes nothing",
+            admin(&["update", "node", "x"]),
+            none.clone(),
+            2,
+            "say what to change",
+        ),
+        (
+            "a class keeping no versions",
+            admin(&["define", "mgmtclass", "standard", "c", "--versions-exist", "0"]),
+            none.clone(),
+            2,
+            "0 is outside 1 to 4294967294 versions, or nolimit",
+        ),
+        (
+            "a class keeping days that are none",
+            admin(&["update", "mgmtclass", "standard", "c", "--retain-extra", "soon"]),
+            none.clone(),
+            2,
+            "is not a number: give 0 to 4294967294 days, or nolimit",
+        ),
+        (
+            "a container id that is none",
+            admin(&["audit", "stgpool", "--container", "xyz"]),
+            none.clone(),
+            2,
+            "not a container id in hex",
+        ),
+        (
+            "a session number that is none",
+            admin(&["cancel", "session", "first"]),
+            none.clone(),
+            2,
+            "invalid digit",
+        ),
+        (
+            "a catalog to migrate that is none",
+            argv(&["admin", "migrate-catalog", "--from", &garbage_s, "--to", &s(&d.join("c.db"))]),
+            none.clone(),
+            2,
+            "is not a QSM catalog",
+        ),
+        (
+            "a catalog to migrate that does not exist",
+            argv(&[
+                "admin",
+                "migrate-catalog",
+                "--from",
+                "/no/such.db",
+                "--to",
+                &s(&d.join("c.db")),
+            ]),
+            none.clone(),
+            2,
+            "does not exist",
+        ),
+        // compress, decompress, info, codecs
+        (
+            "compress with 100000 threads",
+            argv(&["compress", "-T", "100000", "-o", &s(&d.join("t.qsm")), &s(&src.join("f"))]),
+            none.clone(),
+            0,
+            "per core",
+        ),
+        (
             "a level out of range",
-            vec![
-                "compress".into(),
-                "--codec".into(),
-                "zstd".into(),
-                "--level".into(),
-                "99".into(),
-                "-o".into(),
-                s(&d.join("l.qsm")),
-                s(&src.join("f")),
-            ],
+            argv(&[
+                "compress",
+                "--codec",
+                "zstd",
+                "--level",
+                "99",
+                "-o",
+                &s(&d.join("l.qsm")),
+                &s(&src.join("f")),
+            ]),
             none.clone(),
             2,
             "--level 99",
         ),
         (
             "a quantum too small",
-            vec![
-                "compress".into(),
-                "--quantum".into(),
-                "1K".into(),
-                "-o".into(),
-                s(&d.join("q.qsm")),
-                s(&src.join("f")),
-            ],
+            argv(&["compress", "--quantum", "1K", "-o", &s(&d.join("q.qsm")), &s(&src.join("f"))]),
             none.clone(),
             2,
             "outside 4096 to 16777216 bytes",
         ),
         (
-            "a rate without a unit it knows",
-            vec!["backup".into(), "--limit-upload".into(), "10 parsecs".into(), s(&src)],
+            "an input that does not exist",
+            argv(&["compress", "/no/such/input", "-o", &s(&d.join("n.qsm"))]),
             none.clone(),
             2,
-            "unknown unit",
+            "cannot open /no/such/input",
         ),
         (
             "an empty range of quanta",
-            vec![
-                "decompress".into(),
-                "--quanta".into(),
-                "5..2".into(),
-                "-t".into(),
-                s(&d.join("s.qsm")),
-            ],
+            argv(&["decompress", "--quanta", "5..2", "-t", &stream]),
             none.clone(),
             2,
             "holds no quantum",
         ),
         (
             "a range that is not one",
-            vec!["decompress".into(), "--quanta".into(), "x..y".into(), s(&d.join("s.qsm"))],
+            argv(&["decompress", "--quanta", "x..y", &stream]),
             none.clone(),
             2,
             "invalid range",
         ),
         (
-            "an empty password file",
-            vec!["query".into(), "filespace".into()],
-            remote("http://127.0.0.1:9", &empty, None),
+            "a quantum past the last number",
+            argv(&["decompress", "--quanta", "18446744073709551615", "-t", &stream]),
+            none.clone(),
             2,
-            "is empty",
+            "invalid range",
         ),
         (
-            "a missing password file",
-            vec!["query".into(), "filespace".into()],
-            remote("http://127.0.0.1:9", &d.join("nope"), None),
+            "decompress with no threads",
+            argv(&["decompress", "-T", "0", "-t", &stream]),
+            none.clone(),
             2,
-            "nope",
+            "at least 1",
         ),
         (
-            "a CA that is no certificate",
-            vec!["query".into(), "filespace".into()],
-            remote("https://127.0.0.1:9", &pw, Some(&garbage)),
+            "a stream that is none",
+            argv(&["decompress", "-t", &garbage_s]),
+            none.clone(),
             2,
-            "no PEM certificate",
+            "not a QSM stream",
         ),
+        (
+            "a stream to describe that is none",
+            argv(&["info", &garbage_s]),
+            none.clone(),
+            2,
+            "not a QSM stream",
+        ),
+        (
+            "a stream to describe that does not exist",
+            argv(&["info", "/no/such.qsm"]),
+            none.clone(),
+            2,
+            "cannot open /no/such.qsm",
+        ),
+        (
+            "an option codecs does not have",
+            argv(&["codecs", "--level", "3"]),
+            none.clone(),
+            2,
+            "--level",
+        ),
+        // stand
+        ("a plan that is none", argv(&["stand", "run", &garbage_s]), none.clone(), 2, "plan"),
+        (
+            "a plan that does not exist",
+            argv(&["stand", "run", "/no/such/plan.toml"]),
+            none.clone(),
+            2,
+            "reading the plan /no/such/plan.toml",
+        ),
+        (
+            "a plan with a block of no bytes",
+            argv(&["stand", "run", &zero_block]),
+            none.clone(),
+            2,
+            "is not a block size",
+        ),
+        (
+            "a plan of endless passes",
+            argv(&["stand", "run", &endless]),
+            none.clone(),
+            2,
+            "repetitions: 4000000000: at most 10000 timed passes",
+        ),
+        (
+            "a quick run with no file for its CSV",
+            argv(&["stand", "quick", "--csv"]),
+            none.clone(),
+            2,
+            "--csv",
+        ),
+        (
+            "reports that are none",
+            argv(&["stand", "compare", &garbage_s, &garbage_s]),
+            none.clone(),
+            2,
+            "not a qsm stand --json report",
+        ),
+        (
+            "a negative threshold",
+            argv(&["stand", "compare", "--threshold=-1", &garbage_s, &garbage_s]),
+            none.clone(),
+            2,
+            "-1 is outside 0 to 10000 percent",
+        ),
+        (
+            "a threshold that is no number",
+            argv(&["stand", "compare", "--threshold", "NaN", &garbage_s, &garbage_s]),
+            none.clone(),
+            2,
+            "outside 0 to 10000 percent",
+        ),
+        (
+            "a load for no time",
+            argv(&["stand", "load", "cpu:1", "--seconds=0"]),
+            none.clone(),
+            2,
+            "0 is outside 0.001 to 31536000 seconds",
+        ),
+        (
+            "a load for longer than a clock holds",
+            argv(&["stand", "load", "cpu:1", "--seconds", "1e30"]),
+            none.clone(),
+            2,
+            "outside 0.001 to 31536000 seconds",
+        ),
+        ("a load that is none", argv(&["stand", "load", "cpu:x"]), none.clone(), 2, "load cpu:x"),
+        (
+            "a report to plot that is none",
+            argv(&["stand", "plot", &garbage_s, "--out", &s(&d.join("plots"))]),
+            none.clone(),
+            2,
+            "not a qsm stand --json report",
+        ),
+        // key
         (
             "a key file that is none",
-            vec!["key".into(), "show-fingerprint".into(), "--key-file".into(), s(&garbage)],
-            vec![("QSM_PASSPHRASE_FILE", s(&pw))],
+            argv(&["key", "show-fingerprint", "--key-file", &garbage_s]),
+            passphrase.clone(),
             2,
             "not a QSM key file",
         ),
         (
+            "a key file that does not exist",
+            argv(&["key", "show-fingerprint", "--key-file", "/no/such/key"]),
+            passphrase.clone(),
+            2,
+            "make one with `qsm key init`",
+        ),
+        (
+            "a key file to rewrap that is none",
+            argv(&["key", "change-passphrase", "--key-file", &garbage_s]),
+            passphrase.clone(),
+            2,
+            "not a QSM key file",
+        ),
+        (
+            "a key file to upload that is none",
+            argv(&["key", "upload", "--key-file", &garbage_s]),
+            passphrase.clone(),
+            2,
+            "not a QSM key file",
+        ),
+        (
+            "a key to recover with a configuration that is none",
+            argv(&["key", "recover", "--key-file", &s(&d.join("k2")), "--config", &garbage_s]),
+            passphrase.clone(),
+            2,
+            "the client configuration",
+        ),
+        (
             "an empty passphrase file",
-            vec!["key".into(), "init".into(), "--key-file".into(), s(&d.join("k"))],
-            vec![("QSM_PASSPHRASE_FILE", s(&empty))],
+            argv(&["key", "init", "--key-file", &s(&d.join("k"))]),
+            vec![("QSM_PASSPHRASE_FILE", empty_s.clone())],
             2,
             "is empty",
+        ),
+        (
+            "a passphrase too short",
+            argv(&["key", "init", "--key-file", &s(&d.join("k"))]),
+            vec![("QSM_PASSPHRASE_FILE", s(&private(d, "short", "abc\n")))],
+            2,
+            "shorter than 8 bytes",
+        ),
+        // journal
+        ("a journal of nothing", argv(&["journal", "start"]), none.clone(), 2, "<PATHS>"),
+        (
+            "a journal to start that is none",
+            argv(&["journal", "--journal", &garbage_s, "start", &src_s]),
+            none.clone(),
+            2,
+            "is not a QSM change journal",
+        ),
+        (
+            "a journal to ask that is none",
+            argv(&["journal", "--journal", &garbage_s, "status"]),
+            none.clone(),
+            2,
+            "is not a QSM change journal",
+        ),
+        (
+            "journal status with a pattern that is none",
+            argv(&[
+                "journal",
+                "--journal",
+                &s(&d.join("no-journal.db")),
+                "status",
+                "--include",
+                "a[b",
+            ]),
+            none.clone(),
+            2,
+            "include pattern",
         ),
     ];
     for (what, args, env, code, fragment) in cases {
         let mut c = qsm();
-        c.env("QSM_HOME", &home).env("HOME", d).env_remove("QSM_SERVER").args(&args);
+        c.env("QSM_HOME", &home).env("HOME", d).args(&args);
+        for k in [
+            "QSM_SERVER",
+            "QSM_NODE",
+            "QSM_ADMIN",
+            "QSM_PASSWORD_FILE",
+            "QSM_CA",
+            "QSM_CONFIG",
+            "QSM_SERVER_CONFIG",
+            "QSM_INSECURE",
+            "QSM_KEY_FILE",
+            "QSM_JOURNAL",
+            "QSM_PASSPHRASE_FILE",
+        ] {
+            c.env_remove(k);
+        }
         for (k, v) in &env {
             c.env(k, v);
         }
@@ -760,5 +1394,110 @@ fn bad_values_and_bad_files_exit_2_naming_them() {
         assert!(!stderr.contains("panicked at"), "{what}: a panic: {stderr}");
         assert_eq!(out.status.code(), Some(code), "{what}: {stderr}");
         assert!(stderr.contains(fragment), "{what}: {fragment:?} not in: {stderr}");
+        // Said once: no cause repeated after itself ("X: X").
+        for line in stderr.lines().filter(|l| l.starts_with("qsm: error: ")) {
+            let parts: Vec<&str> = line.split(": ").collect();
+            assert!(parts.windows(2).all(|w| w[0] != w[1]), "{what}: a cause repeated: {line}");
+        }
+    }
+}
+
+/// Issue 31: `-T` far beyond the cores is capped, said in a warning, and the backup completes
+/// as any other (a typo of many digits once spawned thousands of threads and ran out of
+/// memory).
+#[test]
+fn threads_far_beyond_the_cores_are_capped_and_the_backup_completes() {
+    let dir = TempDir::new().unwrap_or_else(|e| panic!("{e}"));
+    let src = dir.path().join("src");
+    fs::create_dir_all(src.join("sub")).unwrap_or_else(|e| panic!("{e}"));
+    let data = text(300_000);
+    fs::write(src.join("a.txt"), &data).unwrap_or_else(|e| panic!("{e}"));
+    fs::write(src.join("sub/b.txt"), b"small").unwrap_or_else(|e| panic!("{e}"));
+    let run = |args: &[&str], extra: &[&Path]| {
+        let out = qsm()
+            .env("QSM_HOME", dir.path().join("home"))
+            .env("HOME", dir.path())
+            .env_remove("QSM_SERVER")
+            .args(args)
+            .args(extra)
+            .timeout(std::time::Duration::from_secs(300))
+            .output()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!stderr.contains("panicked at"), "{args:?}: a panic: {stderr}");
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
+        (String::from_utf8_lossy(&out.stdout).into_owned(), stderr)
+    };
+    let (stdout, stderr) = run(&["backup", "-T", "100000"], &[&src]);
+    assert!(
+        stderr.contains("--threads 100000 is more than 4 per core: using"),
+        "no warning about the cap: {stderr}"
+    );
+    assert!(stdout.contains("failed 0"), "{stdout}");
+    let out = dir.path().join("out");
+    run(&["restore", "--to"], &[&out, &src]);
+    assert_eq!(read(&out.join("a.txt")), data);
+    assert_eq!(read(&out.join("sub/b.txt")), b"small");
+}
+
+/// Issue 31: a reader that closes stdout early (`qsm query backup DIR | head -1`) ends the
+/// output quietly: no panic, no error, exit 0 (or death by SIGPIPE, 141 in a shell).
+#[test]
+fn a_closed_stdout_never_panics() {
+    use std::io::Read;
+    use std::os::unix::process::ExitStatusExt;
+    let dir = TempDir::new().unwrap_or_else(|e| panic!("{e}"));
+    let src = dir.path().join("src");
+    fs::create_dir_all(&src).unwrap_or_else(|e| panic!("{e}"));
+    // More lines of listing than a pipe holds (64 KiB), so the writer is still writing.
+    for i in 0..2000 {
+        fs::write(src.join(format!("file-{i:05}")), i.to_string())
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let home = dir.path().join("home");
+    let env = |c: &mut std::process::Command| {
+        c.env("QSM_HOME", &home).env("HOME", dir.path()).env_remove("QSM_SERVER");
+    };
+    qsm()
+        .env("QSM_HOME", &home)
+        .env("HOME", dir.path())
+        .env_remove("QSM_SERVER")
+        .arg("backup")
+        .arg(&src)
+        .assert()
+        .success();
+    // A data stream several megabytes long.
+    let big = write(&dir, "big.txt", &text(8 << 20));
+    let stream = dir.path().join("big.qsm");
+    qsm().args(["compress", "-c", "none", "-o"]).arg(&stream).arg(&big).assert().success();
+    let runs: [(&str, Vec<std::ffi::OsString>); 4] = [
+        ("query backup", vec!["query".into(), "backup".into(), src.clone().into()]),
+        ("query backup --json", vec!["query".into(), "backup".into(), "--json".into()]),
+        ("info --quanta", vec!["info".into(), "--quanta".into(), stream.clone().into()]),
+        ("decompress to stdout", vec!["decompress".into(), stream.clone().into()]),
+    ];
+    for (what, args) in runs {
+        let mut c = std::process::Command::new(assert_cmd::cargo::cargo_bin("qsm"));
+        env(&mut c);
+        let mut child = c
+            .args(&args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let mut first = [0u8; 16];
+        if let Some(mut out) = child.stdout.take() {
+            out.read_exact(&mut first).unwrap_or_else(|e| panic!("{what}: {e}"));
+            // Dropped: the read end is closed with most of the output unread.
+        }
+        let done = child.wait_with_output().unwrap_or_else(|e| panic!("{what}: {e}"));
+        let stderr = String::from_utf8_lossy(&done.stderr);
+        assert!(!stderr.contains("panicked at"), "{what}: a panic: {stderr}");
+        assert!(
+            done.status.code() == Some(0) || done.status.signal() == Some(13),
+            "{what}: {} {stderr}",
+            done.status
+        );
+        assert!(!stderr.contains("error"), "{what}: {stderr}");
     }
 }
