@@ -235,7 +235,8 @@ impl<C: Catalog + ?Sized> Coordination for C {
             let at = now();
             let me = Value::Int(server.0);
             let mut beat = Beat::default();
-            let ended = s.rows("SELECT ended FROM servers WHERE id = ?1", std::slice::from_ref(&me))?;
+            let ended =
+                s.rows("SELECT ended FROM servers WHERE id = ?1", std::slice::from_ref(&me))?;
             beat.revived = ended.first().is_some_and(|r| matches!(r.first(), Some(Value::Int(_))));
             s.exec(
                 "UPDATE servers SET heartbeat = ?1, ended = NULL WHERE id = ?2",

@@ -42,8 +42,7 @@ fn open_child(
                 Err(e) if e == Errno::EXIST => {}
                 Err(e) => return Err(format!("cannot create {}: {e}", shown.display())),
             }
-            rustix::fs::openat(parent, name, flags, Mode::empty())
-                .map_err(|e| refusal(e, shown))
+            rustix::fs::openat(parent, name, flags, Mode::empty()).map_err(|e| refusal(e, shown))
         }
         Err(e) => Err(refusal(e, shown)),
     }
@@ -137,9 +136,7 @@ mod tests {
         std::fs::write(dir.path().join("a/file"), b"x").unwrap();
         let target = rustix::fs::open(dir.path(), OFlags::DIRECTORY, Mode::empty()).unwrap();
         let dirs = Dirs::new(target, dir.path());
-        let c = |s: &'static str| -> Vec<&'static OsStr> {
-            s.split('/').map(OsStr::new).collect()
-        };
+        let c = |s: &'static str| -> Vec<&'static OsStr> { s.split('/').map(OsStr::new).collect() };
         let b = dirs.get(&c("a/b"), false).unwrap();
         assert!(Arc::ptr_eq(&b, &dirs.get(&c("a/b"), false).unwrap()), "opened again");
         assert!(dirs.get(&c("a/new/deeper"), false).is_err(), "created without create");
