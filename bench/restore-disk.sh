@@ -79,7 +79,7 @@ rm -rf "$DEST"
 	echo "# Restore to disk: $ENTRIES entries, $BYTES bytes ($(basename "$SRC"))"
 	echo
 	echo "\`bench/restore-disk.sh --rounds $ROUNDS\` on $(uname -n), $(nproc) cores, $(date -u +%Y-%m-%d);"
-	echo "restores into $(df --output=source "$OUT" | tail -1) ($(stat -f -c %T "$OUT")), \`sync\` included."
+	echo "restores into $(df --output=source "$OUT" | tail -1) ($(findmnt -no FSTYPE -T "$OUT")), \`sync\` included."
 	echo
 	echo "| round | QSM embedded | restic $(restic version | awk '{print $2}') | \`cp -a\` | \`tar -x\` |"
 	echo "|---|---|---|---|---|"

@@ -108,6 +108,7 @@ async fn serve(config: ServerConfig, ready: impl FnOnce(&Listening)) -> Result<(
         store,
         server,
         name,
+        beat_failing: Default::default(),
         config: config.clone(),
         sessions: Default::default(),
         processes: Default::default(),

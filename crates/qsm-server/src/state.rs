@@ -29,6 +29,8 @@ pub struct State {
     pub streams: Arc<crate::streams::Streams>,
     /// This server's name in the catalog: host and process id.
     pub name: String,
+    /// The last heartbeat failed (said once, not every 3 s, and again when it recovers).
+    pub beat_failing: AtomicBool,
 }
 
 /// What a process's work reports when it ends: its result, a line for the process table and
@@ -255,9 +257,20 @@ impl State {
             &self.store.open_containers(),
             &progress,
         ) {
-            Ok(beat) => beat,
+            Ok(beat) => {
+                if self.beat_failing.swap(false, Ordering::Relaxed) {
+                    eprintln!("qsm server: the heartbeat is recorded again");
+                }
+                beat
+            }
             Err(e) => {
-                eprintln!("qsm server: warning: the heartbeat could not be recorded: {e}");
+                if !self.beat_failing.swap(true, Ordering::Relaxed) {
+                    eprintln!(
+                        "qsm server: warning: the heartbeat could not be recorded: {e}; other \
+                         servers on the catalog take this one for dead after {} s",
+                        self.config.lease_seconds
+                    );
+                }
                 return;
             }
         };
