@@ -130,6 +130,7 @@ mod tests {
             load: "none".into(),
             slowdown: None,
             stats: Stats { p50_ns: p50, mean_ns: p50 as f64, ..Stats::default() },
+            blocks_per_reading: 1,
             mb_per_s: 1.0,
             ratio: None,
         }

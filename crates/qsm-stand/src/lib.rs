@@ -18,6 +18,7 @@ pub mod plan;
 pub mod plot;
 pub mod plugin;
 pub mod stats;
+pub mod table;
 
 pub use measure::{Cell, run};
 pub use plan::{Plan, PlanError};

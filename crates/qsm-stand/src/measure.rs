@@ -1,4 +1,6 @@
-//! The measurement: every block timed alone with the monotonic clock, every output verified.
+//! The measurement: every block timed alone with the monotonic clock, or, when a block is too
+//! fast for the clock to time alone, in batches of consecutive blocks just large enough for
+//! the clock's cost to fall under 1% of a reading; every output verified.
 
 use std::time::Instant;
 
@@ -25,12 +27,20 @@ pub struct Cell {
     pub load: String,
     /// Mean time per block over the same cell's with no load, when that was measured.
     pub slowdown: Option<f64>,
-    /// Per-block times.
+    /// Per-block times: one sample per reading of the clock, divided by `blocks_per_reading`.
     pub stats: Stats,
+    /// Blocks timed by one reading of the clock: 1, or the batch size of blocks too fast to
+    /// time alone ([`batch_size`]). Reports written before batching existed lack it: 1.
+    #[serde(default = "one")]
+    pub blocks_per_reading: usize,
     /// Original bytes per second of block time, in MB/s (10^6).
     pub mb_per_s: f64,
     /// Original over compressed bytes, for compressors.
     pub ratio: Option<f64>,
+}
+
+fn one() -> usize {
+    1
 }
 
 /// A run's results.
@@ -42,10 +52,71 @@ pub struct Report {
     pub timer_overhead_ns: u64,
     /// Cells in plan order.
     pub cells: Vec<Cell>,
-    /// What a reader must know to trust the figures: cells whose fastest block took less than
-    /// 100 times the timer's overhead (where the clock's own cost exceeds 1%), placement that
-    /// cannot matter on this machine.
+    /// What a reader must know to trust the figures: placement that cannot matter on this
+    /// machine. (Cells too fast for the clock are batched, and [`Report::batching`] says so.)
     pub warnings: Vec<String>,
+}
+
+/// How many readings a clock reading must exceed the timer's overhead by: 100 times keeps the
+/// clock's own cost under 1% of what is measured.
+pub const OVERHEAD_FACTOR: u64 = 100;
+
+/// The blocks per reading of a cell whose fastest single-block reading took `fastest_ns`
+/// (clock included), with a timer overhead of `overhead_ns`: 1 when that reading reaches
+/// [`OVERHEAD_FACTOR`] times the overhead, else the fewest consecutive blocks whose reading
+/// would (each block costing `fastest_ns - overhead_ns`, the clock paid once per reading),
+/// but never more than the cell's `blocks`. The fastest reading, not the median, so that
+/// the batch is large enough for the fastest blocks too.
+pub fn batch_size(fastest_ns: u64, overhead_ns: u64, blocks: usize) -> usize {
+    let target = OVERHEAD_FACTOR.saturating_mul(overhead_ns);
+    if fastest_ns >= target {
+        return 1;
+    }
+    let per_block = fastest_ns.saturating_sub(overhead_ns).max(1);
+    let needed = (target - overhead_ns).div_ceil(per_block);
+    usize::try_from(needed).unwrap_or(usize::MAX).clamp(1, blocks.max(1))
+}
+
+impl Report {
+    /// The one line that says which cells were timed in batches and how large, or `None` when
+    /// every block was timed alone; also the cells whose median reading is still under the
+    /// 100× line (a cell with fewer blocks than a batch needs). The median, not the fastest:
+    /// a cell calibrated just above the line may see one faster reading later, which says
+    /// nothing about its figures.
+    pub fn batching(&self) -> Option<String> {
+        let batched: Vec<&Cell> = self.cells.iter().filter(|c| c.blocks_per_reading > 1).collect();
+        let short = self
+            .cells
+            .iter()
+            .filter(|c| {
+                (c.stats.p50_ns as f64) * (c.blocks_per_reading as f64)
+                    < (OVERHEAD_FACTOR * self.timer_overhead_ns) as f64
+            })
+            .count();
+        if batched.is_empty() && short == 0 {
+            return None;
+        }
+        let mut parts = Vec::new();
+        if let (Some(lo), Some(hi)) = (
+            batched.iter().map(|c| c.blocks_per_reading).min(),
+            batched.iter().map(|c| c.blocks_per_reading).max(),
+        ) {
+            let range = if lo == hi { hi.to_string() } else { format!("{lo} to {hi}") };
+            parts.push(format!(
+                "{} of {} cells too fast to time block by block were timed in batches of {range} consecutive blocks per reading (column \"blk/rd\"), keeping the timer's {} ns under 1% of a reading; their percentiles are of batches",
+                batched.len(),
+                self.cells.len(),
+                self.timer_overhead_ns
+            ));
+        }
+        if short > 0 {
+            parts.push(format!(
+                "{short} cells' median reading is still under {OVERHEAD_FACTOR} times the timer's {} ns (too few blocks in the cell for a large enough batch)",
+                self.timer_overhead_ns
+            ));
+        }
+        Some(parts.join("; "))
+    }
 }
 
 /// Why a run stopped.
@@ -172,7 +243,7 @@ pub fn run_with(
                         repetitions: plan.repetitions,
                         node: node.map_or(0, |(n, _)| n as u32),
                     };
-                    pending.push((spec, load, data, Vec::new(), 0usize));
+                    pending.push((spec, load, data, Vec::new(), 0usize, 0usize));
                 }
             }
         }
@@ -182,24 +253,31 @@ pub fn run_with(
     let mut cells: Vec<Cell> = Vec::new();
     for round in 0..plan.rounds {
         on_round(round + 1, pending.len());
-        for (spec, load, data, samples, stored) in &mut pending {
-            let blocks: Vec<&[u8]> = data.chunks(spec.block_size).collect();
-            let mut runner = placed(node, || spec.alg.runner(spec.operation, &blocks, spec.node))
-                .map_err(|f| spec.error(0, f))?;
+        for (spec, load, data, samples, stored, batch) in &mut pending {
             let running = load::start(load, plan.core, &cpus).map_err(MeasureError::Load)?;
             if **load != Load::None {
                 // Let the load reach its steady state before the first block.
                 std::thread::sleep(std::time::Duration::from_millis(50));
             }
-            let taken = spec.samples(runner.as_mut(), data);
+            // The batch is chosen once, under the cell's load, and kept over the rounds:
+            // pooled samples must all be readings of the same number of blocks.
+            let taken = (|| -> Result<(Vec<u64>, usize), MeasureError> {
+                if *batch == 0 {
+                    *batch = spec.calibrate(data, overhead, node)?;
+                }
+                let mut lanes = spec.lanes(data, *batch, node)?;
+                let taken = spec.samples(&mut lanes, data)?;
+                Ok((taken, lanes.iter().map(|r| r.stored()).sum()))
+            })();
             running.stop();
-            samples.extend(taken?);
-            *stored = runner.stored();
+            let (taken, bytes) = taken?;
+            samples.extend(taken);
+            *stored = bytes;
             if round + 1 < plan.rounds {
                 continue;
             }
             let passes = plan.repetitions * plan.rounds;
-            let mut cell = spec.cell(std::mem::take(samples), data.len(), *stored, passes);
+            let mut cell = spec.cell(std::mem::take(samples), data.len(), *stored, passes, *batch);
             cell.load = load.name();
             cell.slowdown = cells
                 .iter()
@@ -212,17 +290,6 @@ pub fn run_with(
                 })
                 .filter(|base| base.stats.mean_ns > 0.0)
                 .map(|base| cell.stats.mean_ns / base.stats.mean_ns);
-            if (cell.stats.min_ns as f64) < 100.0 * overhead as f64 {
-                warnings.push(format!(
-                    "{} {} {} B {}: fastest block {} ns, under 100 times the timer's {} ns",
-                    cell.algorithm,
-                    cell.operation,
-                    cell.block_size,
-                    cell.pattern,
-                    cell.stats.min_ns,
-                    overhead
-                ));
-            }
             on_cell(&cell);
             cells.push(cell);
         }
@@ -265,45 +332,129 @@ impl CellSpec<'_> {
     }
 
     /// Times every block of `data` (a whole number of blocks) `warmup + repetitions` times,
-    /// keeping the timed passes; verifies every output of every pass.
+    /// keeping the timed passes, in batches when blocks are too fast to time alone; verifies
+    /// every output of every pass.
     pub fn measure(&self, data: &[u8]) -> Result<Cell, MeasureError> {
-        let blocks: Vec<&[u8]> = data.chunks(self.block_size).collect();
-        let mut runner =
-            self.alg.runner(self.operation, &blocks, self.node).map_err(|f| self.error(0, f))?;
-        self.measure_with(runner.as_mut(), data)
+        let batch = self.calibrate(data, timer_overhead(), None)?;
+        let mut lanes = self.lanes(data, batch, None)?;
+        let samples = self.samples(&mut lanes, data)?;
+        let stored = lanes.iter().map(|r| r.stored()).sum();
+        Ok(self.cell(samples, data.len(), stored, self.repetitions, batch))
     }
 
-    /// [`CellSpec::measure`] with a runner made beforehand (on the chosen node).
-    pub fn measure_with(&self, r: &mut dyn Runner, data: &[u8]) -> Result<Cell, MeasureError> {
-        let samples = self.samples(r, data)?;
-        Ok(self.cell(samples, data.len(), r.stored(), self.repetitions))
-    }
-
-    /// The timed passes' samples of every block of `data`, each output verified.
-    fn samples(&self, r: &mut dyn Runner, data: &[u8]) -> Result<Vec<u64>, MeasureError> {
+    /// The blocks per reading for `data` ([`batch_size`]), from one untimed-for-the-report
+    /// pass that reads the clock around each block alone (up to 256 blocks: enough for a
+    /// fastest reading, few enough not to lengthen the cell), outputs verified.
+    fn calibrate(
+        &self,
+        data: &[u8],
+        overhead: u64,
+        node: Option<(usize, usize)>,
+    ) -> Result<usize, MeasureError> {
         let blocks = data.len().div_ceil(self.block_size);
-        let mut samples = Vec::with_capacity(blocks * self.repetitions as usize);
-        for pass in 0..self.warmup + self.repetitions {
-            for i in 0..blocks {
+        let head = &data[..data.len().min(256 * self.block_size)];
+        let mut lanes = self.lanes(head, 1, node)?;
+        let mut fastest = u64::MAX;
+        for r in &mut lanes {
+            for i in 0..head.len().div_ceil(self.block_size) {
                 r.stage(i).map_err(|f| self.error(i, f))?;
                 let t = Instant::now();
                 let done = r.run(i);
                 let ns = t.elapsed().as_nanos() as u64;
                 done.map_err(|f| self.error(i, f))?;
                 r.check(i).map_err(|f| self.error(i, f))?;
-                if pass >= self.warmup {
-                    samples.push(ns);
+                fastest = fastest.min(ns);
+            }
+        }
+        Ok(batch_size(fastest, overhead, blocks))
+    }
+
+    /// `batch` runners ("lanes") over `data`'s blocks, lane `j` holding blocks `j`,
+    /// `j + batch`, `j + 2 batch`...: each block of a batch has its own buffers, so a batch of
+    /// consecutive blocks runs with nothing staged or checked between its blocks, and each
+    /// output is still there to verify afterwards. Made on `node` when given.
+    fn lanes<'d>(
+        &self,
+        data: &'d [u8],
+        batch: usize,
+        node: Option<(usize, usize)>,
+    ) -> Result<Vec<Box<dyn Runner + 'd>>, MeasureError> {
+        let blocks: Vec<&[u8]> = data.chunks(self.block_size).collect();
+        (0..batch.max(1))
+            .map(|j| {
+                let mine: Vec<&[u8]> =
+                    blocks.iter().skip(j).step_by(batch.max(1)).copied().collect();
+                placed(node, || self.alg.runner(self.operation, &mine, self.node))
+                    .map_err(|f| self.error(j, f))
+            })
+            .collect()
+    }
+
+    /// The timed passes' samples over `data`, one per reading of the clock around a batch of
+    /// `lanes.len()` consecutive blocks (block `b * batch + j` is lane `j`'s block `b`), as
+    /// time per block; every output verified. Blocks left over after the last whole batch
+    /// are run and verified untimed: a shorter batch would fall under the 100× line.
+    fn samples(
+        &self,
+        lanes: &mut [Box<dyn Runner + '_>],
+        data: &[u8],
+    ) -> Result<Vec<u64>, MeasureError> {
+        let blocks = data.len().div_ceil(self.block_size);
+        let batch = lanes.len().max(1);
+        let batches = blocks / batch;
+        let mut samples = Vec::with_capacity(batches * self.repetitions as usize);
+        for pass in 0..self.warmup + self.repetitions {
+            for b in 0..batches {
+                for (j, r) in lanes.iter_mut().enumerate() {
+                    r.stage(b).map_err(|f| self.error(b * batch + j, f))?;
                 }
+                let mut failed = None;
+                let t = Instant::now();
+                for (j, r) in lanes.iter_mut().enumerate() {
+                    if let Err(f) = r.run(b) {
+                        failed = Some((j, f));
+                        break;
+                    }
+                }
+                let ns = t.elapsed().as_nanos() as u64;
+                if let Some((j, f)) = failed {
+                    return Err(self.error(b * batch + j, f));
+                }
+                for (j, r) in lanes.iter_mut().enumerate() {
+                    r.check(b).map_err(|f| self.error(b * batch + j, f))?;
+                }
+                if pass >= self.warmup {
+                    // Rounded to the nearest ns per block.
+                    samples.push((ns + batch as u64 / 2) / batch as u64);
+                }
+            }
+            for i in batches * batch..blocks {
+                let (r, b) = (&mut lanes[i % batch], i / batch);
+                r.stage(b).map_err(|f| self.error(i, f))?;
+                r.run(b).map_err(|f| self.error(i, f))?;
+                r.check(b).map_err(|f| self.error(i, f))?;
             }
         }
         Ok(samples)
     }
 
-    /// The cell of `samples` taken over `passes` timed passes of `data_len` bytes, stored as
-    /// `stored` bytes.
-    fn cell(&self, mut samples: Vec<u64>, data_len: usize, stored: usize, passes: u32) -> Cell {
-        let total_ns: u64 = samples.iter().sum();
-        let bytes = data_len as f64 * f64::from(passes);
+    /// The cell of `samples` (readings of `batch` blocks each, as time per block) taken over
+    /// `passes` timed passes of `data_len` bytes, stored as `stored` bytes.
+    fn cell(
+        &self,
+        mut samples: Vec<u64>,
+        data_len: usize,
+        stored: usize,
+        passes: u32,
+        batch: usize,
+    ) -> Cell {
+        let batch = batch.max(1);
+        // Samples are per block: a reading is `batch` of them.
+        let total_ns = samples.iter().sum::<u64>().saturating_mul(batch as u64);
+        // The bytes timed: blocks left over after the last whole batch are not.
+        let timed =
+            (data_len.div_ceil(self.block_size) / batch * batch * self.block_size).min(data_len);
+        let bytes = timed as f64 * f64::from(passes);
         Cell {
             algorithm: self.algorithm.to_owned(),
             operation: self.operation.name().into(),
@@ -312,6 +463,7 @@ impl CellSpec<'_> {
             load: "none".into(),
             slowdown: None,
             stats: Stats::of(&mut samples),
+            blocks_per_reading: batch,
             mb_per_s: if total_ns > 0 { bytes / total_ns as f64 * 1e3 } else { 0.0 },
             ratio: self.alg.compresses().then(|| data_len as f64 / stored.max(1) as f64),
         }
@@ -377,6 +529,39 @@ mod tests {
         }
     }
 
+    /// A codec that stores blocks as they are, correctly: a copy of 64 bytes takes a few ns,
+    /// far too fast for one reading of the clock.
+    #[derive(Debug)]
+    struct Stored;
+    struct Unstore;
+    impl Codec for Stored {
+        fn id(&self) -> u16 {
+            998
+        }
+        fn name(&self) -> &'static str {
+            "stored"
+        }
+        fn levels(&self) -> LevelRange {
+            LevelRange::NONE
+        }
+        fn max_compressed_len(&self, raw_len: usize) -> usize {
+            raw_len
+        }
+        fn compressor(&self, _: i32) -> Result<Box<dyn Compressor>, CodecError> {
+            Ok(Box::new(Copy))
+        }
+        fn decompressor(&self) -> Result<Box<dyn Decompressor>, CodecError> {
+            Ok(Box::new(Unstore))
+        }
+    }
+    impl Decompressor for Unstore {
+        fn decompress(&mut self, src: &[u8], dst: &mut [u8]) -> Result<(), CodecError> {
+            dst.copy_from_slice(src);
+            Ok(())
+        }
+    }
+
+    static STORED: Stored = Stored;
     static OFF_BY_ONE: Faulty = Faulty(Fault::OffByOne);
     static LAZY: Faulty = Faulty(Fault::Silent);
 
@@ -389,10 +574,65 @@ mod tests {
         assert_eq!((report.cells.len(), seen), (4, 4), "each cell reported once");
         assert_eq!(rounds, [(1, 4), (2, 4), (3, 4)]);
         for c in &report.cells {
-            assert_eq!(c.stats.samples, 4 * 2 * 3, "4 blocks, 2 passes, 3 rounds: {c:?}");
+            let per = c.blocks_per_reading;
+            assert_eq!(c.stats.samples, 4 / per * 2 * 3, "4 blocks, 2 passes, 3 rounds: {c:?}");
             assert_eq!(c.slowdown.is_some(), c.load != "none", "{c:?}");
             assert_eq!(c.ratio.is_some(), c.algorithm == "lz4", "{c:?}");
         }
+    }
+
+    #[test]
+    fn the_batch_is_the_fewest_blocks_that_reach_100_times_the_timer() {
+        // Fast enough alone, exactly on the line, and far under it.
+        assert_eq!(batch_size(5000, 20, 1000), 1);
+        assert_eq!(batch_size(2000, 20, 1000), 1);
+        // 20 ns a block beyond the clock's 20: 99 blocks and one clock reach 2,000 ns.
+        assert_eq!(batch_size(40, 20, 1000), 99);
+        // 200 ns a block: 9.9 blocks, so 10.
+        assert_eq!(batch_size(220, 20, 1000), 10);
+        // A reading as cheap as the clock itself counts a block as 1 ns.
+        assert_eq!(batch_size(20, 20, 100_000), 1980);
+        // Never more blocks than the cell has, and a clock that costs nothing needs no batch.
+        assert_eq!(batch_size(40, 20, 16), 16);
+        assert_eq!(batch_size(5, 0, 16), 1);
+    }
+
+    #[test]
+    fn a_synthetic_fast_algorithm_is_timed_in_batches_that_reach_the_line() {
+        let data = crate::pattern::Pattern::Random.generate(64 * 4096, 1).unwrap();
+        let alg =
+            Algorithm::Codec(Compression { codec: &STORED, level: 0, skip_incompressible: false });
+        let overhead = timer_overhead();
+        for op in [Operation::Compress, Operation::Decompress] {
+            let spec = CellSpec { block_size: 64, ..spec(&alg, op) };
+            let cell = spec.measure(&data).unwrap();
+            let per = cell.blocks_per_reading;
+            assert!(per > 1, "{op:?}: a 64-byte copy is timed alone: {cell:?}");
+            assert_eq!(cell.stats.samples, 4096 / per * 2, "{op:?}: one sample per reading");
+            // The median reading, back from time per block to time per batch, is at the line
+            // (the batch is sized on the fastest reading, so most readings are above it).
+            let reading = cell.stats.p50_ns * per as u64;
+            assert!(
+                reading >= OVERHEAD_FACTOR * overhead / 2,
+                "{op:?}: readings of {reading} ns, timer {overhead} ns, {per} blocks each"
+            );
+            assert!(cell.mb_per_s > 0.0);
+            let report = Report {
+                environment: crate::env::Environment::probe(),
+                timer_overhead_ns: overhead,
+                cells: vec![cell],
+                warnings: Vec::new(),
+            };
+            let line = report.batching().unwrap();
+            assert!(line.starts_with("1 of 1 cells") && line.contains(&per.to_string()), "{line}");
+        }
+        // A wrong decoder is caught in batches too: every lane's output is checked.
+        let wrong =
+            Algorithm::Codec(Compression { codec: &LAZY, level: 0, skip_incompressible: false });
+        let spec = CellSpec { block_size: 64, ..spec(&wrong, Operation::Decompress) };
+        let mut lanes = spec.lanes(&data, 8, None).unwrap();
+        let e = spec.samples(&mut lanes, &data).unwrap_err();
+        assert!(matches!(e, MeasureError::Verify { block: 0, .. }), "{e}");
     }
 
     #[test]
@@ -440,7 +680,8 @@ mod tests {
         let lz4 = Algorithm::parse("lz4", std::path::Path::new(".")).unwrap();
         for op in [Operation::Compress, Operation::Decompress] {
             let cell = spec(&lz4, op).measure(&data).unwrap();
-            assert_eq!(cell.stats.samples, 8, "4 blocks, 2 passes");
+            let per = cell.blocks_per_reading;
+            assert_eq!(cell.stats.samples, 4 / per * 2, "4 blocks, 2 passes, {per} per reading");
             assert!(cell.stats.min_ns > 0 && cell.stats.min_ns <= cell.stats.max_ns);
             let ratio = cell.ratio.unwrap();
             assert!(ratio > 1.5 && ratio < 2.5, "half zeros: {ratio}");

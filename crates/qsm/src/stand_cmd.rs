@@ -128,24 +128,8 @@ pub fn stand(cmd: StandCommand) -> Result<bool> {
             return Ok(true);
         }
     };
-    outln!(
-        "{:<10} {:<10} {:>6} {:<16} {:<14} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>6} {:>8}",
-        "algorithm",
-        "operation",
-        "block",
-        "pattern",
-        "load",
-        "min µs",
-        "mean µs",
-        "p50 µs",
-        "p99 µs",
-        "p99.9 µs",
-        "max µs",
-        "MB/s",
-        "ratio",
-        "slowdown"
-    );
-    let us = |ns: f64| ns / 1e3;
+    let table = qsm_stand::table::Table::of(&plan);
+    outln!("{}", table.header());
     let rounds = plan.rounds;
     let mut on_round = |round: u32, cells: usize| {
         if rounds > 1 {
@@ -156,31 +140,19 @@ pub fn stand(cmd: StandCommand) -> Result<bool> {
     let report = qsm_stand::measure::run_with(
         &plan,
         &mut |c: &Cell| {
-            outln!(
-                "{:<10} {:<10} {:>6} {:<16} {:<14} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>8.0} {:>6} {:>8}",
-                c.algorithm,
-                c.operation,
-                size(c.block_size),
-                c.pattern,
-                c.load,
-                us(c.stats.min_ns as f64),
-                us(c.stats.mean_ns),
-                us(c.stats.p50_ns as f64),
-                us(c.stats.p99_ns as f64),
-                us(c.stats.p999_ns as f64),
-                us(c.stats.max_ns as f64),
-                c.mb_per_s,
-                c.ratio.map(|r| format!("{r:.2}")).unwrap_or_else(|| "-".into()),
-                c.slowdown.map(|x| format!("{x:.2}x")).unwrap_or_else(|| "-".into())
-            );
+            outln!("{}", table.row(c));
         },
         &mut on_round,
     )?;
     outln!(
-        "timer overhead {} ns per sample (two clock reads); every output verified",
+        "timer overhead {} ns per reading (two clock reads); every output verified",
         report.timer_overhead_ns
     );
     outln!("machine: {}", report.environment.line());
+    // One line for every cell too fast to time alone, rather than one warning per cell.
+    if let Some(line) = report.batching() {
+        outln!("{line}");
+    }
     for w in &report.warnings {
         eprintln!("qsm: warning: {w}");
     }
@@ -189,13 +161,14 @@ pub fn stand(cmd: StandCommand) -> Result<bool> {
             .with_context(|| format!("writing {}", path.display()))?;
     }
     if let Some(path) = &out.csv {
+        let opt = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_default();
         let mut csv = String::from(
-            "algorithm,operation,block_size,pattern,load,slowdown,samples,min_ns,mean_ns,p50_ns,p90_ns,p99_ns,p999_ns,max_ns,stddev_ns,mb_per_s,ratio\n",
+            "algorithm,operation,block_size,pattern,load,slowdown,samples,min_ns,mean_ns,p50_ns,p90_ns,p99_ns,p999_ns,max_ns,stddev_ns,mb_per_s,ratio,blocks_per_reading\n",
         );
         for c in &report.cells {
             let s = &c.stats;
             csv.push_str(&format!(
-                "{},{},{},{},{},{},{},{},{:.1},{},{},{},{},{},{:.1},{:.2},{}\n",
+                "{},{},{},{},{},{},{},{},{:.1},{},{},{},{},{},{:.1},{:.2},{},{}\n",
                 c.algorithm,
                 c.operation,
                 c.block_size,
@@ -206,13 +179,15 @@ pub fn stand(cmd: StandCommand) -> Result<bool> {
                 s.min_ns,
                 s.mean_ns,
                 s.p50_ns,
-                s.p90_ns,
-                s.p99_ns,
-                s.p999_ns,
+                // Empty where there are too few readings for the percentile.
+                opt(s.p90_ns),
+                opt(s.p99_ns),
+                opt(s.p999_ns),
                 s.max_ns,
                 s.stddev_ns,
                 c.mb_per_s,
-                c.ratio.map(|r| format!("{r:.4}")).unwrap_or_default()
+                c.ratio.map(|r| format!("{r:.4}")).unwrap_or_default(),
+                c.blocks_per_reading
             ));
         }
         std::fs::write(path, csv).with_context(|| format!("writing {}", path.display()))?;
@@ -263,14 +238,4 @@ fn compare(a: &Report, b: &Report, threshold: f64, fail_on_slower: bool) -> Resu
         anyhow::bail!("{slower} cells slower by more than {threshold}% (--fail-on-slower)");
     }
     Ok(true)
-}
-
-fn size(bytes: usize) -> String {
-    if bytes.is_multiple_of(1 << 20) {
-        format!("{}M", bytes >> 20)
-    } else if bytes.is_multiple_of(1024) {
-        format!("{}K", bytes >> 10)
-    } else {
-        bytes.to_string()
-    }
 }
