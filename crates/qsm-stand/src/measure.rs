@@ -57,16 +57,22 @@ pub struct Report {
     pub warnings: Vec<String>,
 }
 
-/// How many readings a clock reading must exceed the timer's overhead by: 100 times keeps the
-/// clock's own cost under 1% of what is measured.
+/// How many times the timer's overhead a reading must reach: 100 keeps the clock's own cost
+/// under 1% of what is measured.
 pub const OVERHEAD_FACTOR: u64 = 100;
+
+/// The most blocks one reading may time. Each block of a batch has its own runner, and a
+/// runner holds an algorithm's state and buffers (a zstd context, a plugin's 16 MiB pool):
+/// 64 of them stay within memory, and with a clock of 20-40 ns reach the 100x line for any
+/// block slower than 30-60 ns, which only the fastest hashes on the smallest blocks are not.
+pub const MAX_BATCH: usize = 64;
 
 /// The blocks per reading of a cell whose fastest single-block reading took `fastest_ns`
 /// (clock included), with a timer overhead of `overhead_ns`: 1 when that reading reaches
 /// [`OVERHEAD_FACTOR`] times the overhead, else the fewest consecutive blocks whose reading
 /// would (each block costing `fastest_ns - overhead_ns`, the clock paid once per reading),
-/// but never more than the cell's `blocks`. The fastest reading, not the median, so that
-/// the batch is large enough for the fastest blocks too.
+/// but never more than the cell's `blocks` nor [`MAX_BATCH`]. The fastest reading, not the
+/// median, so that the batch is large enough for the fastest blocks too.
 pub fn batch_size(fastest_ns: u64, overhead_ns: u64, blocks: usize) -> usize {
     let target = OVERHEAD_FACTOR.saturating_mul(overhead_ns);
     if fastest_ns >= target {
@@ -74,13 +80,14 @@ pub fn batch_size(fastest_ns: u64, overhead_ns: u64, blocks: usize) -> usize {
     }
     let per_block = fastest_ns.saturating_sub(overhead_ns).max(1);
     let needed = (target - overhead_ns).div_ceil(per_block);
-    usize::try_from(needed).unwrap_or(usize::MAX).clamp(1, blocks.max(1))
+    usize::try_from(needed).unwrap_or(usize::MAX).clamp(1, blocks.clamp(1, MAX_BATCH))
 }
 
 impl Report {
     /// The one line that says which cells were timed in batches and how large, or `None` when
     /// every block was timed alone; also the cells whose median reading is still under the
-    /// 100× line (a cell with fewer blocks than a batch needs). The median, not the fastest:
+    /// 100× line (a cell with fewer blocks than a batch needs, or needing more than
+    /// [`MAX_BATCH`]). The median, not the fastest:
     /// a cell calibrated just above the line may see one faster reading later, which says
     /// nothing about its figures.
     pub fn batching(&self) -> Option<String> {
@@ -111,7 +118,7 @@ impl Report {
         }
         if short > 0 {
             parts.push(format!(
-                "{short} cells' median reading is still under {OVERHEAD_FACTOR} times the timer's {} ns (too few blocks in the cell for a large enough batch)",
+                "{short} cells' median reading is still under {OVERHEAD_FACTOR} times the timer's {} ns (fewer blocks in the cell than a batch needs, or more than {MAX_BATCH} needed)",
                 self.timer_overhead_ns
             ));
         }
@@ -529,7 +536,7 @@ mod tests {
         }
     }
 
-    /// A codec that stores blocks as they are, correctly: a copy of 64 bytes takes a few ns,
+    /// A codec that stores blocks as they are, correctly: a copy of 2 KiB takes tens of ns,
     /// far too fast for one reading of the clock.
     #[derive(Debug)]
     struct Stored;
@@ -586,14 +593,14 @@ mod tests {
         // Fast enough alone, exactly on the line, and far under it.
         assert_eq!(batch_size(5000, 20, 1000), 1);
         assert_eq!(batch_size(2000, 20, 1000), 1);
-        // 20 ns a block beyond the clock's 20: 99 blocks and one clock reach 2,000 ns.
-        assert_eq!(batch_size(40, 20, 1000), 99);
+        // 40 ns a block beyond the clock's 20: 49.5 blocks and one clock reach 2,000 ns, so 50.
+        assert_eq!(batch_size(60, 20, 1000), 50);
         // 200 ns a block: 9.9 blocks, so 10.
         assert_eq!(batch_size(220, 20, 1000), 10);
-        // A reading as cheap as the clock itself counts a block as 1 ns.
-        assert_eq!(batch_size(20, 20, 100_000), 1980);
-        // Never more blocks than the cell has, and a clock that costs nothing needs no batch.
-        assert_eq!(batch_size(40, 20, 16), 16);
+        // Never more blocks than the cell has, nor than MAX_BATCH (a reading as cheap as the
+        // clock itself would need 1,980), and a clock that costs nothing needs no batch.
+        assert_eq!(batch_size(60, 20, 16), 16);
+        assert_eq!(batch_size(20, 20, 100_000), MAX_BATCH);
         assert_eq!(batch_size(5, 0, 16), 1);
     }
 
@@ -604,11 +611,11 @@ mod tests {
             Algorithm::Codec(Compression { codec: &STORED, level: 0, skip_incompressible: false });
         let overhead = timer_overhead();
         for op in [Operation::Compress, Operation::Decompress] {
-            let spec = CellSpec { block_size: 64, ..spec(&alg, op) };
+            let spec = CellSpec { block_size: 2048, ..spec(&alg, op) };
             let cell = spec.measure(&data).unwrap();
             let per = cell.blocks_per_reading;
-            assert!(per > 1, "{op:?}: a 64-byte copy is timed alone: {cell:?}");
-            assert_eq!(cell.stats.samples, 4096 / per * 2, "{op:?}: one sample per reading");
+            assert!(per > 1, "{op:?}: a 2 KiB copy is timed alone: {cell:?}");
+            assert_eq!(cell.stats.samples, 128 / per * 2, "{op:?}: one sample per reading");
             // The median reading, back from time per block to time per batch, is at the line
             // (the batch is sized on the fastest reading, so most readings are above it).
             let reading = cell.stats.p50_ns * per as u64;
