@@ -157,7 +157,7 @@ struct Axis {
     hi: f64,
     /// Labelled positions, in plotted units.
     ticks: Vec<f64>,
-    /// Digits after the decimal point of the labels.
+    /// Digits after the decimal point of a linear axis's labels.
     decimals: usize,
 }
 
@@ -221,8 +221,8 @@ impl Axis {
                 }
             }
         }
-        let decimals = (-lo.floor()).max(0.0) as usize;
-        Axis { log: true, lo, hi, ticks, decimals }
+        // Unused: each log label takes its own decade's decimals (`label`).
+        Axis { log: true, lo, hi, ticks, decimals: 0 }
     }
 
     /// A value's plotted position.
