@@ -3,6 +3,7 @@
 
 use qsm_catalog::NodeId;
 use qsm_store::Store;
+use std::io::Write as _;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
@@ -52,7 +53,8 @@ impl Embedded {
         }
         let store = qsm_store::open_local(&home.join("catalog.db"), &home.join("pool"), "local")?;
         for warning in store.warnings() {
-            eprintln!("qsm: warning: {warning}");
+            // A closed stderr loses the warning rather than panicking.
+            let _ = writeln!(std::io::stderr(), "qsm: warning: {warning}");
         }
         let catalog = store.catalog();
         let node = match catalog.node(LOCAL_NODE)? {

@@ -1,4 +1,5 @@
-//! The server's configuration: one TOML file, every setting also a flag (`qsm server --help`).
+//! The server's configuration: one TOML file; the settings changed at start are also flags
+//! (`qsm server --help`), the limits and the lease are set in the file only.
 
 use std::path::{Path, PathBuf};
 

@@ -523,7 +523,7 @@ pub fn backup(args: BackupArgs) -> Result<Complete> {
             match done {
                 Err(e) if addresses > 1 && failovers < 2 * addresses && lost_server(&e) => {
                     failovers += 1;
-                    eprintln!("qsm: warning: {e:#}; resuming on another server");
+                    errln!("qsm: warning: {e:#}; resuming on another server");
                     which += 1;
                     connected = reconnect(&args.home, &mut which)?;
                 }
@@ -712,7 +712,7 @@ fn each_path(
             op(path, &mut |s| bar.show(s)).with_context(|| format!("{verb} {}", path.display()))?;
         bar.finish();
         for w in &s.warnings {
-            eprintln!("qsm: warning: {w}");
+            errln!("qsm: warning: {w}");
         }
         if !json {
             on_done(&s);
@@ -862,7 +862,7 @@ fn restore_with(server: &dyn Server, r: RestoreRequest<'_>) -> Result<Complete> 
     let s = qsm_client::restore(server, &filespace, &target, &options)
         .with_context(|| format!("{} {}", r.verb, r.path.display()))?;
     for w in &s.warnings {
-        eprintln!("qsm: warning: {w}");
+        errln!("qsm: warning: {w}");
     }
     if r.json {
         let (target_text, target_hex) = json_name(target.as_os_str().as_bytes());
@@ -989,7 +989,7 @@ fn pick_archive(
             .rev()
             .map(|a| format!("{} of {}", a.id.0, format_time(a.date)))
             .collect();
-        eprintln!(
+        errln!(
             "qsm: {} archives of {shown} are described {:?}: retrieving the newest, archive {} of {} (older: {}; choose one with --id)",
             candidates.len() + 1,
             description.unwrap_or_default(),
@@ -1045,7 +1045,7 @@ pub fn archive(args: ArchiveArgs) -> Result<Complete> {
         d => format!("kept {d} days"),
     };
     if let Some(asked) = args.retain_days.filter(|asked| *asked < days) {
-        eprintln!(
+        errln!(
             "qsm: warning: --retain-days {asked} cannot shorten the management class's archive retention: {kept}"
         );
     }
@@ -1110,7 +1110,7 @@ fn warn_reused(server: &dyn Server, path: &Path, description: &str) -> Result<()
         .map(|(a, _)| a)
         .collect();
     if let Some(last) = same.last() {
-        eprintln!(
+        errln!(
             "qsm: warning: filespace {name} already holds {} archive(s) described {description:?} (the newest: archive {} of {}); `qsm retrieve -d` takes the newest only, `--id` another (ids in `qsm query archive`)",
             same.len(),
             last.id.0,

@@ -204,7 +204,7 @@ pub fn compress(args: CompressArgs) -> Result<()> {
     }
     if !args.quiet && args.output.is_some() {
         let secs = start.elapsed().as_secs_f64();
-        eprintln!(
+        errln!(
             "{name}: {} -> {} bytes ({:.3}:1) with {compression}, {} quanta ({} stored raw), {:.2} s, {:.1} MB/s",
             summary.raw_bytes,
             summary.stream_bytes,
@@ -270,7 +270,7 @@ pub fn decompress(args: DecompressArgs) -> Result<()> {
     output.commit()?;
     if !args.quiet && (args.output.is_some() || args.test) {
         let secs = start.elapsed().as_secs_f64();
-        eprintln!(
+        errln!(
             "{name}: {} quanta, {} bytes {}, {:.2} s, {:.1} MB/s",
             summary.quanta,
             summary.raw_bytes,

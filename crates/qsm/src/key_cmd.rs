@@ -573,7 +573,7 @@ pub fn node_keys(
                     .unwrap_key(&pass)
                     .with_context(|| format!("the key file {} holds", server.describe()))?;
                 write_key_file(&path, &file, false)?;
-                eprintln!(
+                errln!(
                     "qsm: the node's key was fetched from {} into {}",
                     server.describe(),
                     path.display()
@@ -586,7 +586,7 @@ pub fn node_keys(
                 let key = MasterKey::generate()?;
                 let file = key.wrap(&pass, KdfParams::DEFAULT)?;
                 write_key_file(&path, &file, false)?;
-                eprintln!(
+                errln!(
                     "qsm: a new key {} was made for this node in {}. Keep the passphrase safe: without it no one can restore this node's encrypted backups.",
                     key.fingerprint(),
                     path.display()
@@ -607,7 +607,7 @@ pub fn node_keys(
         // Said once per backup, before it starts; the backup goes on with this key either way.
         let fp = &keys.fingerprint;
         match found {
-            ServerCopy::Rewrapped { at, newer: true } => eprintln!(
+            ServerCopy::Rewrapped { at, newer: true } => errln!(
                 "qsm: {} holds this key ({fp}) under a newer passphrase, set {} (`qsm key \
                  change-passphrase` on another machine?); this machine's file is under the old \
                  one ({}). This backup goes on with the key. `qsm key recover --refresh`, with \
@@ -617,7 +617,7 @@ pub fn node_keys(
                 when(at),
                 wrapped(&file)
             ),
-            ServerCopy::Rewrapped { at, newer: false } => eprintln!(
+            ServerCopy::Rewrapped { at, newer: false } => errln!(
                 "qsm: {}'s copy of this key ({fp}, by what it says) is under another passphrase, \
                  set {}, before this machine's ({}): that older passphrase still opens it there. \
                  `qsm key upload --replace` puts this machine's wrapping on the server.",
@@ -625,7 +625,7 @@ pub fn node_keys(
                 when(at),
                 wrapped(&file)
             ),
-            ServerCopy::Opens { newer: true } => eprintln!(
+            ServerCopy::Opens { newer: true } => errln!(
                 "qsm: {} holds this key ({fp}) under this passphrase, wrapped later than this \
                  machine's file; `qsm key recover --refresh` takes it",
                 server.describe()

@@ -1,6 +1,6 @@
 //! `qsm`: the command line. It parses flags and calls library functions; no logic of its own.
 
-// First: its `outln!` is for every module after it.
+// First: its `outln!` and `errln!` are for every module after it.
 #[macro_use]
 mod output;
 
@@ -83,7 +83,7 @@ fn main() -> ExitCode {
         Command::Journal(args) => journal_cmd::journal(args),
     };
     if let (Ok(_), Some(why)) = (&result, output::failure()) {
-        eprintln!("qsm: error: writing stdout: {why}: the output is incomplete");
+        errln!("qsm: error: writing stdout: {why}: the output is incomplete");
         return ExitCode::FAILURE;
     }
     match result {
@@ -93,7 +93,7 @@ fn main() -> ExitCode {
         // A data stream whose reader has gone (`qsm decompress F | head -c 100`): done.
         Err(e) if output::reader_gone(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("qsm: error: {}", usage::chain(&e));
+            errln!("qsm: error: {}", usage::chain(&e));
             if usage::is_usage(&e) { ExitCode::from(EXIT_USAGE) } else { ExitCode::FAILURE }
         }
     }

@@ -25,6 +25,14 @@ macro_rules! outln {
     };
 }
 
+/// `eprintln!` for warnings and errors: a closed stderr (`qsm backup 2>&1 | head`) loses the
+/// message instead of panicking in the middle of the work.
+macro_rules! errln {
+    ($($arg:tt)*) => {
+        $crate::output::err_line(format_args!($($arg)*))
+    };
+}
+
 /// Set once stdout can take no more: its reader has gone, or writing it failed.
 static STDOUT_DONE: AtomicBool = AtomicBool::new(false);
 /// Why writing stdout failed, when its reader had not simply gone.
@@ -38,6 +46,12 @@ pub fn line(args: std::fmt::Arguments<'_>) {
     if let Err(e) = io::stdout().lock().write_fmt(format_args!("{args}\n")) {
         stdout_failed(&e);
     }
+}
+
+/// Writes one line to stderr (what [`errln!`] expands to); a failure is dropped, since there
+/// is nowhere left to say it.
+pub fn err_line(args: std::fmt::Arguments<'_>) {
+    let _ = io::stderr().lock().write_fmt(format_args!("{args}\n"));
 }
 
 /// Records that writing stdout failed with `e`: no more is written to it.

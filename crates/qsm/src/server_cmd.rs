@@ -13,7 +13,10 @@ use qsm_store::TxnLimits;
 
 use crate::conn::{password_from_stdin, read_password};
 
-/// `qsm server`: every setting of the configuration file is also a flag, which wins.
+/// `qsm server`: the settings an operator changes at start are also flags, which win; the
+/// limits and the shared-catalog lease (`idle_timeout_minutes`, `max_node_sessions`,
+/// `max_streams`, `max_node_streams`, `tls_names`, `lease_seconds`, `[s3]`) are set
+/// in the configuration file only (docs/ADMIN.md).
 #[derive(Debug, Args)]
 pub struct ServerArgs {
     /// What to do with the server's files while it is stopped (default: run the server).
@@ -1231,7 +1234,7 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
                 }
             }
             if r.truncated {
-                eprintln!(
+                errln!(
                     "qsm: warning: more entries matched than were returned: narrow --since or --search, or raise --limit"
                 );
             }

@@ -79,7 +79,7 @@ fn run_load(text: &str, seconds: Option<f64>) -> Result<()> {
     // No measured thread: CPU threads float over every core the process may use.
     let running = qsm_stand::load::start(&load, None, &qsm_stand::load::cpus())
         .map_err(|e| anyhow::anyhow!("load {text}: {e}"))?;
-    eprintln!("load {} running (pid {}); stop it with Ctrl-C", load.name(), std::process::id());
+    errln!("load {} running (pid {}); stop it with Ctrl-C", load.name(), std::process::id());
     match seconds {
         Some(s) => std::thread::sleep(std::time::Duration::from_secs_f64(s)),
         None => loop {
@@ -134,7 +134,7 @@ pub fn stand(cmd: StandCommand) -> Result<bool> {
     let mut on_round = |round: u32, cells: usize| {
         if rounds > 1 {
             // Cells are printed in the last round; say what the earlier ones are doing.
-            eprintln!("qsm stand: round {round} of {rounds}, {cells} cells");
+            errln!("qsm stand: round {round} of {rounds}, {cells} cells");
         }
     };
     let report = qsm_stand::measure::run_with(
@@ -154,7 +154,7 @@ pub fn stand(cmd: StandCommand) -> Result<bool> {
         outln!("{line}");
     }
     for w in &report.warnings {
-        eprintln!("qsm: warning: {w}");
+        errln!("qsm: warning: {w}");
     }
     if let Some(path) = &out.json {
         std::fs::write(path, serde_json::to_string_pretty(&report)?)

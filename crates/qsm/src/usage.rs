@@ -44,7 +44,7 @@ pub fn threads(asked: Option<usize>) -> Result<Option<usize>> {
     match asked {
         Some(0) => Err(usage("--threads must be at least 1")),
         Some(n) if n > cap => {
-            eprintln!(
+            errln!(
                 "qsm: warning: --threads {n} is more than {THREADS_PER_CORE} per core: using {cap} ({cores} cores)"
             );
             Ok(Some(cap))

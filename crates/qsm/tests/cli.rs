@@ -1445,6 +1445,34 @@ fn threads_far_beyond_the_cores_are_capped_and_the_backup_completes() {
 
 /// Issue 31: a reader that closes stdout early (`qsm query backup DIR | head -1`) ends the
 /// output quietly: no panic, no error, exit 0 (or death by SIGPIPE, 141 in a shell).
+/// A closed stderr (`qsm ... 2>&1 | head` after head has gone) loses the messages, never
+/// panics: a warning or an error to stderr ends the command with its own exit code.
+#[test]
+fn a_closed_stderr_never_panics() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = TempDir::new().unwrap_or_else(|e| panic!("{e}"));
+    let runs: [(&str, Vec<&str>, i32); 2] = [
+        ("an error", vec!["backup", "/nonexistent/qsm-test-path"], 1),
+        ("a usage error", vec!["compress", "--level", "99", "/etc/hostname"], 2),
+    ];
+    for (what, args, code) in runs {
+        // The read end is closed before the command starts: every write to stderr fails.
+        let (reader, writer) = std::io::pipe().unwrap_or_else(|e| panic!("{e}"));
+        drop(reader);
+        let status = std::process::Command::new(assert_cmd::cargo::cargo_bin("qsm"))
+            .env("QSM_HOME", dir.path().join("home"))
+            .env("HOME", dir.path())
+            .env_remove("QSM_SERVER")
+            .args(&args)
+            .stdout(std::process::Stdio::null())
+            .stderr(writer)
+            .status()
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(status.code(), Some(code), "{what}: {status:?} (101 is a panic)");
+        assert!(status.signal().is_none(), "{what}: {status:?}");
+    }
+}
+
 #[test]
 fn a_closed_stdout_never_panics() {
     use std::io::Read;
