@@ -859,14 +859,18 @@ fn restore_with(server: &dyn Server, r: RestoreRequest<'_>) -> Result<Complete> 
         keys: r.keys,
         require_sealed: r.require_sealed,
     };
+    let started = std::time::Instant::now();
     let s = qsm_client::restore(server, &filespace, &target, &options)
         .with_context(|| format!("{} {}", r.verb, r.path.display()))?;
+    let seconds = started.elapsed().as_secs_f64();
+    // Entries restored per second: files, directories and links alike (issue 24).
+    let per_second = |n: f64| n / seconds.max(1e-6);
     for w in &s.warnings {
         errln!("qsm: warning: {w}");
     }
     if r.json {
         let (target_text, target_hex) = json_name(target.as_os_str().as_bytes());
-        let mut report = serde_json::json!({"filespace": filespace, "target": target_text, "restored": s.restored, "renamed": s.renamed, "skipped": s.skipped, "failed": s.failed, "bytes": s.bytes, "leftovers_removed": s.leftovers, "incomplete": s.incomplete, "warnings": s.warnings});
+        let mut report = serde_json::json!({"filespace": filespace, "target": target_text, "restored": s.restored, "renamed": s.renamed, "skipped": s.skipped, "failed": s.failed, "bytes": s.bytes, "leftovers_removed": s.leftovers, "incomplete": s.incomplete, "warnings": s.warnings, "seconds": seconds, "bytes_per_second": per_second(s.bytes as f64), "entries_per_second": per_second(s.restored as f64)});
         if let Some(hex) = target_hex {
             report["target_hex"] = hex.into();
         }
@@ -882,7 +886,8 @@ fn restore_with(server: &dyn Server, r: RestoreRequest<'_>) -> Result<Complete> 
         outln!("{report}");
     } else {
         outln!(
-            "{} of {} into {}: restored {}{}, skipped {} (existing), failed {}, {:.1} MB{}",
+            "{} of {} into {}: restored {}{}, skipped {} (existing), failed {}, {:.1} MB in \
+             {seconds:.1} s ({:.0} MB/s, {:.0} entries/s){}",
             if r.verb == "retrieving" { "Retrieve" } else { "Restore" },
             r.path.display(),
             target.display(),
@@ -895,6 +900,8 @@ fn restore_with(server: &dyn Server, r: RestoreRequest<'_>) -> Result<Complete> 
             s.skipped,
             s.failed,
             mb(s.bytes),
+            mb(per_second(s.bytes as f64) as u64),
+            per_second(s.restored as f64),
             match s.leftovers {
                 0 => String::new(),
                 n => format!("; removed {n} temporary files left by interrupted restores"),

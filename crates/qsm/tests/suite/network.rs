@@ -270,7 +270,14 @@ fn tree(root: &Path) {
 /// Restores `src` as `node` through `server` into `to`, and checks that it came back
 /// identical.
 fn restores_intact(server: &ServerProc, node: &str, pw: &Path, src: &Path, to: &Path) {
-    client(server, node, pw).arg("restore").arg(src).arg("--to").arg(to).assert().success();
+    let report = json(client(server, node, pw).arg("restore").arg(src).arg("--to").arg(to));
+    // The summary says how fast it went (issue 24), consistently with what it counts.
+    let seconds = report["seconds"].as_f64().unwrap();
+    let entries = report["entries_per_second"].as_f64().unwrap() * seconds;
+    let bytes = report["bytes_per_second"].as_f64().unwrap() * seconds;
+    assert!(seconds > 0.0, "{report}");
+    assert!((entries - report["restored"].as_f64().unwrap()).abs() < 0.5, "{report}");
+    assert!((bytes - report["bytes"].as_f64().unwrap()).abs() < 1.0, "{report}");
     assert_same(src, to);
 }
 
