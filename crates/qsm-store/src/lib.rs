@@ -266,15 +266,20 @@ impl Store {
     }
 
     /// What may be being written: see [`Busy`]. `None` when the catalog is shared but this
-    /// store holds no leases: it cannot know what other servers write.
+    /// store holds no leases: it cannot know what other servers write. A store without leases
+    /// on a catalog of its own (the embedded store) is the pool's only writer.
     fn busy(&self) -> Result<Option<Busy>> {
         let here = self.open_set().clone();
-        if !self.catalog.is_shared() {
-            return Ok(Some(Busy { here, leased: HashSet::new(), recent: None }));
+        // A server always goes by leases: servers with data directories of their own can
+        // share a SQLite catalog and a pool directory too, and nothing stops them.
+        match self.leases.get() {
+            Some((_, term)) => {
+                let leased = self.catalog.leased_containers()?;
+                Ok(Some(Busy { here, leased, recent: Some(qsm_catalog::now() - term) }))
+            }
+            None if self.catalog.is_shared() => Ok(None),
+            None => Ok(Some(Busy { here, leased: HashSet::new(), recent: None })),
         }
-        let Some((_, term)) = self.leases.get() else { return Ok(None) };
-        let leased = self.catalog.leased_containers()?;
-        Ok(Some(Busy { here, leased, recent: Some(qsm_catalog::now() - term) }))
     }
 
     /// Starts a batch of objects with its own pool writer.

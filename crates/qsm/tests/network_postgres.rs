@@ -245,15 +245,6 @@ fn servers_sharing_a_catalog_stop_each_others_sessions_and_lease_their_container
     let pw = password_file(dir.path(), "pw", "alpha-password");
     let src = dir.path().join("src");
     big_tree(&src, 40);
-    let containers = || -> Vec<PathBuf> {
-        let mut all = Vec::new();
-        for sub in fs::read_dir(pool.join("containers")).into_iter().flatten().flatten() {
-            for f in fs::read_dir(sub.path()).into_iter().flatten().flatten() {
-                all.push(f.path());
-            }
-        }
-        all
-    };
     let alpha_sessions = |server: &ServerProc| -> Vec<serde_json::Value> {
         let all = json(admin(server).args(["query", "session"]));
         all.as_array().unwrap().iter().filter(|s| s["account"] == "alpha").cloned().collect()
@@ -288,43 +279,8 @@ fn servers_sharing_a_catalog_stop_each_others_sessions_and_lease_their_container
     admin(&first).args(["cancel", "session", &id]).assert().success();
     ends_within(backup, "cancel session");
 
-    // A backup whose first transaction takes seconds: its container exists before the
-    // catalog knows it, leased by the second server.
-    let before = containers();
-    let backup = StdCommand::new(assert_cmd::cargo::cargo_bin("qsm"))
-        .env("QSM_SERVER", &second.url)
-        .env("QSM_NODE", "alpha")
-        .env("QSM_PASSWORD_FILE", &pw)
-        .env("QSM_HOME", "/nonexistent/embedded-must-not-be-used")
-        .env("HOME", dir.path())
-        .args(["backup", "--json", "--compression", "off", "--limit-upload", "2MB"])
-        .args(["--txn-group-max", "1000"])
-        .arg(&src)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut fresh = Vec::new();
-    wait_for("a new container", || {
-        fresh = containers().into_iter().filter(|c| !before.contains(c)).collect();
-        fresh.iter().any(|c| fs::metadata(c).map(|m| m.len() > 1_000_000).unwrap_or(false))
-    });
-    let reclaimed = json(admin(&first).args(["reclaim", "stgpool"]));
-    assert_eq!(reclaimed["orphans"], 0, "a leased container removed: {reclaimed}");
-    second.kill();
-    let mut backup = backup;
-    let _ = backup.wait();
-    let reclaimed = json(admin(&first).args(["reclaim", "stgpool"]));
-    assert_eq!(reclaimed["orphans"], 0, "removed before its lease lapsed: {reclaimed}");
-    assert!(fresh.iter().all(|c| c.exists()), "{fresh:?}");
-    // The lease (6 s) lapses and a heartbeat of the first server (every 3 s) notices.
-    std::thread::sleep(Duration::from_secs(10));
-    let reclaimed = json(admin(&first).args(["reclaim", "stgpool"]));
-    assert!(reclaimed["orphans"].as_u64().unwrap() >= 1, "{reclaimed}");
-    assert!(fresh.iter().all(|c| !c.exists()), "the crashed server's container is still there");
-    let log = json(admin(&first).args(["query", "actlog"]));
-    assert!(log.to_string().contains("stopped answering"), "{log}");
-    // What was committed before restores through the survivor.
+    leases_keep_a_writing_servers_container_until_they_lapse(&first, &mut second, &pool, &pw, &src);
+    // What the second server committed before restores through the survivor.
     let listed = json(client(&first, "alpha", &pw).args(["query", "backup"]).arg(&src));
     assert!(!listed.as_array().unwrap().is_empty(), "{listed}");
 }
