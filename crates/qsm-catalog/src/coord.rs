@@ -20,7 +20,7 @@ use std::collections::HashSet;
 
 use crate::error::Result;
 use crate::model::{ContainerId, NodeId, ProcessId, SessionId, Timestamp};
-use crate::sql::{self, Sql, Value, int, opt_int, text};
+use crate::sql::{self, Sql, Value, int, opt_int, returned_id, text};
 use crate::{Catalog, now};
 
 /// A running server's id in the catalog.
@@ -221,7 +221,7 @@ impl<C: Catalog + ?Sized> Coordination for C {
                  RETURNING id",
                 &[Value::Text(name.to_owned()), Value::Int(at), Value::Int(lease.max(1))],
             )?;
-            Ok(ServerId(int(row.first().map_or(&[][..], |r| r), 0)?))
+            Ok(ServerId(returned_id(&row)?))
         })
     }
 
@@ -307,7 +307,7 @@ impl<C: Catalog + ?Sized> Coordination for C {
                          RETURNING id",
                         &[Value::Int(n.0), Value::Int(at)],
                     )?;
-                    Some(SessionId(int(row.first().map_or(&[][..], |r| r), 0)?))
+                    Some(SessionId(returned_id(&row)?))
                 }
                 None => None,
             };
@@ -324,7 +324,7 @@ impl<C: Catalog + ?Sized> Coordination for C {
                     Value::Int(at),
                 ],
             )?;
-            Ok((int(row.first().map_or(&[][..], |r| r), 0)? as u64, record))
+            Ok((returned_id(&row)? as u64, record))
         })
     }
 
@@ -427,7 +427,7 @@ impl<C: Catalog + ?Sized> Coordination for C {
                     Value::Int(server.0),
                 ],
             )?;
-            Ok(Ok(ProcessId(int(row.first().map_or(&[][..], |r| r), 0)?)))
+            Ok(Ok(ProcessId(returned_id(&row)?)))
         })
     }
 

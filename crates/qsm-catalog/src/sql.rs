@@ -80,6 +80,14 @@ pub(crate) fn int(row: &[Value], i: usize) -> Result<i64> {
     }
 }
 
+/// The id an `INSERT ... RETURNING id` returned.
+pub(crate) fn returned_id(rows: &[Vec<Value>]) -> Result<i64> {
+    match rows.first() {
+        Some(row) => int(row, 0),
+        None => Err(CatalogError::Damaged("an insert returned no id".into())),
+    }
+}
+
 /// Column `i` of `row` as an integer or NULL.
 pub(crate) fn opt_int(row: &[Value], i: usize) -> Result<Option<i64>> {
     match row.get(i) {

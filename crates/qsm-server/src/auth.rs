@@ -65,9 +65,6 @@ pub struct Session {
     pub objects: AtomicU64,
     /// The bytes and objects already added to the catalog's record.
     recorded: Mutex<(u64, u64)>,
-    /// Whether `id` is the catalog's (module `coord`): false for a session opened while the
-    /// catalog could not record it (a full disk), which other servers then do not see.
-    pub in_catalog: bool,
     /// Ended: its record closed, its end logged (once, however many paths end it).
     ended: AtomicBool,
     cancelled: AtomicBool,
@@ -91,6 +88,12 @@ impl Session {
         let delta = (bytes.saturating_sub(recorded.0), objects.saturating_sub(recorded.1));
         *recorded = (bytes, objects);
         delta
+    }
+
+    /// Whether its number is the catalog's (module `coord`): not for a session opened while
+    /// the catalog could not record it (a full disk), which other servers then do not see.
+    pub fn in_catalog(&self) -> bool {
+        self.id < LOCAL_IDS
     }
 
     /// Marks the session ended; true the first time only.
@@ -139,9 +142,8 @@ impl Default for Sessions {
 /// What a new session needs.
 #[derive(Debug)]
 pub struct NewSession {
-    /// Its number: the catalog's, or (`in_catalog` false) one of this server's own.
+    /// Its number: the catalog's, or [`Sessions::local_id`]'s.
     pub id: u64,
-    pub in_catalog: bool,
     pub account: String,
     pub node: Option<NodeId>,
     pub record: Option<SessionId>,
@@ -179,7 +181,6 @@ impl Sessions {
         }
         let session = Arc::new(Session {
             id: s.id,
-            in_catalog: s.in_catalog,
             recorded: Mutex::new((0, 0)),
             ended: AtomicBool::new(false),
             account: s.account,
@@ -287,7 +288,6 @@ mod tests {
         let ids = AtomicU64::new(0);
         let new = |n: &str| NewSession {
             id: ids.fetch_add(1, Ordering::Relaxed) + 1,
-            in_catalog: true,
             account: n.into(),
             node: Some(NodeId(1)),
             record: None,
@@ -317,7 +317,6 @@ mod tests {
         let s = Sessions::default();
         let new = |node: i64, peer: &str| NewSession {
             id: s.local_id(),
-            in_catalog: false,
             account: format!("n{node}"),
             node: Some(NodeId(node)),
             record: None,

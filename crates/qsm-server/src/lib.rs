@@ -94,9 +94,7 @@ async fn serve(config: ServerConfig, ready: impl FnOnce(&Listening)) -> Result<(
         let _ = store.catalog().log(qsm_catalog::Severity::Warning, &warning, None, None, None);
     }
     // Registered where the servers sharing the catalog see it (module `qsm_catalog::coord`).
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_owned())
-        .unwrap_or_else(|_| "localhost".into());
+    let host = tls::hostname().unwrap_or_else(|| "localhost".into());
     let name = format!("{host} pid {}", std::process::id());
     let lease = i64::try_from(config.lease_seconds).unwrap_or(i64::MAX);
     let server = store

@@ -303,7 +303,6 @@ impl Node for NodeService {
                 };
             let new = NewSession {
                 id,
-                in_catalog,
                 account: r.account.clone(),
                 node,
                 record,

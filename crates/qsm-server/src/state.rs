@@ -208,7 +208,7 @@ impl State {
             return;
         }
         self.update_record(session);
-        if session.in_catalog {
+        if session.in_catalog() {
             let _ = self.store.catalog().close_session(session.id, how);
         }
         if let Some(record) = session.record {

@@ -23,12 +23,7 @@ pub fn identity(config: &ServerConfig) -> Result<(Identity, PathBuf), ServerErro
 
 fn generate(config: &ServerConfig, cert: &PathBuf, key: &PathBuf) -> Result<(), ServerError> {
     let mut names: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
-    if let Ok(host) = std::fs::read_to_string("/proc/sys/kernel/hostname") {
-        let host = host.trim();
-        if !host.is_empty() {
-            names.push(host.to_owned());
-        }
-    }
+    names.extend(hostname());
     names.extend(config.tls_names.iter().cloned());
     let made = rcgen::generate_simple_self_signed(names)
         .map_err(|e| ServerError(format!("generating a certificate: {e}")))?;
@@ -52,4 +47,12 @@ fn generate(config: &ServerConfig, cert: &PathBuf, key: &PathBuf) -> Result<(), 
             .map_err(|e| ServerError(format!("writing {}: {e}", path.display())))?;
     }
     Ok(())
+}
+
+/// This machine's name as the kernel has it, if it has one: for the generated certificate and
+/// the server's name among those sharing a catalog.
+pub(crate) fn hostname() -> Option<String> {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
+    let host = host.trim();
+    (!host.is_empty()).then(|| host.to_owned())
 }

@@ -30,10 +30,7 @@ impl Machine {
     }
 
     fn passphrase(&self, name: &str, text: &str) -> PathBuf {
-        let p = self.path(name);
-        fs::write(&p, format!("{text}\n")).unwrap();
-        fs::set_permissions(&p, fs::Permissions::from_mode(0o600)).unwrap();
-        p
+        private_file(self.path(name), text)
     }
 
     fn qsm(&self) -> Command {
@@ -425,10 +422,7 @@ mod shared_key {
 
         /// A private file holding `text` and a newline (a passphrase or a password).
         fn file(&self, name: &str, text: &str) -> PathBuf {
-            let p = self.path(name);
-            fs::write(&p, format!("{text}\n")).unwrap();
-            fs::set_permissions(&p, fs::Permissions::from_mode(0o600)).unwrap();
-            p
+            private_file(self.path(name), text)
         }
 
         /// `qsm` on `machine`, with the passphrase of the file `pass`.
@@ -846,4 +840,11 @@ fn turning_encryption_on_or_replacing_the_key_seals_every_file_again() {
     // Encryption off: what is sealed stays sealed, nothing is sent for it.
     let off = m.json(&["backup", "--encryption", "off"], &src);
     assert_eq!((off["resealed"].as_u64(), off["backed_up"].as_u64()), (Some(0), Some(0)), "{off}");
+}
+
+/// A private file at `p` holding `text` and a newline (a passphrase or a password).
+fn private_file(p: PathBuf, text: &str) -> PathBuf {
+    fs::write(&p, format!("{text}\n")).unwrap();
+    fs::set_permissions(&p, fs::Permissions::from_mode(0o600)).unwrap();
+    p
 }
