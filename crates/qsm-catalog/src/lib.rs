@@ -22,7 +22,6 @@ pub mod error;
 pub mod expire;
 pub mod meta;
 pub mod migrations;
-pub mod model;
 mod paging;
 mod pg_tls;
 mod postgres;
@@ -33,8 +32,9 @@ pub mod testing;
 
 pub use coord::{Coordination, ServerId};
 pub use error::{CatalogError, Result};
-pub use model::*;
 pub use postgres::{PostgresCatalog, redact};
+pub use qsm_types::model;
+pub use qsm_types::model::*;
 pub use sqlite::{SqliteCatalog, Upgrade};
 
 /// Whether `spec` names a PostgreSQL database (`postgres://` or `postgresql://`) rather than a
@@ -421,10 +421,3 @@ pub fn node_policy(catalog: &dyn Catalog, node: NodeId) -> Result<(Domain, Vec<M
 
 /// The policy domain nodes join unless an administrator says otherwise (TSM's STANDARD).
 pub const STANDARD_DOMAIN: &str = "standard";
-
-/// The current time in seconds since the epoch.
-pub fn now() -> Timestamp {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
-}

@@ -19,10 +19,7 @@
 
 use crate::model::Attributes;
 
-/// The most data extents a sparse file is recorded with (1 MiB of them): a client stores a file
-/// more fragmented than this as an ordinary file, holes read as zeros, and a server refuses
-/// more.
-pub const MAX_EXTENTS: usize = 1 << 16;
+pub use qsm_types::model::MAX_EXTENTS;
 
 /// The encoding's version byte.
 pub const VERSION: u8 = 1;
@@ -78,24 +75,9 @@ pub fn encode(a: &Attributes) -> Option<Vec<u8>> {
     Some(out)
 }
 
-/// Checks a sparse file's extents against its size: in file order, not overlapping, none
-/// empty, all within the size. A restore writes data only where they say, so a catalog or a
-/// server must not be able to place it elsewhere.
+/// [`qsm_types::model::check_extents`], its complaint as the format's.
 pub fn check_extents(size: u64, extents: &[(u64, u64)]) -> Result<(), MetaError> {
-    let mut end = 0u64;
-    for (i, &(offset, len)) in extents.iter().enumerate() {
-        let stop = offset.checked_add(len).filter(|s| *s <= size);
-        match stop {
-            Some(stop) if len > 0 && offset >= end => end = stop,
-            _ => {
-                return Err(MetaError(format!(
-                    "data extent {i} ({len} bytes at {offset}) overlaps the one before, is \
-                     empty, or ends past the file's {size} bytes"
-                )));
-            }
-        }
-    }
-    Ok(())
+    qsm_types::model::check_extents(size, extents).map_err(MetaError)
 }
 
 /// Reads object `id`'s `meta` column, if it holds a value, into `attrs`: what both backends do

@@ -150,18 +150,7 @@ pub enum Bottleneck {
     Server,
 }
 
-/// What the server says of its work on this backup's stream, all counted from the stream's
-/// start: seconds it spent storing what arrived, the frame bytes stored, and the seconds the
-/// stream has been open.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct ServerLoad {
-    /// Seconds spent storing.
-    pub busy: f64,
-    /// Frame bytes stored.
-    pub bytes: u64,
-    /// Seconds since the stream opened.
-    pub elapsed: f64,
-}
+pub use qsm_types::node::ServerLoad;
 
 /// The server's utilisation above which it is the bottleneck.
 const SERVER_BUSY: f64 = 0.85;

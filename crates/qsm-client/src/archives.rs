@@ -19,7 +19,7 @@
 
 use std::collections::HashSet;
 
-use qsm_catalog::{FilespaceId, ObjectId, ObjectKind, ObjectVersion, Timestamp};
+use qsm_types::model::{FilespaceId, ObjectId, ObjectKind, ObjectVersion, Timestamp};
 
 use crate::error::Result;
 use crate::server::{Scope, Server};
@@ -120,7 +120,7 @@ pub fn list(server: &dyn Server, filespace: FilespaceId) -> Result<Vec<(Archive,
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use qsm_catalog::{Attributes, ObjectType};
+    use qsm_types::model::{Attributes, ObjectType};
 
     fn v(id: i64, path: &str, description: &str, inserted: i64) -> ObjectVersion {
         ObjectVersion {

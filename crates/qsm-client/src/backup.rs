@@ -20,10 +20,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
-use qsm_catalog::{Attributes, FilespaceId, NewObject, ObjectKind, ObjectType};
 use qsm_codec::{Compression, FrameEncoder};
 use qsm_crypt::{ChunkId, ChunkIdKey};
-use qsm_store::TxnLimits;
+use qsm_types::ServerError;
+use qsm_types::TxnLimits;
+use qsm_types::model::{Attributes, FilespaceId, NewObject, ObjectKind, ObjectType};
 
 use crate::adaptive::Controller;
 use crate::chunker::ChunkSizes;
@@ -205,7 +206,7 @@ struct ScanProgress {
 const PROGRESS_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
 
 fn now() -> i64 {
-    qsm_catalog::now()
+    qsm_types::model::now()
 }
 
 /// The filespace name of a root: its absolute, symlink-free path.
@@ -481,7 +482,7 @@ fn run(
                     if !scan::within(&v.path, below) {
                         return Ok(());
                     }
-                    inv_tx.send(v).map_err(|_| ClientError::Invalid("backup stopped".into()))
+                    inv_tx.send(v).map_err(|_| ServerError::Cancelled("backup stopped".into()))
                 })
             });
             (inv_rx, reader)
@@ -663,7 +664,7 @@ fn run(
     summary.warnings.extend(skipped);
     if let Err(e) = batch.finish() {
         forget_cache();
-        return Err(e);
+        return Err(e.into());
     }
     // Everything is committed: the journal's changes up to the backup's start are done.
     if let Some(j) = journal
@@ -844,12 +845,13 @@ impl Merge<'_> {
     fn inventory(
         &mut self,
         events: &mut dyn Iterator<Item = scan::Event>,
-        v: qsm_catalog::ObjectVersion,
+        v: qsm_types::model::ObjectVersion,
     ) -> Result<()> {
         if self.last_inventory.as_ref().is_some_and(|last| last.as_slice() >= v.path.as_slice()) {
-            return Err(ClientError::Server(
+            return Err(ServerError::Failed(
                 "the server's active inventory is not in path order".into(),
-            ));
+            )
+            .into());
         }
         match self.advance(events, Some(&v.path))? {
             Some(e) => {

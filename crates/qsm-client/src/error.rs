@@ -3,18 +3,16 @@
 
 use std::path::PathBuf;
 
+pub use qsm_types::ServerError;
+
 /// An error that stops a client operation.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    /// The store (pool or catalog) failed.
+    /// The server refused or failed, or could not be reached
+    /// ([`ServerError::Unreachable`]: another server sharing its catalog and pool may take
+    /// over, and `qsm backup` fails over).
     #[error(transparent)]
-    Store(#[from] qsm_store::StoreError),
-    /// The catalog failed.
-    #[error(transparent)]
-    Catalog(#[from] qsm_catalog::CatalogError),
-    /// The pool failed.
-    #[error(transparent)]
-    Pool(#[from] qsm_pool::PoolError),
+    Server(#[from] ServerError),
     /// A local file operation failed where the operation cannot go on without it.
     #[error("{op} {path}: {source}")]
     Io {
@@ -25,13 +23,6 @@ pub enum ClientError {
         /// The error.
         source: std::io::Error,
     },
-    /// The server failed or refused.
-    #[error("{0}")]
-    Server(String),
-    /// The server could not be reached, or the connection to it broke: another server
-    /// sharing its catalog and pool may take over (`qsm backup` fails over).
-    #[error("{0}")]
-    Unreachable(String),
     /// The request is invalid (no such filespace, a path outside the target...).
     #[error("{0}")]
     Invalid(String),

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
-use qsm_catalog::{Attributes, ObjectType, Xattr};
+use qsm_types::model::{Attributes, ObjectType, Xattr};
 use rustix::fs::{AtFlags, FileType, Gid, Mode, Timespec, Timestamps, Uid, XattrFlags};
 use rustix::io::Errno;
 
@@ -97,7 +97,7 @@ pub fn data_extents(file: &std::fs::File, size: u64) -> std::io::Result<Option<V
             break;
         }
         extents.push((data, hole - data));
-        if extents.len() > qsm_catalog::meta::MAX_EXTENTS {
+        if extents.len() > qsm_types::model::MAX_EXTENTS {
             // Too fragmented to list: read whole, its holes as zeros.
             rustix::fs::seek(file, SeekFrom::Start(0))?;
             return Ok(None);

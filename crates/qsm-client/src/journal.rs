@@ -123,7 +123,7 @@ pub fn daemon_running(path: &Path) -> bool {
 const RETRY: i64 = i64::MIN;
 
 fn now() -> i64 {
-    qsm_catalog::now()
+    qsm_types::model::now()
 }
 
 fn new_id() -> Result<String> {

@@ -2,12 +2,12 @@
 //!
 //! Scans a directory tree, decides what changed against the server's active inventory
 //! (size, times, mode, owner, link target), sends changed files through the codec engine
-//! (every core compresses independent quanta) into a [`qsm_store::Batch`], marks deleted
+//! (every core compresses independent quanta) to the server, marks deleted
 //! files inactive, and restores active versions without ever writing outside the target.
 //!
-//! Today the client talks to an [`Embedded`] server: the catalog and pool under `$QSM_HOME`,
-//! in process, created on first use, so `qsm backup DIR` works with no set-up. The network
-//! server of issue 4 will offer the same operations over the wire.
+//! It knows no storage: it speaks to a server through the node interface
+//! ([`server::Server`]), which the server core implements in this process (the embedded
+//! default, `qsm_server::Embedded`) and [`remote::RemoteServer`] across the network.
 
 pub mod adaptive;
 pub mod archives;
@@ -15,7 +15,6 @@ pub mod backup;
 pub mod chunker;
 pub mod dedup;
 mod dirs;
-pub mod embedded;
 pub mod error;
 pub mod filter;
 pub mod fsmeta;
@@ -28,7 +27,6 @@ pub mod server;
 pub mod throttle;
 
 pub use backup::{BackupOptions, BackupSummary, Progress, archive, backup};
-pub use embedded::Embedded;
 pub use error::{ClientError, Result};
 pub use filter::Filter;
 pub use restore::{RestoreOptions, RestoreSummary, Selection, restore};

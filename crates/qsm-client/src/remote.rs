@@ -10,18 +10,22 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use qsm_catalog::{Filespace, FilespaceId, NewObject, ObjectId, ObjectVersion};
 use qsm_proto::convert;
 use qsm_proto::v1::{self, admin_client::AdminClient, backup_op::Op, node_client::NodeClient};
-use qsm_store::TxnLimits;
+use qsm_types::ServerError;
+use qsm_types::model::{Filespace, FilespaceId, NewObject, ObjectId, ObjectVersion, TxnLimits};
 use tokio::runtime::Runtime;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 
-use crate::adaptive::ServerLoad;
 use crate::error::{ClientError, Result};
-use crate::server::{DedupInfo, Fetch, Fetched, Scope, Server, Upload, Uploaded};
+use crate::server::{
+    ClassInfo, DedupInfo, Fetch, Fetched, Scope, Server, ServerLoad, Upload, Uploaded,
+};
+
+/// Results of the node interface.
+type NodeResult<T> = std::result::Result<T, ServerError>;
 
 /// How to reach and log in to a server.
 #[derive(Debug, Clone, Default)]
@@ -73,7 +77,7 @@ pub struct RemoteServer {
     pub session: u64,
 }
 
-fn status(url: &str, s: tonic::Status) -> ClientError {
+fn status(url: &str, s: tonic::Status) -> ServerError {
     let what = match s.code() {
         tonic::Code::Unavailable => "cannot reach the server",
         tonic::Code::Unauthenticated => "login refused by the server",
@@ -91,9 +95,9 @@ fn status(url: &str, s: tonic::Status) -> ClientError {
                 .iter()
                 .any(|w| msg.to_ascii_lowercase().contains(w)));
     if lost {
-        return ClientError::Unreachable(format!("lost the server at {url}: {msg}"));
+        return ServerError::Unreachable(format!("lost the server at {url}: {msg}"));
     }
-    ClientError::Server(format!("{what} at {url}: {msg}"))
+    qsm_proto::status::from_code(s.code(), format!("{what} at {url}: {msg}"))
 }
 
 /// Objects per Fetch request: a request of 100,000 ids is well under a megabyte.
@@ -112,7 +116,7 @@ fn runtime() -> Result<Runtime> {
         .thread_name("qsm-net")
         .enable_all()
         .build()
-        .map_err(|e| ClientError::Server(format!("cannot start the network runtime: {e}")))
+        .map_err(|e| ServerError::Failed(format!("cannot start the network runtime: {e}")).into())
 }
 
 impl RemoteServer {
@@ -143,7 +147,7 @@ impl RemoteServer {
                 }
                 match why {
                     Some(why) => ClientError::Usage(why),
-                    None => status(&url, s),
+                    None => status(&url, s).into(),
                 }
             })?
             .into_inner();
@@ -151,21 +155,23 @@ impl RemoteServer {
         // and it is not what it says. A server accepting less than a largest frame's message
         // could not take this client's uploads.
         if reply.protocol != qsm_proto::PROTOCOL {
-            return Err(ClientError::Server(format!(
+            return Err(ServerError::Failed(format!(
                 "{url}: the server answered in protocol {}, this client speaks {}",
                 reply.protocol,
                 qsm_proto::PROTOCOL
-            )));
+            ))
+            .into());
         }
         if reply.max_message < qsm_proto::MAX_MESSAGE as u64 {
-            return Err(ClientError::Server(format!(
+            return Err(ServerError::Failed(format!(
                 "{url}: the server accepts messages of at most {} bytes, this client needs {}",
                 reply.max_message,
                 qsm_proto::MAX_MESSAGE
-            )));
+            ))
+            .into());
         }
         let token = MetadataValue::try_from(format!("Bearer {}", reply.token)).map_err(|_| {
-            ClientError::Server(format!("{url}: the server sent an unusable token"))
+            ServerError::Failed(format!("{url}: the server sent an unusable token"))
         })?;
         Ok(RemoteServer {
             rt,
@@ -196,10 +202,10 @@ impl RemoteServer {
         &self,
         f: impl std::future::Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
     ) -> Result<T> {
-        self.rt.block_on(f).map(tonic::Response::into_inner).map_err(|s| self.error(s))
+        self.rt.block_on(f).map(tonic::Response::into_inner).map_err(|s| self.error(s).into())
     }
 
-    fn error(&self, s: tonic::Status) -> ClientError {
+    fn error(&self, s: tonic::Status) -> ServerError {
         status(&self.url, s)
     }
 }
@@ -223,10 +229,10 @@ pub fn connect_local_admin(url: &str) -> Result<RemoteServer> {
 async fn connect_channel(options: &RemoteOptions) -> Result<Channel> {
     let url = &options.url;
     let unreachable = |e: tonic::transport::Error| {
-        ClientError::Unreachable(format!(
+        ClientError::from(ServerError::Unreachable(format!(
             "cannot reach the server at {url}: {}",
             crate::error::chain(&e)
-        ))
+        )))
     };
     if let Some(path) = url.strip_prefix("unix:") {
         let path = PathBuf::from(path);
@@ -351,7 +357,7 @@ impl Server for RemoteServer {
         format!("server {} (node {})", self.url, self.account)
     }
 
-    fn filespaces(&self) -> Result<Vec<Filespace>> {
+    fn filespaces(&self) -> NodeResult<Vec<Filespace>> {
         let mut node = self.node();
         let list = self.rt.block_on(node.filespaces(v1::Empty {})).map_err(|s| self.error(s))?;
         list.into_inner()
@@ -362,7 +368,7 @@ impl Server for RemoteServer {
                     id: FilespaceId(
                         convert::id_from_wire(f.id, "filespace id").map_err(malformed)?,
                     ),
-                    node: qsm_catalog::NodeId(0),
+                    node: qsm_types::model::NodeId(0),
                     name: f.name,
                     created: f.created,
                     generation: f.generation,
@@ -371,7 +377,7 @@ impl Server for RemoteServer {
             .collect()
     }
 
-    fn open_filespace(&self, name: &str, create: bool) -> Result<Option<FilespaceId>> {
+    fn open_filespace(&self, name: &str, create: bool) -> NodeResult<Option<FilespaceId>> {
         let mut node = self.node();
         let request = v1::OpenFilespaceRequest { name: name.to_owned(), create };
         match self.rt.block_on(node.open_filespace(request)) {
@@ -387,8 +393,8 @@ impl Server for RemoteServer {
         &self,
         filespace: FilespaceId,
         scope: Scope,
-        f: &mut dyn FnMut(ObjectVersion) -> Result<()>,
-    ) -> Result<()> {
+        f: &mut dyn FnMut(ObjectVersion) -> NodeResult<()>,
+    ) -> NodeResult<()> {
         let mut node = self.node();
         let scope = match scope {
             Scope::Active => v1::Scope::Active,
@@ -405,7 +411,7 @@ impl Server for RemoteServer {
         Ok(())
     }
 
-    fn object(&self, id: ObjectId) -> Result<Option<ObjectVersion>> {
+    fn object(&self, id: ObjectId) -> NodeResult<Option<ObjectVersion>> {
         let mut node = self.node();
         match self.rt.block_on(node.object(v1::ObjectRequest { id: id.0 as u64 })) {
             Ok(v) => Ok(Some(convert::version_from_wire(&v.into_inner()).map_err(malformed)?)),
@@ -414,7 +420,11 @@ impl Server for RemoteServer {
         }
     }
 
-    fn upload(&self, filespace: FilespaceId, limits: TxnLimits) -> Result<Box<dyn Upload + '_>> {
+    fn upload(
+        &self,
+        filespace: FilespaceId,
+        limits: TxnLimits,
+    ) -> NodeResult<Box<dyn Upload + '_>> {
         let (tx, rx) = tokio::sync::mpsc::channel::<v1::BackupRequest>(UPLOAD_QUEUE);
         let state = Arc::new(Mutex::new(UploadState::default()));
         let mut node = self.node();
@@ -465,7 +475,7 @@ impl Server for RemoteServer {
         Ok(Box::new(upload))
     }
 
-    fn fetch(&self, objects: Vec<ObjectId>) -> Result<Box<dyn Fetch + '_>> {
+    fn fetch(&self, objects: Vec<ObjectId>) -> NodeResult<Box<dyn Fetch + '_>> {
         Ok(Box::new(RemoteFetch {
             server: self,
             pending: objects,
@@ -475,12 +485,12 @@ impl Server for RemoteServer {
         }))
     }
 
-    fn dedup_info(&self) -> Result<DedupInfo> {
+    fn dedup_info(&self) -> NodeResult<DedupInfo> {
         let mut node = self.node();
         let r = self.rt.block_on(node.dedup_info(v1::Empty {})).map_err(|s| self.error(s))?;
         let r = r.into_inner();
         let scope_secret = r.scope_secret.as_ref().try_into().map_err(|_| {
-            ClientError::Server(format!("{}: a dedup scope secret of the wrong length", self.url))
+            ServerError::Failed(format!("{}: a dedup scope secret of the wrong length", self.url))
         })?;
         Ok(DedupInfo {
             scope: r.scope,
@@ -491,7 +501,7 @@ impl Server for RemoteServer {
         })
     }
 
-    fn have_chunks(&self, ids: &[[u8; 32]], sealed: bool) -> Result<Vec<bool>> {
+    fn have_chunks(&self, ids: &[[u8; 32]], sealed: bool) -> NodeResult<Vec<bool>> {
         let mut have = Vec::with_capacity(ids.len());
         // The server answers at most HAVE_BATCH ids a call.
         for part in ids.chunks(HAVE_BATCH) {
@@ -501,7 +511,7 @@ impl Server for RemoteServer {
             let r = self.rt.block_on(node.have_chunks(request)).map_err(|s| self.error(s))?;
             let answer = r.into_inner().have;
             if answer.len() != part.len() {
-                return Err(ClientError::Server(format!(
+                return Err(ServerError::Failed(format!(
                     "{}: {} answers to {} chunk ids",
                     self.url,
                     answer.len(),
@@ -513,28 +523,28 @@ impl Server for RemoteServer {
         Ok(have)
     }
 
-    fn put_key(&self, key_file: &[u8]) -> Result<()> {
+    fn put_key(&self, key_file: &[u8]) -> NodeResult<()> {
         let mut node = self.node();
         let request = v1::KeyFile { key_file: key_file.to_vec().into() };
         self.rt.block_on(node.put_key(request)).map_err(|s| self.error(s))?;
         Ok(())
     }
 
-    fn mgmt_classes(&self) -> Result<Vec<crate::server::ClassInfo>> {
+    fn mgmt_classes(&self) -> NodeResult<Vec<ClassInfo>> {
         let mut node = self.node();
         let r = self.rt.block_on(node.mgmt_classes(v1::Empty {})).map_err(|s| self.error(s))?;
         let r = r.into_inner();
         // A server older than `archive_days` sends none: TSM's default then.
-        let default = qsm_catalog::ArchiveCopyGroup::default().retain_version_days;
+        let default = qsm_types::model::ArchiveCopyGroup::default().retain_version_days;
         let days = r.archive_days.into_iter().chain(std::iter::repeat(default));
         Ok(r.names
             .into_iter()
             .zip(days)
-            .map(|(name, archive_days)| crate::server::ClassInfo { name, archive_days })
+            .map(|(name, archive_days)| ClassInfo { name, archive_days })
             .collect())
     }
 
-    fn get_key(&self) -> Result<Option<Vec<u8>>> {
+    fn get_key(&self) -> NodeResult<Option<Vec<u8>>> {
         let mut node = self.node();
         let r = match self.rt.block_on(node.get_key(v1::Empty {})) {
             Ok(r) => r,
@@ -550,15 +560,15 @@ impl Server for RemoteServer {
 /// Chunk ids per HaveChunks call (the server's limit is 10,000).
 const HAVE_BATCH: usize = 4096;
 
-fn malformed(e: convert::Malformed) -> ClientError {
-    ClientError::Server(format!("the server sent a {e}"))
+fn malformed(e: convert::Malformed) -> ServerError {
+    ServerError::Failed(format!("the server sent a {e}"))
 }
 
 #[derive(Debug, Default)]
 struct UploadState {
     committed: Uploaded,
     finished: bool,
-    failed: Option<ClientError>,
+    failed: Option<ServerError>,
     load: Option<ServerLoad>,
 }
 
@@ -572,7 +582,7 @@ struct RemoteUpload<'a> {
 }
 
 impl RemoteUpload<'_> {
-    fn push(&mut self, op: Op, size: usize) -> Result<()> {
+    fn push(&mut self, op: Op, size: usize) -> NodeResult<()> {
         self.ops.push(v1::BackupOp { op: Some(op) });
         self.size += size + 16;
         if self.size >= MESSAGE_TARGET {
@@ -581,7 +591,7 @@ impl RemoteUpload<'_> {
         Ok(())
     }
 
-    fn flush(&mut self) -> Result<()> {
+    fn flush(&mut self) -> NodeResult<()> {
         if self.ops.is_empty() {
             return Ok(());
         }
@@ -595,14 +605,14 @@ impl RemoteUpload<'_> {
     }
 
     /// Why the stream stopped: the server's reason once the reply task has it.
-    fn failure(&mut self) -> ClientError {
+    fn failure(&mut self) -> ServerError {
         self.tx = None;
         if let Some(task) = self.task.take() {
             let _ = self.server.rt.block_on(task);
         }
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         state.failed.take().unwrap_or_else(|| {
-            ClientError::Server(format!(
+            ServerError::Failed(format!(
                 "the server at {} closed the backup stream",
                 self.server.url
             ))
@@ -616,7 +626,7 @@ impl Upload for RemoteUpload<'_> {
         object: NewObject,
         _size_hint: u64,
         class: Option<&str>,
-    ) -> Result<()> {
+    ) -> NodeResult<()> {
         // Everything variable-length counts towards the message size.
         let path_len = object.path.len()
             + object.attrs.link_target.as_ref().map_or(0, Vec::len)
@@ -633,33 +643,33 @@ impl Upload for RemoteUpload<'_> {
         self.push(Op::Begin(begin), 64 + path_len)
     }
 
-    fn append_frame(&mut self, frame: &[u8]) -> Result<()> {
+    fn append_frame(&mut self, frame: &[u8]) -> NodeResult<()> {
         self.push(Op::Frame(Bytes::copy_from_slice(frame)), frame.len())
     }
 
-    fn append_chunk(&mut self, frame: &[u8], id: &[u8; 32], shared: bool) -> Result<()> {
+    fn append_chunk(&mut self, frame: &[u8], id: &[u8; 32], shared: bool) -> NodeResult<()> {
         let chunk =
             v1::Chunk { id: id.to_vec().into(), frame: Bytes::copy_from_slice(frame), shared };
         self.push(Op::Chunk(chunk), frame.len() + 40)
     }
 
-    fn reference_chunk(&mut self, id: &[u8; 32], sealed: bool) -> Result<()> {
+    fn reference_chunk(&mut self, id: &[u8; 32], sealed: bool) -> NodeResult<()> {
         self.push(Op::Reference(v1::ChunkRef { id: id.to_vec().into(), sealed }), 34)
     }
 
-    fn end_object(&mut self) -> Result<()> {
+    fn end_object(&mut self) -> NodeResult<()> {
         self.push(Op::End(v1::Empty {}), 0)
     }
 
-    fn abandon_object(&mut self) -> Result<()> {
+    fn abandon_object(&mut self) -> NodeResult<()> {
         self.push(Op::Abandon(v1::Empty {}), 0)
     }
 
-    fn deactivate(&mut self, path: &[u8]) -> Result<()> {
+    fn deactivate(&mut self, path: &[u8]) -> NodeResult<()> {
         self.push(Op::Deactivate(Bytes::copy_from_slice(path)), path.len())
     }
 
-    fn deactivate_tree(&mut self, path: &[u8]) -> Result<()> {
+    fn deactivate_tree(&mut self, path: &[u8]) -> NodeResult<()> {
         self.push(Op::DeactivateTree(Bytes::copy_from_slice(path)), path.len())
     }
 
@@ -667,7 +677,7 @@ impl Upload for RemoteUpload<'_> {
         self.state.lock().unwrap_or_else(|p| p.into_inner()).load
     }
 
-    fn finish(mut self: Box<Self>) -> Result<Uploaded> {
+    fn finish(mut self: Box<Self>) -> NodeResult<Uploaded> {
         self.ops.push(v1::BackupOp { op: Some(Op::Finish(v1::Empty {})) });
         self.flush()?;
         // Close the request stream and wait for the server's last reply.
@@ -680,7 +690,7 @@ impl Upload for RemoteUpload<'_> {
             return Err(e);
         }
         if !state.finished {
-            return Err(ClientError::Server(format!(
+            return Err(ServerError::Failed(format!(
                 "the server at {} ended the backup stream before committing it",
                 self.server.url
             )));
@@ -699,7 +709,7 @@ struct RemoteFetch<'a> {
 }
 
 impl Fetch for RemoteFetch<'_> {
-    fn next(&mut self, frame: &mut Vec<u8>) -> Result<Option<Fetched>> {
+    fn next(&mut self, frame: &mut Vec<u8>) -> NodeResult<Option<Fetched>> {
         while self.frames.is_empty() {
             if let Some(stream) = &mut self.stream {
                 match self.server.rt.block_on(stream.message()) {
@@ -736,7 +746,7 @@ impl Fetch for RemoteFetch<'_> {
             chunk_id: match f.chunk_id.len() {
                 0 => None,
                 _ => Some(f.chunk_id.as_ref().try_into().map_err(|_| {
-                    ClientError::Server(format!(
+                    ServerError::Failed(format!(
                         "{}: a chunk id of {} bytes",
                         self.server.url,
                         f.chunk_id.len()

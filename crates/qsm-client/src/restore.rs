@@ -26,7 +26,7 @@ use std::sync::Arc;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use rustix::io::Errno;
 
-use qsm_catalog::{ObjectId, ObjectKind, ObjectType, ObjectVersion, Timestamp};
+use qsm_types::model::{ObjectId, ObjectKind, ObjectType, ObjectVersion, Timestamp};
 
 use crate::dirs::Dirs;
 use crate::error::{ClientError, Result};
@@ -725,7 +725,7 @@ impl FrameSource<'_> {
                 Ok(None)
             }
             Err(e) => {
-                self.broken = Some(e);
+                self.broken = Some(e.into());
                 Err(qsm_codec::Error::Invalid("restore stopped".into()))
             }
         }
@@ -1144,7 +1144,7 @@ fn link_one(
 /// stored with it or before).
 fn resolve_outside_links(
     server: &dyn Server,
-    fs_id: qsm_catalog::FilespaceId,
+    fs_id: qsm_types::model::FilespaceId,
     versions: &mut [ObjectVersion],
 ) -> Result<()> {
     let files: HashSet<&[u8]> = versions

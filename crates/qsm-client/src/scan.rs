@@ -11,7 +11,7 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 
-use qsm_catalog::{Attributes, ObjectType};
+use qsm_types::model::{Attributes, ObjectType};
 
 use crate::filter::{Filter, Verdict};
 

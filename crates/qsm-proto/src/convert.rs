@@ -1,7 +1,7 @@
 //! Between the catalog's types and the wire's. Conversions from the wire check what a peer
 //! could get wrong (unknown enum values, missing fields) and say which field.
 
-use qsm_catalog::{Attributes, FilespaceId, ObjectId, ObjectKind, ObjectType, ObjectVersion};
+use qsm_types::{Attributes, FilespaceId, ObjectId, ObjectKind, ObjectType, ObjectVersion};
 
 use crate::v1;
 
@@ -52,7 +52,7 @@ pub fn attributes_from_wire(a: Option<&v1::Attributes>) -> Result<Attributes, Ma
         .as_ref()
         .map(|s| s.data.iter().map(|e| (e.offset, e.length)).collect::<Vec<(u64, u64)>>());
     if let Some(extents) = &extents {
-        qsm_catalog::meta::check_extents(a.size, extents).map_err(|e| Malformed(e.to_string()))?;
+        qsm_types::model::check_extents(a.size, extents).map_err(Malformed)?;
     }
     Ok(Attributes {
         size: a.size,

@@ -21,6 +21,7 @@ pub const MAX_MESSAGE: usize = 17 * 1024 * 1024 + 64 * 1024;
 
 pub mod convert;
 pub mod pem;
+pub mod status;
 
 /// Whether `host` (as a URL or a listen address names it, IPv6 in brackets or not) is this
 /// machine's loopback, where a connection without TLS never leaves the machine. The client

@@ -907,7 +907,7 @@ impl Admin for AdminService {
                 .node(&r.node)
                 .map_err(catalog_status)?
                 .ok_or_else(|| Status::not_found(format!("no node {}", r.node)))?;
-            let secret = crate::node::new_secret()?;
+            let secret = crate::node_core::new_secret().map_err(qsm_proto::status::to_status)?;
             catalog.set_dedup_scope(node.id, &r.scope, secret).map_err(catalog_status)?;
             state.log(
                 Severity::Info,

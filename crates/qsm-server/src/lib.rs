@@ -12,11 +12,13 @@ pub mod auth;
 pub mod config;
 pub mod conns;
 pub mod dbcopy;
+pub mod embedded;
 pub mod logins;
 pub mod node;
+pub mod node_core;
 pub mod state;
 pub mod streams;
-mod tls;
+pub(crate) mod tls;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -30,12 +32,10 @@ use tokio_stream::wrappers::UnixListenerStream;
 use tonic::transport::Server;
 
 pub use config::ServerConfig;
+pub use embedded::Embedded;
 pub use state::State;
 
-/// A server that could not start or stopped on an error.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct ServerError(pub String);
+pub use qsm_types::ServerError;
 
 /// What a started server listens on, for the operator (and for tests that asked for port 0).
 #[derive(Debug, Clone)]
@@ -58,7 +58,7 @@ pub fn run(config: ServerConfig, ready: impl FnOnce(&Listening)) -> Result<(), S
         .enable_all()
         .thread_name("qsm-server")
         .build()
-        .map_err(|e| ServerError(format!("cannot start the runtime: {e}")))?;
+        .map_err(|e| ServerError::Failed(format!("cannot start the runtime: {e}")))?;
     rt.block_on(serve(config, ready))
 }
 
@@ -69,19 +69,19 @@ fn create_private_dir(dir: &Path) -> Result<(), ServerError> {
             .recursive(true)
             .mode(0o700)
             .create(dir)
-            .map_err(|e| ServerError(format!("creating {}: {e}", dir.display())))?;
+            .map_err(|e| ServerError::Failed(format!("creating {}: {e}", dir.display())))?;
     }
     Ok(())
 }
 
 async fn serve(config: ServerConfig, ready: impl FnOnce(&Listening)) -> Result<(), ServerError> {
     create_private_dir(&config.data_dir)?;
-    let _lock = dbcopy::lock(&config.data_dir).map_err(ServerError)?;
+    let _lock = dbcopy::lock(&config.data_dir).map_err(ServerError::Failed)?;
     let opening = config.clone();
     let store = tokio::task::spawn_blocking(move || opening.open_store())
         .await
-        .map_err(|e| ServerError(format!("opening the store: {e}")))?
-        .map_err(|e| ServerError(format!("opening the store: {e}")))?;
+        .map_err(|e| ServerError::Failed(format!("opening the store: {e}")))?
+        .map_err(|e| ServerError::Failed(format!("opening the store: {e}")))?;
     for warning in store.warnings() {
         eprintln!("qsm server: warning: {warning}");
         let _ = store.catalog().log(qsm_catalog::Severity::Warning, warning, None, None, None);
@@ -96,23 +96,9 @@ async fn serve(config: ServerConfig, ready: impl FnOnce(&Listening)) -> Result<(
     // Registered where the servers sharing the catalog see it (module `qsm_catalog::coord`).
     let host = tls::hostname().unwrap_or_else(|| "localhost".into());
     let name = format!("{host} pid {}", std::process::id());
-    let lease = i64::try_from(config.lease_seconds).unwrap_or(i64::MAX);
-    let server = store
-        .catalog()
-        .register_server(&name, lease)
-        .map_err(|e| ServerError(format!("registering the server in its catalog: {e}")))?;
-    store.hold_leases(server, lease);
-    let state = Arc::new(State {
-        store,
-        server,
-        name,
-        beat_failing: Default::default(),
-        config: config.clone(),
-        sessions: Default::default(),
-        processes: Default::default(),
-        logins: Default::default(),
-        streams: streams::Streams::new(config.max_streams, config.max_node_streams),
-    });
+    let state = Arc::new(
+        State::open(store, config.clone(), name, true, true).map_err(ServerError::Failed)?,
+    );
     let node = NodeServer::new(node::NodeService { state: Arc::clone(&state) })
         .max_decoding_message_size(qsm_proto::MAX_MESSAGE)
         .max_encoding_message_size(qsm_proto::MAX_MESSAGE);
@@ -145,15 +131,14 @@ async fn serve(config: ServerConfig, ready: impl FnOnce(&Listening)) -> Result<(
         Some(tonic::transport::ServerTlsConfig::new().identity(identity))
     };
     for addr in &config.listen {
-        let addr: SocketAddr = tokio::net::lookup_host(addr)
-            .await
-            .ok()
-            .and_then(|mut a| a.next())
-            .ok_or_else(|| ServerError(format!("cannot resolve the listen address {addr}")))?;
+        let addr: SocketAddr =
+            tokio::net::lookup_host(addr).await.ok().and_then(|mut a| a.next()).ok_or_else(
+                || ServerError::Failed(format!("cannot resolve the listen address {addr}")),
+            )?;
         let listener = TcpListener::bind(addr)
             .await
-            .map_err(|e| ServerError(format!("cannot listen on {addr}: {e}")))?;
-        let local = listener.local_addr().map_err(|e| ServerError(e.to_string()))?;
+            .map_err(|e| ServerError::Failed(format!("cannot listen on {addr}: {e}")))?;
+        let local = listener.local_addr().map_err(|e| ServerError::Failed(e.to_string()))?;
         let mut builder = Server::builder()
             .tcp_nodelay(true)
             .initial_stream_window_size(8 << 20)
@@ -166,7 +151,7 @@ async fn serve(config: ServerConfig, ready: impl FnOnce(&Listening)) -> Result<(
             Some(t) => {
                 builder = builder
                     .tls_config(t.clone())
-                    .map_err(|e| ServerError(format!("TLS configuration: {e}")))?;
+                    .map_err(|e| ServerError::Failed(format!("TLS configuration: {e}")))?;
                 "https"
             }
             None => "http",
@@ -189,8 +174,9 @@ async fn serve(config: ServerConfig, ready: impl FnOnce(&Listening)) -> Result<(
         if path.exists() {
             let _ = std::fs::remove_file(&path);
         }
-        let listener = UnixListener::bind(&path)
-            .map_err(|e| ServerError(format!("cannot listen on {}: {e}", path.display())))?;
+        let listener = UnixListener::bind(&path).map_err(|e| {
+            ServerError::Failed(format!("cannot listen on {}: {e}", path.display()))
+        })?;
         listening.urls.push(format!("unix:{}", path.display()));
         let router = Server::builder().add_service(node.clone()).add_service(admin.clone());
         tasks.spawn(
@@ -198,7 +184,7 @@ async fn serve(config: ServerConfig, ready: impl FnOnce(&Listening)) -> Result<(
         );
     }
     if listening.urls.is_empty() {
-        return Err(ServerError("nothing to listen on: give --listen or --socket".into()));
+        return Err(ServerError::Failed("nothing to listen on: give --listen or --socket".into()));
     }
     ready(&listening);
 
@@ -230,7 +216,7 @@ async fn serve(config: ServerConfig, ready: impl FnOnce(&Listening)) -> Result<(
     });
 
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(|e| ServerError(format!("cannot watch for SIGTERM: {e}")))?;
+        .map_err(|e| ServerError::Failed(format!("cannot watch for SIGTERM: {e}")))?;
     let failure = tokio::select! {
         _ = tokio::signal::ctrl_c() => None,
         _ = term.recv() => None,
@@ -263,7 +249,7 @@ async fn serve(config: ServerConfig, ready: impl FnOnce(&Listening)) -> Result<(
         let _ = std::fs::remove_file(path);
     }
     match failure {
-        Some(why) => Err(ServerError(why)),
+        Some(why) => Err(ServerError::Failed(why)),
         None => Ok(()),
     }
 }

@@ -31,7 +31,14 @@ pub struct State {
     pub name: String,
     /// The last heartbeat failed (said once, not every 3 s, and again when it recovers).
     pub beat_failing: AtomicBool,
+    /// Whether a shared plaintext chunk's data is checked against its id (module
+    /// `node_core`): always on a network server, whose nodes may plant data for each other;
+    /// not in the embedded server, whose one node is the process itself.
+    pub verify_shared_chunks: bool,
 }
+
+/// The id of a core that could not register (no catalog row has it: ids start at 1).
+const UNREGISTERED: ServerId = ServerId(0);
 
 /// What a process's work reports when it ends: its result, a line for the process table and
 /// the activity log, and why it stopped early, if it did.
@@ -52,6 +59,48 @@ pub struct Ran<T> {
 }
 
 impl State {
+    /// The core over `store`, registered in its catalog as `name` (module `coord`) with the
+    /// lease `config` gives; `verify_shared_chunks` as [`State::verify_shared_chunks`]. When
+    /// the registration cannot be written and `required` is false (the embedded server on a
+    /// full catalog disk, which must still restore), the core runs unregistered: it holds no
+    /// leases, and no process can start.
+    pub fn open(
+        store: Store,
+        config: ServerConfig,
+        name: String,
+        verify_shared_chunks: bool,
+        required: bool,
+    ) -> Result<State, String> {
+        let lease = i64::try_from(config.lease_seconds).unwrap_or(i64::MAX);
+        let server = match store.catalog().register_server(&name, lease) {
+            Ok(server) => {
+                store.hold_leases(server, lease);
+                server
+            }
+            Err(e) if required => {
+                return Err(format!("registering the server in its catalog: {e}"));
+            }
+            Err(_) => UNREGISTERED,
+        };
+        Ok(State {
+            store,
+            server,
+            name,
+            beat_failing: AtomicBool::new(false),
+            sessions: Default::default(),
+            processes: Default::default(),
+            logins: Default::default(),
+            streams: crate::streams::Streams::new(config.max_streams, config.max_node_streams),
+            config,
+            verify_shared_chunks,
+        })
+    }
+
+    /// Whether the core is registered in its catalog (see [`State::open`]).
+    pub fn registered(&self) -> bool {
+        self.server != UNREGISTERED
+    }
+
     /// Runs `work` as the server process `kind`, for `actor`: one process of each kind at a
     /// time across the servers sharing the catalog (a second is refused, naming the first and
     /// its server); recorded in the catalog's process table

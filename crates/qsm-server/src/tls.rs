@@ -10,13 +10,13 @@ use crate::{ServerConfig, ServerError};
 
 /// The identity to serve TLS with, and the certificate's path (what clients must trust).
 pub fn identity(config: &ServerConfig) -> Result<(Identity, PathBuf), ServerError> {
-    config.check_tls_files().map_err(ServerError)?;
+    config.check_tls_files().map_err(ServerError::Failed)?;
     let (cert, key) = config.tls_paths();
     if !cert.exists() && !key.exists() {
         generate(config, &cert, &key)?;
     }
     let read = |p: &PathBuf| {
-        std::fs::read(p).map_err(|e| ServerError(format!("reading {}: {e}", p.display())))
+        std::fs::read(p).map_err(|e| ServerError::Failed(format!("reading {}: {e}", p.display())))
     };
     Ok((Identity::from_pem(read(&cert)?, read(&key)?), cert))
 }
@@ -26,7 +26,7 @@ fn generate(config: &ServerConfig, cert: &PathBuf, key: &PathBuf) -> Result<(), 
     names.extend(hostname());
     names.extend(config.tls_names.iter().cloned());
     let made = rcgen::generate_simple_self_signed(names)
-        .map_err(|e| ServerError(format!("generating a certificate: {e}")))?;
+        .map_err(|e| ServerError::Failed(format!("generating a certificate: {e}")))?;
     for (path, text, mode) in [
         (cert, made.cert.pem(), 0o644),
         // The key never leaves this machine: owner-only, created so, never widened.
@@ -34,17 +34,17 @@ fn generate(config: &ServerConfig, cert: &PathBuf, key: &PathBuf) -> Result<(), 
     ] {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)
-                .map_err(|e| ServerError(format!("creating {}: {e}", dir.display())))?;
+                .map_err(|e| ServerError::Failed(format!("creating {}: {e}", dir.display())))?;
         }
         let mut f = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(mode)
             .open(path)
-            .map_err(|e| ServerError(format!("writing {}: {e}", path.display())))?;
+            .map_err(|e| ServerError::Failed(format!("writing {}: {e}", path.display())))?;
         f.write_all(text.as_bytes())
             .and_then(|()| f.sync_all())
-            .map_err(|e| ServerError(format!("writing {}: {e}", path.display())))?;
+            .map_err(|e| ServerError::Failed(format!("writing {}: {e}", path.display())))?;
     }
     Ok(())
 }

@@ -100,32 +100,7 @@ pub use owner::CATALOG_ID;
 /// Result of store operations.
 pub type Result<T> = std::result::Result<T, StoreError>;
 
-/// Bounds of one catalog transaction.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TxnLimits {
-    /// Objects per transaction (TSM's `TXNGROUPMAX`).
-    pub group_max: usize,
-    /// Bytes of frames per transaction (TSM's `TXNBYTELIMIT`).
-    pub byte_limit: u64,
-}
-
-impl TxnLimits {
-    /// The most objects a transaction may be asked to hold: TSM's largest `TXNGROUPMAX`.
-    /// Past it a transaction only grows the catalog's lock time and what a crash loses.
-    pub const MAX_GROUP: usize = 65_000;
-    /// The most frame bytes a transaction may be asked to hold: TSM's largest `TXNBYTELIMIT`
-    /// (32 GiB).
-    pub const MAX_BYTES: u64 = 32 << 30;
-}
-
-impl Default for TxnLimits {
-    /// TSM's defaults: 4,096 objects (`TXNGROUPMAX`) and 25,600 KiB (`TXNBYTELIMIT`). Each
-    /// commit costs an fsync of the pool and one of the catalog; at these sizes that is
-    /// under 1% of the time to move 25 MiB, while a crash loses at most one transaction.
-    fn default() -> Self {
-        TxnLimits { group_max: 4096, byte_limit: 25_600 * 1024 }
-    }
-}
+pub use qsm_types::TxnLimits;
 
 /// A pool with the catalog that indexes it.
 #[derive(Debug)]

@@ -678,7 +678,12 @@ fn print_backup(s: &BackupSummary, verbose: bool) {
 /// loop `qsm backup` and `qsm archive` share.
 /// Whether `e` says the server was lost (rather than refusing or failing).
 fn lost_server(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| matches!(c.downcast_ref(), Some(qsm_client::ClientError::Unreachable(_))))
+    e.chain().any(|c| {
+        matches!(
+            c.downcast_ref(),
+            Some(qsm_client::ClientError::Server(qsm_types::ServerError::Unreachable(_)))
+        )
+    })
 }
 
 /// Connects to the next server that answers, waiting a little between rounds: servers

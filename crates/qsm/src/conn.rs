@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use qsm_client::remote::{RemoteOptions, RemoteServer};
 use qsm_client::server::Server;
-use qsm_client::{Embedded, embedded};
+use qsm_server::{Embedded, embedded};
 use serde::Deserialize;
 
 /// The client configuration file (`~/.config/qsm/client.toml`, or `--config`). Flags and
@@ -224,6 +224,9 @@ impl Conn {
             };
             let e = Embedded::open(&home)
                 .with_context(|| format!("opening the QSM store in {}", home.display()))?;
+            for warning in e.warnings() {
+                errln!("qsm: warning: {warning}");
+            }
             return Ok(Connected::Embedded(e));
         }
         let account = self.node.clone().or(config.node).ok_or_else(|| {
@@ -253,9 +256,9 @@ impl Conn {
                 }
                 // Another address may answer; a refused login or a bad address would be
                 // refused by every server alike.
-                Err(e @ qsm_client::ClientError::Unreachable(_)) if servers.len() > 1 => {
-                    last = Some(e)
-                }
+                Err(
+                    e @ qsm_client::ClientError::Server(qsm_types::ServerError::Unreachable(_)),
+                ) if servers.len() > 1 => last = Some(e),
                 Err(e) => return Err(e.into()),
             }
         }

@@ -157,7 +157,7 @@ fn next_backups(
         Ok(true) => match home.open() {
             Ok(connected) => {
                 let server = connected.server();
-                let filespaces = server.filespaces();
+                let filespaces = server.filespaces().map_err(qsm_client::ClientError::from);
                 Some(filespaces.map(|f| (server.describe(), f)))
             }
             Err(e) => Some(Err(qsm_client::ClientError::Invalid(format!("{e:#}")))),

@@ -1,0 +1,617 @@
+//! What a node may do, written once: the gRPC `Node` service and the embedded server both
+//! call these methods, so a node's rights (its own filespaces only, its management classes,
+//! its dedup scope, the checks on every path and frame) are the same whichever way it
+//! reaches the server. Nothing here knows a transport; every call blocks on the catalog or
+//! the pool.
+
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+
+use qsm_catalog::{
+    CatalogError, ChunkKey, DedupScope, DedupScopeId, Filespace, FilespaceId, MgmtClass, NewObject,
+    NodeId, ObjectId, ObjectKind, ObjectVersion,
+};
+use qsm_store::{Batch, Committed, StoreError};
+use qsm_types::ServerError;
+use qsm_types::node::{ClassInfo, DedupInfo, Fetched, Uploaded};
+
+use crate::auth::Session;
+use crate::state::State;
+
+/// Results of the server core.
+pub type Result<T> = std::result::Result<T, ServerError>;
+
+/// The longest path component list a client may send (bytes).
+pub const MAX_PATH: usize = 64 * 1024;
+/// Extended attribute bytes (names and values) one object may carry: Linux caps one value at
+/// 64 KiB and most file systems a whole list far below this.
+const MAX_XATTR_BYTES: usize = 1 << 20;
+/// Keyed ids one HaveChunks call may ask about.
+pub const HAVE_MAX: usize = 10_000;
+/// The largest key file the server keeps for a node (a QSM key file is 96 or 120 bytes).
+const KEY_FILE_MAX: usize = 4096;
+/// The longest filespace name.
+const MAX_FILESPACE_NAME: usize = 4096;
+/// Versions an inventory lists between two looks at whether its session was cancelled.
+const CANCEL_CHECK_EVERY: u32 = 1000;
+
+/// A catalog error as the core reports it.
+pub fn catalog_error(e: CatalogError) -> ServerError {
+    match e {
+        CatalogError::NotFound { .. } => ServerError::NotFound(e.to_string()),
+        CatalogError::Exists { .. } => ServerError::Exists(e.to_string()),
+        CatalogError::Refused(_) => ServerError::Refused(e.to_string()),
+        CatalogError::DiskFull { .. } => ServerError::Exhausted(e.to_string()),
+        _ => ServerError::Failed(e.to_string()),
+    }
+}
+
+/// A store error as the core reports it.
+pub fn store_error(e: StoreError) -> ServerError {
+    match e {
+        StoreError::BadFrame { .. } => ServerError::Invalid(e.to_string()),
+        StoreError::UnknownChunk { .. } | StoreError::Restored(_) => {
+            ServerError::Refused(e.to_string())
+        }
+        StoreError::Catalog(c) => catalog_error(c),
+        StoreError::Pool(qsm_pool::PoolError::Full { .. }) => ServerError::Exhausted(e.to_string()),
+        _ => ServerError::Failed(e.to_string()),
+    }
+}
+
+/// A path a client sends: relative, `/`-separated, no empty, `.` or `..` component, no NUL.
+/// The root of a filespace is the empty path.
+pub fn check_path(path: &[u8]) -> Result<()> {
+    if path.len() > MAX_PATH {
+        return Err(ServerError::Invalid(format!("a path of {} bytes is too long", path.len())));
+    }
+    if path.is_empty() {
+        return Ok(());
+    }
+    let bad = path[0] == b'/'
+        || path.contains(&0)
+        || path.split(|&b| b == b'/').any(|c| c.is_empty() || c == b"." || c == b"..");
+    if bad {
+        return Err(ServerError::Invalid(format!(
+            "path {:?} is not a clean relative path",
+            String::from_utf8_lossy(path)
+        )));
+    }
+    Ok(())
+}
+
+/// A new dedup scope secret, from the same generator as the node keys (`qsm-crypt`).
+pub fn new_secret() -> Result<[u8; 32]> {
+    qsm_crypt::random().map_err(|e| ServerError::Failed(format!("no randomness for a secret: {e}")))
+}
+
+/// One node's view of the server, for one session (none for the embedded server, whose only
+/// client is its own process).
+#[derive(Debug, Clone, Copy)]
+pub struct NodeSession<'a> {
+    core: &'a State,
+    node: NodeId,
+    session: Option<&'a Session>,
+}
+
+impl<'a> NodeSession<'a> {
+    /// `node`'s view of `core`, for `session`.
+    pub fn new(core: &'a State, node: NodeId, session: Option<&'a Session>) -> NodeSession<'a> {
+        NodeSession { core, node, session }
+    }
+
+    /// The node.
+    pub fn node(&self) -> NodeId {
+        self.node
+    }
+
+    /// Refuses work for a session an administrator cancelled.
+    pub fn check_cancelled(&self) -> Result<()> {
+        match self.session {
+            Some(s) if s.is_cancelled() => Err(ServerError::Cancelled(format!(
+                "session {} was cancelled by an administrator",
+                s.id
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// The node's filespaces.
+    pub fn filespaces(&self) -> Result<Vec<Filespace>> {
+        self.core.store.catalog().filespaces(self.node).map_err(catalog_error)
+    }
+
+    /// The ids of the node's filespaces.
+    pub fn owned(&self) -> Result<HashSet<FilespaceId>> {
+        Ok(self.filespaces()?.into_iter().map(|f| f.id).collect())
+    }
+
+    fn check_owner(&self, fs: FilespaceId) -> Result<()> {
+        if self.owned()?.contains(&fs) {
+            Ok(())
+        } else {
+            // The same answer as for a filespace that does not exist: nothing leaks.
+            Err(ServerError::NotFound(format!("no filespace {}", fs.0)))
+        }
+    }
+
+    /// The node's filespace `name`, created first when `create` is set; `None` if it does not
+    /// exist.
+    pub fn open_filespace(&self, name: &str, create: bool) -> Result<Option<Filespace>> {
+        if name.is_empty() || name.len() > MAX_FILESPACE_NAME || name.contains('\0') {
+            return Err(ServerError::Invalid(format!(
+                "a filespace name is 1 to {MAX_FILESPACE_NAME} bytes, no NUL"
+            )));
+        }
+        let catalog = self.core.store.catalog();
+        if create {
+            catalog.filespace(self.node, name).map_err(catalog_error)?;
+        }
+        Ok(self.filespaces()?.into_iter().find(|f| f.name == name))
+    }
+
+    /// Calls `f` with each version of `fs` (every version when `all`, else the active ones
+    /// that are not damaged), in path order. Stops at `f`'s first error, and when the
+    /// session is cancelled.
+    pub fn inventory(
+        &self,
+        fs: FilespaceId,
+        all: bool,
+        f: &mut dyn FnMut(&ObjectVersion) -> Result<()>,
+    ) -> Result<()> {
+        self.check_owner(fs)?;
+        let mut stopped = None;
+        let mut seen = 0u32;
+        let mut each = |v: &ObjectVersion| {
+            // A damaged active version is left out of what an incremental backup compares
+            // with, so the client sends the file again.
+            if v.damaged && !all {
+                return Ok(());
+            }
+            seen += 1;
+            let checked = if seen.is_multiple_of(CANCEL_CHECK_EVERY) {
+                self.check_cancelled()
+            } else {
+                Ok(())
+            };
+            match checked.and_then(|()| f(v)) {
+                Ok(()) => Ok(()),
+                Err(e) => {
+                    stopped = Some(e);
+                    Err(CatalogError::Refused("stopped".into()))
+                }
+            }
+        };
+        let catalog = self.core.store.catalog();
+        let listed = if all {
+            catalog.for_each_version(fs, &mut each)
+        } else {
+            catalog.for_each_active(fs, &mut each)
+        };
+        if let Some(e) = stopped {
+            return Err(e);
+        }
+        self.check_cancelled()?;
+        listed.map_err(catalog_error)
+    }
+
+    /// Version `id`, if it is the node's.
+    pub fn object(&self, id: ObjectId) -> Result<Option<ObjectVersion>> {
+        match self.core.store.catalog().object(id).map_err(catalog_error)? {
+            Some(v) if self.owned()?.contains(&v.filespace) => Ok(Some(v)),
+            _ => Ok(None),
+        }
+    }
+
+    /// The node's dedup scope, made on first use.
+    fn scope(&self) -> Result<DedupScope> {
+        let secret = new_secret()?;
+        self.core.store.catalog().dedup_scope(self.node, secret).map_err(catalog_error)
+    }
+
+    /// What deduplication needs to know.
+    pub fn dedup_info(&self) -> Result<DedupInfo> {
+        let scope = self.scope()?;
+        Ok(DedupInfo {
+            scope: scope.name,
+            scope_secret: scope.secret,
+            pool: self.core.store.pool().id().to_string(),
+            epoch: self.core.store.catalog().dedup_epoch().map_err(catalog_error)?,
+            dedup_default: self.core.config.dedup,
+        })
+    }
+
+    /// Which of `ids` the node's dedup scope holds, sealed or plaintext.
+    pub fn have_chunks(&self, ids: &[[u8; 32]], sealed: bool) -> Result<Vec<bool>> {
+        if ids.len() > HAVE_MAX {
+            return Err(ServerError::Invalid(format!(
+                "{} chunk ids in one call; at most {HAVE_MAX}",
+                ids.len()
+            )));
+        }
+        let scope = self.scope()?;
+        let found =
+            self.core.store.catalog().find_chunks(scope.id, sealed, ids).map_err(catalog_error)?;
+        Ok(found.iter().map(Option::is_some).collect())
+    }
+
+    /// Keeps the node's wrapped key file.
+    pub fn put_key(&self, key_file: &[u8]) -> Result<()> {
+        if key_file.is_empty() || key_file.len() > KEY_FILE_MAX {
+            return Err(ServerError::Invalid(format!(
+                "a key file of {} bytes; 1 to {KEY_FILE_MAX} are kept",
+                key_file.len()
+            )));
+        }
+        self.core.store.catalog().set_node_key(self.node, key_file).map_err(catalog_error)
+    }
+
+    /// The node's wrapped key file, if the server keeps one.
+    pub fn get_key(&self) -> Result<Option<Vec<u8>>> {
+        self.core.store.catalog().node_key(self.node).map_err(catalog_error)
+    }
+
+    /// The node's policy domain and its management classes.
+    pub fn policy(&self) -> Result<(String, Vec<ClassInfo>)> {
+        let catalog = self.core.store.catalog();
+        let (domain, classes) =
+            qsm_catalog::node_policy(catalog.as_ref(), self.node).map_err(catalog_error)?;
+        let classes = classes
+            .into_iter()
+            .map(|c| ClassInfo { name: c.name, archive_days: c.archive.retain_version_days })
+            .collect();
+        Ok((domain.name, classes))
+    }
+
+    /// Starts sending objects into `fs`, in transactions no larger than `asked` (zero: the
+    /// server's limits) nor than the server's limits.
+    pub fn upload(&self, fs: FilespaceId, asked: qsm_types::TxnLimits) -> Result<NodeUpload<'a>> {
+        self.check_owner(fs)?;
+        let config = &self.core.config;
+        // The client may ask for smaller transactions, never larger ones.
+        let cap = |asked: u64, max: u64| if asked == 0 { max } else { asked.min(max) };
+        let limits = qsm_types::TxnLimits {
+            group_max: cap(asked.group_max as u64, config.txn_group_max as u64) as usize,
+            byte_limit: cap(asked.byte_limit, config.txn_byte_limit),
+        };
+        Ok(NodeUpload {
+            node: *self,
+            fs,
+            batch: self.core.store.batch(limits).map_err(store_error)?,
+            in_object: false,
+            current: (Vec::new(), 0),
+            scope: None,
+            classes: None,
+            decoder: qsm_codec::FrameDecoder::new(),
+            raw: Vec::new(),
+            committed: Uploaded::default(),
+        })
+    }
+
+    /// The frames of `objects`, in that order. An object that is not the node's fails the
+    /// whole fetch, as one that does not exist.
+    pub fn fetch(&self, objects: Vec<ObjectId>) -> Result<NodeFetch<'a>> {
+        Ok(NodeFetch { node: *self, mine: self.owned()?, objects, next: 0, current: None })
+    }
+}
+
+/// Objects on their way into the store for one node: see [`qsm_types::node::Upload`].
+pub struct NodeUpload<'a> {
+    node: NodeSession<'a>,
+    fs: FilespaceId,
+    batch: Batch<'a>,
+    in_object: bool,
+    /// The current object's path and chunk count, for messages.
+    current: (Vec<u8>, usize),
+    /// The node's dedup scope and the key of its plaintext chunk ids, looked up on the first
+    /// chunk that needs them.
+    scope: Option<(DedupScopeId, qsm_crypt::ChunkIdKey)>,
+    /// The node's management classes, read when an object first names one.
+    classes: Option<Vec<MgmtClass>>,
+    decoder: qsm_codec::FrameDecoder,
+    raw: Vec<u8>,
+    committed: Uploaded,
+}
+
+impl std::fmt::Debug for NodeUpload<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeUpload")
+            .field("node", &self.node.node)
+            .field("filespace", &self.fs)
+            .field("committed", &self.committed)
+            .finish_non_exhaustive()
+    }
+}
+
+impl NodeUpload<'_> {
+    /// What this upload committed so far.
+    pub fn committed(&self) -> Uploaded {
+        self.committed
+    }
+
+    /// Counts a commit; whether there was one.
+    fn count(&mut self, c: Option<Committed>) -> bool {
+        let Some(c) = c else { return false };
+        record(self.node, &mut self.committed, c);
+        true
+    }
+
+    fn scope(&mut self) -> Result<&(DedupScopeId, qsm_crypt::ChunkIdKey)> {
+        if self.scope.is_none() {
+            let s = self.node.scope()?;
+            self.scope = Some((s.id, qsm_crypt::ChunkIdKey::from_scope_secret(&s.secret)));
+        }
+        self.scope.as_ref().ok_or_else(|| ServerError::Failed("no dedup scope".into()))
+    }
+
+    fn sent(&self, bytes: usize) {
+        if let Some(s) = self.node.session {
+            s.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+        }
+    }
+
+    fn in_object(&self, what: &str) -> Result<()> {
+        if self.in_object {
+            Ok(())
+        } else {
+            Err(ServerError::Invalid(format!("{what} outside an object")))
+        }
+    }
+
+    /// Starts an object in the upload's filespace, bound to the management class named (one
+    /// the node's domain lacks, or none: the default); whether a transaction committed.
+    pub fn begin_object(
+        &mut self,
+        mut object: NewObject,
+        size_hint: u64,
+        class: Option<&str>,
+    ) -> Result<bool> {
+        check_path(&object.path)?;
+        let attrs = &object.attrs;
+        if attrs.link_target.as_ref().is_some_and(|t| t.len() > MAX_PATH) {
+            return Err(ServerError::Invalid("a symlink target is too long".into()));
+        }
+        let xattr_bytes: usize = attrs.xattrs.iter().map(|(n, v)| n.len() + v.len()).sum();
+        if xattr_bytes > MAX_XATTR_BYTES {
+            return Err(ServerError::Invalid(format!(
+                "the extended attributes of an object hold {xattr_bytes} bytes, more than \
+                 {MAX_XATTR_BYTES}"
+            )));
+        }
+        if attrs.extents.as_ref().is_some_and(|e| e.len() > qsm_types::model::MAX_EXTENTS) {
+            return Err(ServerError::Invalid(format!(
+                "a sparse file of more than {} data extents",
+                qsm_types::model::MAX_EXTENTS
+            )));
+        }
+        if object.description.as_ref().is_some_and(|d| d.len() > 4096) {
+            return Err(ServerError::Invalid("a description is too long".into()));
+        }
+        object.filespace = self.fs;
+        if object.kind != ObjectKind::Archive {
+            object.description = None;
+            object.retain_until = None;
+        }
+        object.mgmt_class = match class {
+            None => None,
+            Some(name) => {
+                if self.classes.is_none() {
+                    let catalog = self.node.core.store.catalog();
+                    self.classes = Some(
+                        qsm_catalog::node_classes(catalog.as_ref(), self.node.node)
+                            .map_err(catalog_error)?,
+                    );
+                }
+                // A class the domain lacks (deleted meanwhile): the default.
+                self.classes.iter().flatten().find(|c| c.name == name).map(|c| c.id)
+            }
+        };
+        self.current = (object.path.clone(), 0);
+        let committed =
+            self.batch.begin_object(object, size_hint, qsm_types::now()).map_err(store_error)?;
+        self.in_object = true;
+        Ok(self.count(committed))
+    }
+
+    /// The next frame of the current object.
+    pub fn append_frame(&mut self, frame: &[u8]) -> Result<()> {
+        self.in_object("a frame")?;
+        self.batch.append_frame(frame).map_err(store_error)?;
+        self.sent(frame.len());
+        Ok(())
+    }
+
+    /// The next frame of the current object with its keyed id; `shared` offers it to the
+    /// node's dedup scope.
+    pub fn append_chunk(&mut self, frame: &[u8], id: &[u8; 32], shared: bool) -> Result<()> {
+        self.in_object("a chunk")?;
+        let scope = if shared {
+            let verify = self.node.core.verify_shared_chunks;
+            let (scope, ids) = self.scope()?.clone();
+            if verify {
+                check_plain_id(&ids, frame, id, &mut self.decoder, &mut self.raw).map_err(|e| {
+                    e.context(format!(
+                        "object {}: chunk {}",
+                        String::from_utf8_lossy(&self.current.0),
+                        self.current.1
+                    ))
+                })?;
+            }
+            Some(scope)
+        } else {
+            None
+        };
+        // The store reads `sealed` from the frame itself.
+        let key = ChunkKey { hash: *id, scope, sealed: false };
+        self.batch.append_chunk(frame, key).map_err(store_error)?;
+        self.current.1 += 1;
+        self.sent(frame.len());
+        Ok(())
+    }
+
+    /// The next chunk of the current object is one the scope holds (or this upload sent with
+    /// `shared`).
+    pub fn reference_chunk(&mut self, id: &[u8; 32], sealed: bool) -> Result<()> {
+        self.in_object("a chunk reference")?;
+        let scope = self.scope()?.0;
+        self.batch.reference_chunk(*id, scope, sealed).map_err(store_error)?;
+        self.current.1 += 1;
+        Ok(())
+    }
+
+    /// Ends the current object.
+    pub fn end_object(&mut self) -> Result<()> {
+        self.batch.end_object().map_err(store_error)?;
+        self.in_object = false;
+        Ok(())
+    }
+
+    /// Drops the current object.
+    pub fn abandon_object(&mut self) {
+        self.batch.abandon_object();
+        self.in_object = false;
+    }
+
+    /// Marks the active version of `path` inactive.
+    pub fn deactivate(&mut self, path: &[u8]) -> Result<()> {
+        check_path(path)?;
+        self.batch.deactivate(self.fs, path);
+        Ok(())
+    }
+
+    /// Marks the active versions below `path` inactive (the empty path: the whole filespace).
+    pub fn deactivate_tree(&mut self, path: &[u8]) -> Result<()> {
+        check_path(path)?;
+        self.batch.deactivate_tree(self.fs, path);
+        Ok(())
+    }
+
+    /// Commits the rest; what the whole upload committed.
+    pub fn finish(self) -> Result<Uploaded> {
+        if self.in_object {
+            return Err(ServerError::Invalid("Finish in the middle of an object".into()));
+        }
+        let NodeUpload { node, batch, mut committed, .. } = self;
+        let c = batch.finish(qsm_types::now()).map_err(store_error)?;
+        record(node, &mut committed, c);
+        Ok(committed)
+    }
+}
+
+/// Adds a commit to what an upload committed, and to its session's record.
+fn record(node: NodeSession<'_>, committed: &mut Uploaded, c: Committed) {
+    committed.objects += c.objects.len() as u64;
+    committed.bytes += c.bytes;
+    if let Some(s) = node.session {
+        s.objects.fetch_add(c.objects.len() as u64, Ordering::Relaxed);
+        node.core.update_record(s);
+    }
+}
+
+/// A shared plaintext chunk must hold what its id says. The server sees a plaintext frame's
+/// data and holds the scope's secret, so it checks, at the cost of a decode and a BLAKE3 per
+/// such chunk: otherwise a node could plant other data under an id the other nodes of its
+/// scope will reference, and their restores would return it (the frame's XXH3 proves it
+/// intact, not that it is the id's). Sealed chunks are keyed with their owner's master key,
+/// which only nodes sharing that key hold; their restores check the id after opening.
+fn check_plain_id(
+    ids: &qsm_crypt::ChunkIdKey,
+    frame: &[u8],
+    hash: &[u8; 32],
+    decoder: &mut qsm_codec::FrameDecoder,
+    raw: &mut Vec<u8>,
+) -> Result<()> {
+    let header = qsm_codec::FrameHeader::parse(frame)
+        .map_err(|e| ServerError::Invalid(format!("a chunk's frame is invalid: {e}")))?;
+    if header.is_sealed() {
+        return Ok(());
+    }
+    let header = decoder
+        .decode(frame, raw)
+        .map_err(|e| ServerError::Invalid(format!("a chunk's frame does not decode: {e}")))?;
+    if ids.id(&raw[..header.raw_len as usize]).0 != *hash {
+        return Err(ServerError::Invalid(
+            "a shared chunk's data does not match its id: refused, so no node of the scope \
+             restores it in place of the data the id names"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Frames coming back for a restore: see [`qsm_types::node::Fetch`].
+#[derive(Debug)]
+pub struct NodeFetch<'a> {
+    node: NodeSession<'a>,
+    /// The node's filespaces, read once.
+    mine: HashSet<FilespaceId>,
+    objects: Vec<ObjectId>,
+    next: usize,
+    /// The object being read: its id, its chunks, the next chunk and the raw offset reached.
+    current: Option<(ObjectId, Vec<qsm_catalog::ChunkRef>, usize, u64)>,
+}
+
+impl NodeFetch<'_> {
+    /// The next frame into `frame` (cleared first) and its place, or `None` at the end. A
+    /// chunk that cannot be read ends its object with the reason; the fetch goes on.
+    pub fn next(&mut self, frame: &mut Vec<u8>) -> Result<Option<Fetched>> {
+        self.node.check_cancelled()?;
+        frame.clear();
+        if self.current.is_none() {
+            let Some(&id) = self.objects.get(self.next) else { return Ok(None) };
+            self.next += 1;
+            let catalog = self.node.core.store.catalog();
+            let version = catalog.object(id).map_err(catalog_error)?;
+            if !version.is_some_and(|v| self.mine.contains(&v.filespace)) {
+                return Err(ServerError::NotFound(format!("no object {}", id.0)));
+            }
+            let chunks = catalog.object_chunks(id).map_err(catalog_error)?;
+            self.current = Some((id, chunks, 0, 0));
+        }
+        let Some((id, chunks, next, offset)) = &mut self.current else { return Ok(None) };
+        let mut fetched = Fetched {
+            object: *id,
+            offset: *offset,
+            raw_len: 0,
+            has_frame: false,
+            last: false,
+            error: None,
+            chunk_id: None,
+        };
+        if let Some(chunk) = chunks.get(*next) {
+            // Not decoded here: the client checks every frame as it decodes it.
+            match self.node.core.store.read_chunk(chunk, frame) {
+                Ok(_) => fetched.has_frame = true,
+                Err(e) => {
+                    frame.clear();
+                    fetched.error = Some(e.to_string());
+                }
+            }
+            fetched.raw_len = chunk.location.raw_len;
+            fetched.chunk_id = chunk.hash;
+            *offset += u64::from(chunk.location.raw_len);
+            *next += 1;
+        }
+        if *next >= chunks.len() || fetched.error.is_some() {
+            fetched.last = true;
+            self.current = None;
+        }
+        Ok(Some(fetched))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_clean_relative_paths_pass() {
+        for good in [&b""[..], b"a", b"a/b", b"a/.b", b"..a", b"a\xff"] {
+            assert!(check_path(good).is_ok(), "{good:?}");
+        }
+        for bad in [&b"/a"[..], b"a//b", b"a/", b"./a", b"a/../b", b"..", b"a\0b"] {
+            assert!(check_path(bad).is_err(), "{bad:?}");
+        }
+        assert!(check_path(&vec![b'a'; MAX_PATH + 1]).is_err());
+    }
+}
