@@ -756,3 +756,22 @@ impl Fetch for RemoteFetch<'_> {
         }))
     }
 }
+
+/// The administrative operations over the connection's `Admin` service, one call each.
+macro_rules! remote_admin {
+    ($($name:ident($req:ident) -> $rep:ident;)*) => {
+        impl qsm_proto::AdminApi for RemoteServer {
+            $(
+                fn $name(&self, r: v1::$req) -> NodeResult<v1::$rep> {
+                    let mut admin = self.admin();
+                    self.rt
+                        .block_on(admin.$name(r))
+                        .map(tonic::Response::into_inner)
+                        .map_err(|s| self.error(s))
+                }
+            )*
+        }
+    };
+}
+
+qsm_proto::admin_operations!(remote_admin);

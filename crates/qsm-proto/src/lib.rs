@@ -19,9 +19,12 @@ pub const PROTOCOL: u32 = 2;
 /// operations batched with it. Larger messages are refused before they are allocated.
 pub const MAX_MESSAGE: usize = 17 * 1024 * 1024 + 64 * 1024;
 
+mod admin;
 pub mod convert;
 pub mod pem;
 pub mod status;
+
+pub use admin::AdminApi;
 
 /// Whether `host` (as a URL or a listen address names it, IPv6 in brackets or not) is this
 /// machine's loopback, where a connection without TLS never leaves the machine. The client

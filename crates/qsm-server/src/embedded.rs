@@ -3,7 +3,6 @@
 //! is the same core a network server runs, reached without a socket, so a node's rights and
 //! every check are the same by construction.
 
-use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -14,6 +13,9 @@ use qsm_types::ServerError;
 use qsm_types::model::{Filespace, FilespaceId, NewObject, ObjectId, ObjectVersion, TxnLimits};
 use qsm_types::node::{self, ClassInfo, DedupInfo, Fetched, Scope, Uploaded};
 
+use qsm_proto::{AdminApi, v1};
+
+use crate::admin_core::{Actor, AdminSession};
 use crate::config::ServerConfig;
 use crate::node_core::{NodeFetch, NodeSession, NodeUpload, Result};
 use crate::state::State;
@@ -67,15 +69,7 @@ pub struct Embedded {
 impl Embedded {
     /// Opens the embedded server in `home`, creating catalog, pool and node on first use.
     pub fn open(home: &Path) -> Result<Embedded> {
-        // Owner-only: the pool holds every backed-up file unencrypted, including ones that were
-        // private at the source.
-        if !home.exists() {
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(home)
-                .map_err(|e| ServerError::Failed(format!("creating {}: {e}", home.display())))?;
-        }
+        crate::create_private_dir(home)?;
         let store = qsm_store::open_local(&home.join("catalog.db"), &home.join("pool"), "local")
             .map_err(crate::node_core::store_error)?;
         let catalog = store.catalog();
@@ -122,6 +116,22 @@ impl Embedded {
     /// catalog disk), for the user's stderr.
     pub fn warnings(&self) -> &[String] {
         self.core.store.warnings()
+    }
+
+    /// An administrator's view of the store: its owner's, with every privilege (whoever can
+    /// read `$QSM_HOME` holds the data anyway). `who` names them in the activity log.
+    pub fn admin(&self, who: impl Into<String>) -> AdminSession<'_> {
+        AdminSession::new(&self.core, Actor::Owner(who.into()))
+    }
+
+    /// Runs expiration for the local node as its policy says. A network server runs it when
+    /// an administrator or a schedule asks; the embedded store has neither, so a backup runs
+    /// it when it ends, and its pool does not only grow.
+    pub fn expire(&self) -> Result<v1::ExpireReply> {
+        self.admin("the embedded store, after a backup").expire_inventory(v1::ExpireRequest {
+            nodes: vec![LOCAL_NODE.into()],
+            ..v1::ExpireRequest::default()
+        })
     }
 
     /// The local node's view, as the client's server interface.

@@ -8,6 +8,7 @@
 //! `txn_byte_limit` bytes.
 
 pub mod admin;
+pub mod admin_core;
 pub mod auth;
 pub mod config;
 pub mod conns;
@@ -62,7 +63,9 @@ pub fn run(config: ServerConfig, ready: impl FnOnce(&Listening)) -> Result<(), S
     rt.block_on(serve(config, ready))
 }
 
-fn create_private_dir(dir: &Path) -> Result<(), ServerError> {
+/// Creates `dir` owner-only if it does not exist: the pool holds every backed-up file
+/// unencrypted, including ones that were private at the source.
+pub(crate) fn create_private_dir(dir: &Path) -> Result<(), ServerError> {
     use std::os::unix::fs::DirBuilderExt;
     if !dir.exists() {
         std::fs::DirBuilder::new()

@@ -8,7 +8,6 @@ use qsm_catalog::{CatalogError, Coordination, FilespaceId, NodeId, ObjectId, Sev
 use qsm_proto::convert;
 use qsm_proto::status::to_status;
 use qsm_proto::v1::{self, backup_op::Op, node_server::Node};
-use qsm_store::StoreError;
 use qsm_types::ServerError;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -37,10 +36,6 @@ pub struct NodeService {
 
 pub(crate) fn catalog_status(e: CatalogError) -> Status {
     to_status(node_core::catalog_error(e))
-}
-
-pub(crate) fn store_status(e: StoreError) -> Status {
-    to_status(node_core::store_error(e))
 }
 
 fn malformed(e: convert::Malformed) -> Status {

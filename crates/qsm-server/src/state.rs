@@ -7,11 +7,11 @@ use std::sync::{Arc, Mutex};
 use qsm_catalog::coord::{Excluded, SessionsOf};
 use qsm_catalog::{Coordination, NodeId, ProcessId, ServerId, SessionId, Severity};
 use qsm_store::Store;
-use tonic::Status;
+use qsm_types::ServerError;
 
 use crate::auth::{Session, Sessions};
 use crate::config::ServerConfig;
-use crate::node::catalog_status;
+use crate::node_core::catalog_error;
 
 /// The server's state: its store, configuration, open sessions and running processes.
 #[derive(Debug)]
@@ -113,18 +113,18 @@ impl State {
         what: &str,
         actor: &str,
         progress: Arc<dyn Fn() -> String + Send + Sync>,
-        work: impl FnOnce(&AtomicBool) -> Result<Finished<T>, Status>,
-    ) -> Result<Ran<T>, Status> {
+        work: impl FnOnce(&AtomicBool) -> Result<Finished<T>, ServerError>,
+    ) -> Result<Ran<T>, ServerError> {
         let catalog = self.store.catalog();
         let process = match catalog
             .start_process_on(self.server, kind, what, &excluded_by(kind))
-            .map_err(catalog_status)?
+            .map_err(catalog_error)?
         {
             Ok(process) => process,
             Err(Excluded { id, kind: running, server }) => {
                 let here =
                     if server == self.name { String::new() } else { format!(" on {server}") };
-                return Err(Status::failed_precondition(if running == kind {
+                return Err(ServerError::Refused(if running == kind {
                     format!("{kind} is already running as process {}{here}", id.0)
                 } else {
                     format!("{kind} cannot run beside {running}, running as process {}{here}", id.0)
@@ -157,10 +157,10 @@ impl State {
                 say(Severity::Info, &format!("{how}: {detail}"));
                 Ok(Ran { process: process.0, value: f.value, stopped: f.stopped, seconds })
             }
-            Err(status) => {
-                let _ = catalog.end_process(process, "failed", status.message());
-                say(Severity::Error, &format!("failed: {}", status.message()));
-                Err(status)
+            Err(e) => {
+                let _ = catalog.end_process(process, "failed", e.message());
+                say(Severity::Error, &format!("failed: {}", e.message()));
+                Err(e)
             }
         }
     }
@@ -278,21 +278,21 @@ impl State {
 
     /// Cancels the sessions `which` selects, on this server at once and on the others sharing
     /// the catalog at their next heartbeat; returns how many were found.
-    pub fn cancel_sessions(&self, which: SessionsOf<'_>, how: &str) -> Result<u64, Status> {
+    pub fn cancel_sessions(&self, which: SessionsOf<'_>, how: &str) -> Result<u64, ServerError> {
         let here = self.sessions.cancel(which);
         for s in &here {
             self.end_record(s, how);
         }
-        let elsewhere = self.store.catalog().cancel_sessions(which).map_err(catalog_status)?;
+        let elsewhere = self.store.catalog().cancel_sessions(which).map_err(catalog_error)?;
         Ok(here.len() as u64 + elsewhere)
     }
 
     /// Asks process `id` to stop, here or on the server running it; whether it runs.
-    pub fn cancel_process(&self, id: ProcessId) -> Result<bool, Status> {
+    pub fn cancel_process(&self, id: ProcessId) -> Result<bool, ServerError> {
         if self.processes.cancel(id.0) {
             return Ok(true);
         }
-        self.store.catalog().cancel_process(id).map_err(catalog_status)
+        self.store.catalog().cancel_process(id).map_err(catalog_error)
     }
 
     /// The server's heartbeat (module `coord`): renews its container leases and records its

@@ -359,15 +359,22 @@ impl Store {
         // With a shared catalog another server may be appending to an unsealed container: it
         // is left alone while leased or recently written, and always without leases to go
         // by. A sealed one never changes again, whoever wrote it.
-        let busy = self.busy()?;
+        //
+        // The catalog is listed before what is being written is: a container reaches the
+        // catalog only through a commit of its writer, which registered (and leased) it first,
+        // so every container listed that is still being written is seen as such. The other
+        // order let a backup start a container after the snapshot and commit into it before
+        // the listing: reclamation took it for idle and deleted it under the writer.
+        let known = self.catalog.containers(self.pool_record)?;
         let listed: BTreeMap<u64, (u64, bool, Option<i64>)> = self
             .pool
             .containers()?
             .into_iter()
             .map(|c| (c.id, (c.size, c.sealed, c.modified)))
             .collect();
+        let busy = self.busy()?;
         let mut reclaimed = Vec::new();
-        for container in self.catalog.containers(self.pool_record)? {
+        for container in known {
             if stop.load(std::sync::atomic::Ordering::Relaxed) {
                 break;
             }

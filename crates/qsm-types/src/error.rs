@@ -103,6 +103,46 @@ impl ServerError {
     }
 }
 
+/// Constructors taking any text, for call sites that hold a `&str` or a `String`.
+impl ServerError {
+    /// [`ServerError::NotFound`].
+    pub fn not_found(m: impl Into<String>) -> ServerError {
+        ServerError::NotFound(m.into())
+    }
+    /// [`ServerError::Exists`].
+    pub fn exists(m: impl Into<String>) -> ServerError {
+        ServerError::Exists(m.into())
+    }
+    /// [`ServerError::Invalid`].
+    pub fn invalid(m: impl Into<String>) -> ServerError {
+        ServerError::Invalid(m.into())
+    }
+    /// [`ServerError::Refused`].
+    pub fn refused(m: impl Into<String>) -> ServerError {
+        ServerError::Refused(m.into())
+    }
+    /// [`ServerError::Exhausted`].
+    pub fn exhausted(m: impl Into<String>) -> ServerError {
+        ServerError::Exhausted(m.into())
+    }
+    /// [`ServerError::Unauthenticated`].
+    pub fn unauthenticated(m: impl Into<String>) -> ServerError {
+        ServerError::Unauthenticated(m.into())
+    }
+    /// [`ServerError::Denied`].
+    pub fn denied(m: impl Into<String>) -> ServerError {
+        ServerError::Denied(m.into())
+    }
+    /// [`ServerError::Cancelled`].
+    pub fn cancelled(m: impl Into<String>) -> ServerError {
+        ServerError::Cancelled(m.into())
+    }
+    /// [`ServerError::Failed`].
+    pub fn failed(m: impl Into<String>) -> ServerError {
+        ServerError::Failed(m.into())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::ServerError;

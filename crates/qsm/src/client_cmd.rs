@@ -12,7 +12,7 @@ use qsm_client::restore::Existing;
 use qsm_client::server::{Scope, Server};
 use qsm_client::{BackupOptions, BackupSummary, RestoreOptions, Selection};
 use qsm_codec::Compression;
-use qsm_store::TxnLimits;
+use qsm_types::TxnLimits;
 use serde::Serialize;
 
 use crate::conn::{ClientConfig, Conn, Connected, parse_rate};
@@ -534,17 +534,63 @@ pub fn backup(args: BackupArgs) -> Result<Complete> {
             }
         }
     }
+    // The embedded store has no administrator or schedule to expire what its policy no
+    // longer keeps: the backup does, once its versions are committed.
+    let expired = match &connected {
+        Connected::Embedded(e) => expire_embedded(e),
+        Connected::Remote(_) => None,
+    };
     if args.json {
-        let reports: Vec<BackupReport> = summaries.iter().map(BackupReport::from).collect();
+        let mut reports: Vec<BackupReport> = summaries.iter().map(BackupReport::from).collect();
+        if let (Some(last), Some(x)) = (reports.last_mut(), &expired) {
+            last.expired = Some(ExpiredReport {
+                backups: x.backups,
+                archives: x.archives,
+                seconds: x.seconds,
+            });
+        }
         outln!("{}", serde_json::to_string_pretty(&reports)?);
+    } else if let Some(x) = expired.filter(|x| x.backups + x.archives > 0) {
+        outln!(
+            "Expired {} backup versions and {} archives past the embedded store's policy ({:.2} s).",
+            x.backups,
+            x.archives,
+            x.seconds
+        );
     }
     Ok(summaries.iter().all(|s| s.failed == 0))
+}
+
+/// Expiration of the embedded store's node after a backup; a failure is said, never fatal:
+/// the backup itself is committed.
+fn expire_embedded(e: &qsm_server::Embedded) -> Option<qsm_proto::v1::ExpireReply> {
+    match e.expire() {
+        Ok(r) => Some(r),
+        // Another expiration is running (a second backup's, or an administrator's).
+        Err(qsm_types::ServerError::Refused(why)) => {
+            errln!("qsm: note: expiration after the backup left to the one running: {why}");
+            None
+        }
+        Err(err) => {
+            errln!("qsm: warning: expiration after the backup failed: {err}");
+            None
+        }
+    }
+}
+
+/// What the expiration after an embedded backup deleted.
+#[derive(Debug, Serialize)]
+struct ExpiredReport {
+    backups: u64,
+    archives: u64,
+    seconds: f64,
 }
 
 impl From<&BackupSummary> for BackupReport {
     fn from(s: &BackupSummary) -> Self {
         BackupReport {
             filespace: s.filespace.clone(),
+            expired: None,
             subtree: s.subtree.as_deref().map(|p| String::from_utf8_lossy(p).into_owned()),
             examined: s.examined,
             backed_up: s.backed_up,
@@ -730,6 +776,9 @@ fn each_path(
 #[derive(Debug, Serialize)]
 struct BackupReport {
     filespace: String,
+    /// What expiration deleted after the backup (the embedded store; on the last report).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    expired: Option<ExpiredReport>,
     /// The path backed up below the filespace's root, when it is not the root.
     #[serde(skip_serializing_if = "Option::is_none")]
     subtree: Option<String>,

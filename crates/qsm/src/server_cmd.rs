@@ -6,9 +6,12 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use qsm_client::remote::{self, RemoteOptions, RemoteServer};
+use qsm_proto::AdminApi;
 use qsm_proto::v1;
+use qsm_server::Embedded;
 use qsm_server::ServerConfig;
 use qsm_server::admin::{MAX_ACTLOG_ENTRIES, MAX_EXPIRE_WORKERS};
+use qsm_server::admin_core::{Actor, AdminSession};
 use qsm_store::TxnLimits;
 
 use crate::conn::{password_from_stdin, read_password};
@@ -207,9 +210,14 @@ pub fn server(args: ServerArgs) -> Result<bool> {
 #[derive(Debug, Args)]
 pub struct AdminConn {
     /// The server: unix:PATH (its local socket: no login needed as the server's user or
-    /// root), or https://HOST:PORT with --admin and --password-file.
+    /// root), or https://HOST:PORT with --admin and --password-file. Without one, the
+    /// embedded store in --home.
     #[arg(long, global = true, env = "QSM_SERVER")]
     server: Option<String>,
+    /// The embedded store's directory, administered when no server is given (default:
+    /// $QSM_HOME, or ~/.local/share/qsm).
+    #[arg(long, global = true)]
+    home: Option<PathBuf>,
     /// The administrator to log in as (not needed on the local socket).
     #[arg(long, global = true, env = "QSM_ADMIN")]
     admin: Option<String>,
@@ -224,13 +232,43 @@ pub struct AdminConn {
     insecure: bool,
 }
 
+/// What `qsm admin` acts on: a server across a connection, or the embedded store opened here.
+#[derive(Debug)]
+enum AdminTarget {
+    Remote(RemoteServer),
+    Embedded(Embedded),
+}
+
 impl AdminConn {
-    fn open(&self) -> Result<RemoteServer> {
+    fn open(&self) -> Result<AdminTarget> {
         let usage = crate::usage::usage;
-        let url =
-            self.server.clone().ok_or_else(|| usage("say which server: --server or QSM_SERVER"))?;
+        let Some(url) = self.server.clone() else {
+            if self.admin.is_some() {
+                return Err(usage("--admin needs --server: the embedded store has no accounts"));
+            }
+            let home = match &self.home {
+                Some(h) => h.clone(),
+                None => qsm_server::embedded::default_home()?,
+            };
+            // Administering a store that does not exist would create an empty one.
+            if !home.join("catalog.db").exists() {
+                return Err(usage(&format!(
+                    "no server given (--server or QSM_SERVER) and no embedded store in {}: \
+                     back something up first, or say which server",
+                    home.display()
+                )));
+            }
+            let e = Embedded::open(&home)
+                .with_context(|| format!("opening the QSM store in {}", home.display()))?;
+            for warning in e.warnings() {
+                errln!("qsm: warning: {warning}");
+            }
+            return Ok(AdminTarget::Embedded(e));
+        };
         match &self.admin {
-            None if url.starts_with("unix:") => Ok(remote::connect_local_admin(&url)?),
+            None if url.starts_with("unix:") => {
+                Ok(AdminTarget::Remote(remote::connect_local_admin(&url)?))
+            }
             None => Err(usage(
                 "give --admin NAME and --password-file, or use the server's unix: socket",
             )),
@@ -239,14 +277,14 @@ impl AdminConn {
                     .password_file
                     .as_ref()
                     .ok_or_else(|| usage("--admin needs --password-file"))?;
-                Ok(RemoteServer::connect(&RemoteOptions {
+                Ok(AdminTarget::Remote(RemoteServer::connect(&RemoteOptions {
                     url,
                     account: name.clone(),
                     password: read_password(file)?,
                     admin: true,
                     ca: self.ca.clone(),
                     insecure: self.insecure,
-                })?)
+                })?))
             }
         }
     }
@@ -722,9 +760,8 @@ fn before_connecting(command: &AdminCommand) -> Result<Option<String>> {
     Err(crate::usage::usage(why))
 }
 
-fn set_admin_locked(server: &RemoteServer, name: &str, locked: bool) -> Result<()> {
-    let mut a = server.admin();
-    server.call(a.set_admin_locked(v1::LockRequest { name: name.to_owned(), locked }))?;
+fn set_admin_locked(server: &dyn AdminApi, name: &str, locked: bool) -> Result<()> {
+    server.set_admin_locked(v1::LockRequest { name: name.to_owned(), locked })?;
     outln!("Administrator {name} {}.", if locked { "locked" } else { "unlocked" });
     Ok(())
 }
@@ -736,26 +773,36 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
     let new_password = before_connecting(&args.command)?;
     // Given by `before_connecting` to the commands that set one.
     let new_password = || new_password.clone().context("no new password was read");
-    let server = args.conn.open()?;
+    let target = args.conn.open()?;
+    // The embedded store's user can read its files, so holds system privilege, as the
+    // server's own user does on its local socket.
+    let session;
+    let server: &dyn AdminApi = match &target {
+        AdminTarget::Remote(r) => r,
+        AdminTarget::Embedded(e) => {
+            let uid = rustix::process::geteuid().as_raw();
+            let who = format!("the embedded store's user (uid {uid})");
+            session = AdminSession::new(e.core(), Actor::Owner(who));
+            &session
+        }
+    };
     match args.command {
         AdminCommand::RegisterNode(r) => {
             let password = new_password()?;
-            let mut a = server.admin();
-            server.call(a.register_node(v1::RegisterRequest {
+            server.register_node(v1::RegisterRequest {
                 name: r.name.clone(),
                 password,
                 privileges: Vec::new(),
-            }))?;
+            })?;
             outln!("Node {} registered.", r.name);
         }
         AdminCommand::RegisterAdmin(r) => {
             let password = new_password()?;
-            let mut a = server.admin();
-            server.call(a.register_admin(v1::RegisterRequest {
+            server.register_admin(v1::RegisterRequest {
                 name: r.name.clone(),
                 password,
                 privileges: r.privilege.clone(),
-            }))?;
+            })?;
             outln!(
                 "Administrator {} registered with {} privilege.",
                 r.name,
@@ -763,19 +810,15 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
             );
         }
         AdminCommand::LockNode { name } => {
-            let mut a = server.admin();
-            server.call(a.set_node_locked(v1::LockRequest { name: name.clone(), locked: true }))?;
+            server.set_node_locked(v1::LockRequest { name: name.clone(), locked: true })?;
             outln!("Node {name} locked.");
         }
         AdminCommand::UnlockNode { name } => {
-            let mut a = server.admin();
-            server
-                .call(a.set_node_locked(v1::LockRequest { name: name.clone(), locked: false }))?;
+            server.set_node_locked(v1::LockRequest { name: name.clone(), locked: false })?;
             outln!("Node {name} unlocked.");
         }
         AdminCommand::Query(AdminQuery::Node { json }) => {
-            let mut a = server.admin();
-            let nodes = server.call(a.query_nodes(v1::Empty {}))?.nodes;
+            let nodes = server.query_nodes(v1::Empty {})?.nodes;
             if json {
                 let rows: Vec<_> = nodes
                     .iter()
@@ -789,8 +832,7 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
             }
         }
         AdminCommand::Query(AdminQuery::Session { json }) => {
-            let mut a = server.admin();
-            let sessions = server.call(a.query_sessions(v1::Empty {}))?.sessions;
+            let sessions = server.query_sessions(v1::Empty {})?.sessions;
             let now = qsm_catalog::now();
             let rate = |s: &v1::SessionInfo| s.bytes as f64 / (now - s.started).max(1) as f64;
             if json {
@@ -832,25 +874,22 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
             }
         }
         AdminCommand::Cancel { what: CancelWhat::Session { id } } => {
-            let mut a = server.admin();
-            server.call(a.cancel_session(v1::CancelRequest { session: id }))?;
+            server.cancel_session(v1::CancelRequest { session: id })?;
             outln!("Session {id} cancelled.");
         }
         AdminCommand::SetDedupScope { node, scope } => {
-            let mut a = server.admin();
-            server.call(a.set_dedup_scope(v1::DedupScopeRequest {
+            server.set_dedup_scope(v1::DedupScopeRequest {
                 node: node.clone(),
                 scope: scope.clone(),
-            }))?;
+            })?;
             outln!("Node {node} deduplicates in scope {scope}.");
         }
         AdminCommand::Expire(ExpireWhat::Inventory { resource, node, duration, json }) => {
-            let mut a = server.admin();
-            let r = server.call(a.expire_inventory(v1::ExpireRequest {
+            let r = server.expire_inventory(v1::ExpireRequest {
                 resource,
                 nodes: node,
                 duration_minutes: duration.unwrap_or(0),
-            }))?;
+            })?;
             if json {
                 outln!(
                     "{}",
@@ -871,8 +910,7 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
             }
         }
         AdminCommand::Query(AdminQuery::Process { json }) => {
-            let mut a = server.admin();
-            let list = server.call(a.query_processes(v1::Empty {}))?.processes;
+            let list = server.query_processes(v1::Empty {})?.processes;
             if json {
                 let rows: Vec<_> = list
                     .iter()
@@ -888,28 +926,24 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
             }
         }
         AdminCommand::Define(DefineWhat::Domain { name, description }) => {
-            let mut a = server.admin();
-            server.call(a.define_domain(v1::DomainRequest { name: name.clone(), description }))?;
+            server.define_domain(v1::DomainRequest { name: name.clone(), description })?;
             outln!("Domain {name} defined.");
         }
         AdminCommand::Define(DefineWhat::Mgmtclass { domain, name, groups }) => {
-            let mut a = server.admin();
-            server.call(a.define_mgmt_class(groups.request(&domain, &name)))?;
+            server.define_mgmt_class(groups.request(&domain, &name))?;
             outln!("Management class {domain}/{name} defined.");
         }
         AdminCommand::Update(UpdateWhat::Mgmtclass { domain, name, groups }) => {
-            let mut a = server.admin();
-            server.call(a.update_mgmt_class(groups.request(&domain, &name)))?;
+            server.update_mgmt_class(groups.request(&domain, &name))?;
             outln!("Management class {domain}/{name} updated.");
         }
         AdminCommand::Update(UpdateWhat::Node { name, domain, .. }) => {
             let password = new_password().ok();
-            let mut a = server.admin();
-            server.call(a.update_node(v1::UpdateNodeRequest {
+            server.update_node(v1::UpdateNodeRequest {
                 name: name.clone(),
                 domain: domain.clone().unwrap_or_default(),
                 password: password.clone(),
-            }))?;
+            })?;
             if let Some(domain) = domain {
                 outln!("Node {name} is in domain {domain}.");
             }
@@ -919,23 +953,20 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
         }
         AdminCommand::Update(UpdateWhat::Admin { name, .. }) => {
             let password = new_password()?;
-            let mut a = server.admin();
-            server.call(a.update_admin(v1::PasswordRequest { name: name.clone(), password }))?;
+            server.update_admin(v1::PasswordRequest { name: name.clone(), password })?;
             outln!("Administrator {name} has a new password.");
         }
-        AdminCommand::LockAdmin { name } => set_admin_locked(&server, &name, true)?,
-        AdminCommand::UnlockAdmin { name } => set_admin_locked(&server, &name, false)?,
+        AdminCommand::LockAdmin { name } => set_admin_locked(server, &name, true)?,
+        AdminCommand::UnlockAdmin { name } => set_admin_locked(server, &name, false)?,
         AdminCommand::RemoveAdmin { name } => {
-            let mut a = server.admin();
-            server.call(a.remove_admin(v1::NodeName { name: name.clone() }))?;
+            server.remove_admin(v1::NodeName { name: name.clone() })?;
             outln!("Administrator {name} removed.");
         }
         AdminCommand::Delete(DeleteWhat::Filespace { node, filespace, json }) => {
-            let mut a = server.admin();
-            let r = server.call(a.delete_filespace(v1::DeleteFilespaceRequest {
+            let r = server.delete_filespace(v1::DeleteFilespaceRequest {
                 node: node.clone(),
                 filespace: filespace.clone(),
-            }))?;
+            })?;
             if json {
                 outln!(
                     "{}",
@@ -953,31 +984,27 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
         }
         AdminCommand::MigrateCatalog { .. } => unreachable!("handled before connecting"),
         AdminCommand::Delete(DeleteWhat::Node { name }) => {
-            let mut a = server.admin();
-            server.call(a.delete_node(v1::NodeName { name: name.clone() }))?;
+            server.delete_node(v1::NodeName { name: name.clone() })?;
             outln!("Node {name} deleted.");
         }
         AdminCommand::Delete(DeleteWhat::Domain { name }) => {
-            let mut a = server.admin();
-            server.call(a.delete_domain(v1::DomainRequest {
+            server.delete_domain(v1::DomainRequest {
                 name: name.clone(),
                 description: String::new(),
-            }))?;
+            })?;
             outln!("Domain {name} deleted.");
         }
         AdminCommand::Delete(DeleteWhat::Mgmtclass { domain, name }) => {
-            let mut a = server.admin();
             let request = v1::MgmtClassRequest {
                 domain: domain.clone(),
                 name: name.clone(),
                 ..Default::default()
             };
-            server.call(a.delete_mgmt_class(request))?;
+            server.delete_mgmt_class(request)?;
             outln!("Management class {domain}/{name} deleted.");
         }
         AdminCommand::Query(AdminQuery::Domain { json }) => {
-            let mut a = server.admin();
-            let list = server.call(a.query_policy(v1::Empty {}))?.domains;
+            let list = server.query_policy(v1::Empty {})?.domains;
             let n = |v: u32| {
                 if v == qsm_catalog::expire::NO_LIMIT {
                     "nolimit".to_owned()
@@ -1009,9 +1036,7 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
             }
         }
         AdminCommand::Reclaim(ReclaimWhat::Stgpool { threshold, json }) => {
-            let mut a = server.admin();
-            let r = server
-                .call(a.reclaim_stgpool(v1::ReclaimRequest { threshold_percent: threshold }))?;
+            let r = server.reclaim_stgpool(v1::ReclaimRequest { threshold_percent: threshold })?;
             if json {
                 outln!(
                     "{}",
@@ -1033,18 +1058,16 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
             }
         }
         AdminCommand::Grant(GrantWhat::Authority { name, privilege }) => {
-            let mut a = server.admin();
-            server.call(a.grant_authority(v1::GrantRequest {
+            server.grant_authority(v1::GrantRequest {
                 name: name.clone(),
                 privileges: privilege.clone(),
-            }))?;
+            })?;
             outln!("Administrator {name} has {} privilege.", privilege.join(","));
         }
         AdminCommand::Backup(BackupWhat::Db { to, json }) => {
-            let mut a = server.admin();
-            let r = server.call(a.backup_db(v1::BackupDbRequest {
+            let r = server.backup_db(v1::BackupDbRequest {
                 to: to.map(|p| p.display().to_string()).unwrap_or_default(),
-            }))?;
+            })?;
             if json {
                 outln!(
                     "{}",
@@ -1063,8 +1086,7 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
             }
         }
         AdminCommand::Query(AdminQuery::Stgpool { json }) => {
-            let mut a = server.admin();
-            let pools = server.call(a.query_stgpool(v1::Empty {}))?.pools;
+            let pools = server.query_stgpool(v1::Empty {})?.pools;
             let pct = |p: &v1::StgpoolInfo| {
                 if p.bytes == 0 {
                     0.0
@@ -1105,9 +1127,8 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
             }
         }
         AdminCommand::Query(AdminQuery::Volhist { json }) => {
-            let mut a = server.admin();
             let entries: Vec<qsm_server::dbcopy::VolhistEntry> = server
-                .call(a.query_volhist(v1::Empty {}))?
+                .query_volhist(v1::Empty {})?
                 .entries
                 .into_iter()
                 .map(|e| qsm_server::dbcopy::VolhistEntry {
@@ -1128,12 +1149,11 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
             container,
             json,
         }) => {
-            let mut a = server.admin();
-            let r = server.call(a.audit_stgpool(v1::AuditRequest {
+            let r = server.audit_stgpool(v1::AuditRequest {
                 mark_damaged,
                 release_unknown,
                 containers: container,
-            }))?;
+            })?;
             if json {
                 let damaged: Vec<_> = r.damaged.iter().map(|d| serde_json::json!({"chunk": d.chunk, "container": format!("{:016x}", d.container), "offset": d.offset, "reason": d.reason})).collect();
                 outln!(
@@ -1209,13 +1229,12 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
             }
         }
         AdminCommand::Query(AdminQuery::Actlog { since, search, limit, json }) => {
-            let mut a = server.admin();
             let since = since.unwrap_or_else(|| qsm_catalog::now() - 86_400);
-            let r = server.call(a.query_actlog(v1::ActlogRequest {
+            let r = server.query_actlog(v1::ActlogRequest {
                 since,
                 search: search.unwrap_or_default(),
                 limit,
-            }))?;
+            })?;
             if json {
                 let rows: Vec<_> = r
                     .entries
@@ -1240,8 +1259,7 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
             }
         }
         AdminCommand::Cancel { what: CancelWhat::Process { id } } => {
-            let mut a = server.admin();
-            server.call(a.cancel_process(v1::ProcessRequest { process: id }))?;
+            server.cancel_process(v1::ProcessRequest { process: id })?;
             outln!("Process {id} is stopping.");
         }
     }

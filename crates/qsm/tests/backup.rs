@@ -1293,3 +1293,97 @@ fn walkdir_names(dir: &Path) -> Vec<String> {
     }
     out
 }
+
+fn json_of(out: &[u8]) -> serde_json::Value {
+    serde_json::from_slice(out).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(out)))
+}
+
+#[test]
+fn the_embedded_store_is_administered_without_a_server() {
+    let (home, dir) = (TempDir::new().unwrap(), TempDir::new().unwrap());
+    let src = dir.path().join("src");
+    fs::create_dir_all(&src).unwrap();
+    // Three versions of a file that is then deleted: the policy (versions-deleted 1) keeps
+    // one of them, so the backup that sees the deletion expires the other.
+    let big = |n: u8| (0..4_000_000u32).map(|i| (i % 251) as u8 ^ n).collect::<Vec<u8>>();
+    fs::write(src.join("keep.txt"), b"kept\n").unwrap();
+    for n in 0..2u8 {
+        fs::write(src.join("gone.bin"), big(n)).unwrap();
+        qsm(home.path()).arg("backup").arg(&src).assert().success();
+    }
+    fs::remove_file(src.join("gone.bin")).unwrap();
+    let out = qsm(home.path()).args(["backup", "--json"]).arg(&src).assert().success();
+    let reports = json_of(&out.get_output().stdout);
+    assert_eq!(reports[0]["deactivated"], 1, "{reports}");
+    assert_eq!(reports[0]["expired"]["backups"], 1, "{reports}");
+
+    // No --server, no QSM_SERVER: every command below acts on $QSM_HOME.
+    let admin = || {
+        let mut c = qsm(home.path());
+        c.env_remove("QSM_SERVER").arg("admin");
+        c
+    };
+    admin()
+        .args(["define", "mgmtclass", "standard", "standard", "--versions-deleted", "0"])
+        .assert()
+        .success();
+    let policy = admin().args(["query", "domain", "--json"]).assert().success();
+    let policy = json_of(&policy.get_output().stdout);
+    assert_eq!(policy[0]["classes"][0]["versions_deleted"], 0, "{policy}");
+
+    let out = admin().args(["expire", "inventory", "--json"]).assert().success();
+    let expired = json_of(&out.get_output().stdout);
+    assert_eq!(expired["backups"], 1, "the last version of the deleted file: {expired}");
+    let versions = qsm(home.path())
+        .args(["query", "backup", "--inactive", "--json"])
+        .arg(&src)
+        .assert()
+        .success();
+    let versions = json_of(&versions.get_output().stdout);
+    let names: Vec<&str> =
+        versions.as_array().unwrap().iter().filter_map(|v| v["path"].as_str()).collect();
+    assert!(names.iter().all(|p| !p.contains("gone.bin")), "{versions}");
+
+    // Every chunk of the deleted file is dead now: reclamation gives its space back.
+    let before = json_of(
+        &admin().args(["query", "stgpool", "--json"]).assert().success().get_output().stdout,
+    );
+    let out = admin().args(["reclaim", "stgpool", "--threshold", "1", "--json"]).assert().success();
+    let reclaimed = json_of(&out.get_output().stdout);
+    assert!(reclaimed["containers"].as_u64().unwrap() >= 1, "{reclaimed}");
+    let after = json_of(
+        &admin().args(["query", "stgpool", "--json"]).assert().success().get_output().stdout,
+    );
+    let bytes = |v: &serde_json::Value| v[0]["bytes"].as_u64().unwrap();
+    assert!(bytes(&after) < bytes(&before) / 2, "{before} -> {after}");
+
+    let out = admin().args(["audit", "stgpool", "--json"]).assert().success();
+    let audit = json_of(&out.get_output().stdout);
+    assert!(audit["chunks_read"].as_u64().unwrap() >= 1, "{audit}");
+    assert_eq!(audit["damaged"].as_array().unwrap().len(), 0, "{audit}");
+
+    let out = admin().args(["backup", "db", "--json"]).assert().success();
+    let copy = json_of(&out.get_output().stdout);
+    let path = copy["path"].as_str().unwrap();
+    assert!(path.starts_with(home.path().to_str().unwrap()), "{copy}");
+    assert!(fs::metadata(path).unwrap().len() > 0);
+
+    // What was kept still restores, and the activity log names who did each thing.
+    let to = dir.path().join("to");
+    qsm(home.path()).arg("restore").arg(&src).arg("--to").arg(&to).assert().success();
+    assert_eq!(fs::read(to.join("keep.txt")).unwrap(), b"kept\n");
+    let log = admin().args(["query", "actlog", "--json"]).assert().success();
+    let log = String::from_utf8_lossy(&log.get_output().stdout).into_owned();
+    assert!(log.contains("the embedded store's user"), "{log}");
+    assert!(log.contains("expire inventory"), "{log}");
+
+    // A store that does not exist is not created by administering it.
+    let none = dir.path().join("none");
+    qsm(&none)
+        .env_remove("QSM_SERVER")
+        .args(["admin", "query", "stgpool"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("no embedded store"));
+    assert!(!none.exists());
+}

@@ -950,7 +950,15 @@ fn bad_values_and_bad_files_exit_2_naming_them() {
             "server configuration",
         ),
         // admin
-        ("no server to administer", argv(&["admin", "query", "node"]), none.clone(), 2, "--server"),
+        // Without a server, `qsm admin` administers the embedded store: one that does not
+        // exist is not created by it.
+        (
+            "no server and no embedded store to administer",
+            argv(&["admin", "--home", &s(&d.join("no-store")), "query", "node"]),
+            none.clone(),
+            2,
+            "--server",
+        ),
         (
             "an administrator without a password file",
             argv(&["admin", "--server", "https://127.0.0.1:9", "--admin", "a", "query", "node"]),
