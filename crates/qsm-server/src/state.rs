@@ -299,6 +299,11 @@ impl State {
     /// processes' progress, and does what other servers asked: cancel sessions and processes.
     /// Servers found dead are logged.
     pub fn beat(&self) {
+        // A closed stderr loses the line rather than panicking the heartbeat.
+        let say = |line: std::fmt::Arguments<'_>| {
+            use std::io::Write as _;
+            let _ = writeln!(std::io::stderr(), "qsm: {}: {line}", self.name);
+        };
         let progress: Vec<(ProcessId, String)> =
             self.processes.list().into_iter().map(|(id, _, _, p)| (ProcessId(id), p)).collect();
         let beat = match self.store.catalog().heartbeat(
@@ -308,17 +313,17 @@ impl State {
         ) {
             Ok(beat) => {
                 if self.beat_failing.swap(false, Ordering::Relaxed) {
-                    eprintln!("qsm server: the heartbeat is recorded again");
+                    say(format_args!("the heartbeat is recorded again"));
                 }
                 beat
             }
             Err(e) => {
                 if !self.beat_failing.swap(true, Ordering::Relaxed) {
-                    eprintln!(
-                        "qsm server: warning: the heartbeat could not be recorded: {e}; other \
-                         servers on the catalog take this one for dead after {} s",
+                    say(format_args!(
+                        "warning: the heartbeat could not be recorded: {e}; other servers on \
+                         the catalog take this one for dead after {} s",
                         self.config.lease_seconds
-                    );
+                    ));
                 }
                 return;
             }
