@@ -3,7 +3,9 @@
 //! version.
 //!
 //! `cargo run --release -p qsm-catalog --example catalog_bench -- [OBJECTS] [BATCH] [DIR]`
-//! (defaults: 1,000,000 objects, 4,096 per transaction, a temporary directory). Each object
+//! (defaults: 1,000,000 objects, 4,096 per transaction, a temporary directory). DIR may be a
+//! `postgres://` URL instead: the same measurements on that (empty) PostgreSQL database, so
+//! both backends are timed by one program. Each object
 //! is a file with one chunk and a path shaped like a source tree's
 //! (`/src/projNN/dirNNN/subNN/file_NNNNNNN.ext`, about 40 bytes), inserted in directory-walk
 //! order as a backup inserts them. (Paths scattered across the tree in every transaction
@@ -13,18 +15,30 @@ use std::error::Error;
 use std::time::Instant;
 
 use qsm_catalog::{
-    Attributes, Catalog, ContainerId, NewChunk, NewObject, ObjectChunk, ObjectKind, ObjectType,
-    SqliteCatalog,
+    AnyCatalog, Attributes, Catalog, ContainerId, NewChunk, NewObject, ObjectChunk, ObjectKind,
+    ObjectType, SqliteCatalog,
 };
+
+/// Versions whose chunk lists are read, and chunk ids looked up.
+const POINT_READS: usize = 20_000;
 
 fn main() -> Result<(), Box<dyn Error>> {
     let args: Vec<String> = std::env::args().collect();
     let objects: u64 = args.get(1).map(|s| s.parse()).transpose()?.unwrap_or(1_000_000);
     let batch: u64 = args.get(2).map(|s| s.parse()).transpose()?.unwrap_or(4096);
-    let tmp = tempfile_dir(args.get(3))?;
-    let path = tmp.join("catalog.db");
-    let _ = std::fs::remove_file(&path);
-    let cat = SqliteCatalog::open(&path)?;
+    let target = args.get(3).filter(|a| qsm_catalog::is_postgres(a));
+    let path = match target {
+        Some(_) => std::path::PathBuf::new(),
+        None => tempfile_dir(args.get(3))?.join("catalog.db"),
+    };
+    let any = match target {
+        Some(url) => AnyCatalog::open(url)?,
+        None => {
+            let _ = std::fs::remove_file(&path);
+            AnyCatalog::Sqlite(SqliteCatalog::open(&path)?)
+        }
+    };
+    let cat = any.catalog();
     let domain = cat.define_domain("standard", "")?;
     let node = cat.register_node("bench", "h", domain)?;
     let fs = cat.filespace(node, "/")?;
@@ -100,12 +114,39 @@ fn main() -> Result<(), Box<dyn Error>> {
         Ok(())
     })?;
     let list_secs = start.elapsed().as_secs_f64();
-    drop(cat);
-    // Checkpoint the WAL so the main file holds everything, then measure it.
-    let cat = SqliteCatalog::open(&path)?;
-    cat.raw_execute_for_tests("PRAGMA wal_checkpoint(TRUNCATE)")?;
-    let stats = cat.stats()?;
-    let bytes = std::fs::metadata(&path)?.len().max(stats.database_bytes);
+    // A restore's and a backup's point reads: the chunk list of each of the first versions,
+    // and dedup lookups (none found: the chunks have no keyed id) in batches as a client asks.
+    let mut ids = Vec::new();
+    cat.for_each_active(fs, &mut |v| {
+        if ids.len() < POINT_READS {
+            ids.push(v.id);
+        }
+        Ok(())
+    })?;
+    let start = Instant::now();
+    for id in &ids {
+        cat.object_chunks(*id)?;
+    }
+    let chunks_secs = start.elapsed().as_secs_f64();
+    let scope = cat.dedup_scope(node, [7; 32])?.id;
+    let hashes: Vec<[u8; 32]> =
+        (0..POINT_READS as u64).map(|i| *blake3::hash(&i.to_le_bytes()).as_bytes()).collect();
+    let start = Instant::now();
+    for batch in hashes.chunks(1000) {
+        cat.find_chunks(scope, false, batch)?;
+    }
+    let find_secs = start.elapsed().as_secs_f64();
+    let bytes = match any {
+        AnyCatalog::Sqlite(cat) => {
+            drop(cat);
+            // Checkpoint the WAL so the main file holds everything, then measure it.
+            let cat = SqliteCatalog::open(&path)?;
+            cat.raw_execute_for_tests("PRAGMA wal_checkpoint(TRUNCATE)")?;
+            let stats = cat.stats()?;
+            std::fs::metadata(&path)?.len().max(stats.database_bytes)
+        }
+        AnyCatalog::Postgres(cat) => cat.stats()?.database_bytes,
+    };
 
     println!("| measurement | value |");
     println!("|---|---:|");
@@ -124,6 +165,16 @@ fn main() -> Result<(), Box<dyn Error>> {
     println!(
         "| list every version | **{list_secs:.2} s** for {listed} versions ({:.0}/s) |",
         listed as f64 / list_secs
+    );
+    println!(
+        "| chunk lists of versions (object_chunks) | **{chunks_secs:.2} s** for {} ({:.0}/s) |",
+        ids.len(),
+        ids.len() as f64 / chunks_secs
+    );
+    println!(
+        "| dedup lookups (find_chunks, 1,000 per call) | **{find_secs:.2} s** for {} ({:.0}/s) |",
+        hashes.len(),
+        hashes.len() as f64 / find_secs
     );
     println!(
         "| catalog size | {bytes} bytes = **{:.0} bytes per object version** (with its chunk) |",
