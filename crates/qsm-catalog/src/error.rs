@@ -125,9 +125,61 @@ impl CatalogError {
         }
     }
 
+    /// A unique, foreign-key, check or not-null constraint refused a write.
+    pub(crate) fn is_constraint(&self) -> bool {
+        self.constraint().is_some()
+    }
+
+    /// A unique constraint (or primary key) refused a write: the name or key exists.
+    pub(crate) fn is_unique(&self) -> bool {
+        self.constraint() == Some(Constraint::Unique)
+    }
+
+    /// A foreign key refused a write: what it refers to does not exist (or, on a delete,
+    /// something still refers to the row).
+    pub(crate) fn is_foreign_key(&self) -> bool {
+        self.constraint() == Some(Constraint::ForeignKey)
+    }
+
+    fn constraint(&self) -> Option<Constraint> {
+        match self {
+            CatalogError::Db { source, .. } => match source {
+                rusqlite::Error::SqliteFailure(e, _)
+                    if e.code == rusqlite::ErrorCode::ConstraintViolation =>
+                {
+                    Some(match e.extended_code {
+                        rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE
+                        | rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY => Constraint::Unique,
+                        rusqlite::ffi::SQLITE_CONSTRAINT_FOREIGNKEY => Constraint::ForeignKey,
+                        _ => Constraint::Other,
+                    })
+                }
+                _ => None,
+            },
+            CatalogError::Pg { source, .. } => {
+                let code = source.code()?.code();
+                match code {
+                    "23505" => Some(Constraint::Unique),
+                    "23503" => Some(Constraint::ForeignKey),
+                    _ if code.starts_with("23") => Some(Constraint::Other),
+                    _ => None,
+                }
+            }
+            _ => None,
+        }
+    }
+
     pub(crate) fn db(op: &'static str) -> impl FnOnce(rusqlite::Error) -> CatalogError {
         move |source| CatalogError::Db { op, source }
     }
+}
+
+/// Which kind of constraint refused a write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Constraint {
+    Unique,
+    ForeignKey,
+    Other,
 }
 
 /// Result of catalog operations.

@@ -20,6 +20,7 @@ pub mod coord;
 pub mod copy;
 pub mod error;
 pub mod expire;
+mod imp;
 pub mod meta;
 pub mod migrations;
 mod paging;

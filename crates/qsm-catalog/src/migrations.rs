@@ -6,7 +6,7 @@
 //! [`Dialect`], partial indexes, no SQLite-only syntax beyond what `Dialect` substitutes.
 
 /// The SQL spelling differences between the backends.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dialect {
     /// SQLite.
     Sqlite,
