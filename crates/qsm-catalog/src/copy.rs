@@ -10,7 +10,8 @@
 //! digests differ from its source's is reported, never trusted.
 
 use crate::error::{CatalogError, Result};
-use crate::migrations::LATEST;
+use crate::migrations::{Dialect, LATEST};
+use crate::sql::{self, Arg, Backend, Row};
 
 /// One column value, as both backends store it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -307,6 +308,100 @@ pub fn copy_catalog(from: &dyn RawTables, to: &dyn RawTables) -> Result<Digest> 
         )));
     }
     Ok(source)
+}
+
+/// Rows per page of an export: no table sits in memory whole (PostgreSQL's driver reads a
+/// result whole).
+const EXPORT_PAGE: usize = 10_000;
+
+/// Every catalog's rows, through the SQL written once ([`crate::sql`]).
+impl<B: Backend> RawTables for B {
+    fn export(&self, sink: &mut RowSink<'_>) -> Result<()> {
+        check_version(self.read_schema_version()?)?;
+        // Every table from one snapshot, in pages by key.
+        sql::snapshot(self, "reading the catalog for a copy", |s| {
+            let page = Arg::Int(EXPORT_PAGE as i64);
+            for table in TABLES {
+                let first = format!("{} LIMIT ?1", select_sql(table));
+                let cols: Vec<&str> = table.1.iter().map(|c| c.0).collect();
+                let next = format!(
+                    "SELECT {} FROM {} WHERE {key} > ?2 ORDER BY {key} LIMIT ?1",
+                    cols.join(", "),
+                    table.0,
+                    key = cols[0]
+                );
+                let mut values = Vec::with_capacity(cols.len());
+                let mut after: Option<Value> = None;
+                loop {
+                    let mut n = 0;
+                    let mut visit = |r: &dyn Row| {
+                        values.clear();
+                        for i in 0..cols.len() {
+                            values.push(r.value(i)?);
+                        }
+                        n += 1;
+                        sink(table, &values)
+                    };
+                    match &after {
+                        None => s.each(&first, &[page], &mut visit)?,
+                        Some(key) => s.each(&next, &[page, key.into()], &mut visit)?,
+                    }
+                    if n < EXPORT_PAGE {
+                        break;
+                    }
+                    after = values.first().cloned();
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn import(&self, feed: &mut dyn FnMut(&mut RowSink<'_>) -> Result<()>) -> Result<()> {
+        check_version(self.read_schema_version()?)?;
+        sql::txn(self, "writing a copy into the catalog", |s| {
+            // The servers running on the replaced content go with it (EPHEMERAL).
+            let names: Vec<&str> =
+                TABLES.iter().rev().map(|t| t.0).chain(EPHEMERAL.iter().copied()).collect();
+            if s.dialect() == Dialect::Postgres {
+                // One statement, however much it replaces.
+                s.execute(&format!("TRUNCATE {}", names.join(", ")), &[])?;
+            } else {
+                for table in &names {
+                    s.execute(&format!("DELETE FROM {table}"), &[])?;
+                }
+            }
+            let mut insert: Option<(&str, String)> = None;
+            feed(&mut |table, row| {
+                let sql = match &insert {
+                    Some((name, sql)) if *name == table.0 => sql,
+                    _ => &insert.insert((table.0, insert_sql(table, |i| format!("?{i}")))).1,
+                };
+                let args: Vec<Arg<'_>> = row.iter().map(Arg::from).collect();
+                s.execute(sql, &args).map(|_| ())
+            })?;
+            // The identity generators continue after the largest id copied (SQLite's
+            // AUTOINCREMENT does by itself). Containers are numbered by their pools.
+            if s.dialect() == Dialect::Postgres {
+                for table in TABLES {
+                    if table.1.first().map(|c| c.0) == Some("id") && table.0 != "containers" {
+                        s.execute(
+                            &format!(
+                                "SELECT setval(pg_get_serial_sequence('{t}', 'id'), \
+                                 COALESCE((SELECT max(id) FROM {t}), 0) + 1, false)",
+                                t = table.0
+                            ),
+                            &[],
+                        )?;
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn describe(&self) -> String {
+        self.location()
+    }
 }
 
 /// `INSERT INTO table (columns) VALUES (placeholders)`, with `placeholder(i)` for the

@@ -36,8 +36,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{FromSql, IsNull, ToSql, Type};
 use tokio_postgres::{Client, NoTls, Row, Statement};
 
-use crate::Catalog;
-use crate::copy::{self, Kind, RawTables, Value};
+use crate::copy::{self, Value};
 use crate::error::{CatalogError, Result};
 use crate::migrations::{self, Dialect, LATEST};
 use crate::sql::{self, Arg, Open, Sql};
@@ -49,8 +48,6 @@ const MAX_OPEN: usize = 32;
 const POOL_WAIT: Duration = Duration::from_secs(60);
 /// How long a new connection is retried (PostgreSQL restarting takes a few seconds).
 const CONNECT_FOR: Duration = Duration::from_secs(15);
-/// Versions per page of the streamed inventories.
-const PAGE: i64 = 10_000;
 /// The advisory lock migrations hold ("QSM" in ASCII).
 const MIGRATION_LOCK: i64 = 0x0051_534d;
 
@@ -436,120 +433,6 @@ fn migrate(c: &mut Conn, url: &str, version: u32) -> Result<()> {
     }
 }
 
-fn to_param(v: &Value, kind: Kind) -> Box<dyn ToSql + Sync + Send> {
-    match (v, kind) {
-        (Value::Null, Kind::Int) => Box::new(None::<i64>),
-        (Value::Null, Kind::Text) => Box::new(None::<String>),
-        (Value::Null, Kind::Bytes) => Box::new(None::<Vec<u8>>),
-        (Value::Int(i), _) => Box::new(*i),
-        (Value::Text(s), _) => Box::new(s.clone()),
-        (Value::Bytes(b), _) => Box::new(b.clone()),
-    }
-}
-
-impl RawTables for PostgresCatalog {
-    fn export(&self, sink: &mut copy::RowSink<'_>) -> Result<()> {
-        let op = "reading the catalog for a copy";
-        copy::check_version(self.schema_version()?)?;
-        let mut c = self.pool.get().map_err(|e| self.named(e))?;
-        // Every table from one snapshot; in pages by key so no table sits in memory whole.
-        c.batch("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", op)?;
-        let result = (|| {
-            for table in copy::TABLES {
-                let cols: Vec<&str> = table.1.iter().map(|c| c.0).collect();
-                let key = cols[0];
-                let first = format!("{} LIMIT {PAGE}", copy::select_sql(table));
-                let next = format!(
-                    "SELECT {} FROM {} WHERE {key} > $1 ORDER BY {key} LIMIT {PAGE}",
-                    cols.join(", "),
-                    table.0
-                );
-                let mut after: Option<Value> = None;
-                loop {
-                    let rows = match &after {
-                        None => c.query(&first, &[], op)?,
-                        Some(Value::Int(i)) => c.query(&next, &[i], op)?,
-                        Some(Value::Text(s)) => c.query(&next, &[s], op)?,
-                        Some(other) => {
-                            return Err(CatalogError::Damaged(format!(
-                                "table {} keyed by {other:?}",
-                                table.0
-                            )));
-                        }
-                    };
-                    let mut values = Vec::with_capacity(cols.len());
-                    for r in &rows {
-                        values.clear();
-                        for (i, (_, kind)) in table.1.iter().enumerate() {
-                            values.push(match kind {
-                                Kind::Int => {
-                                    get::<Option<i64>>(r, i, op)?.map_or(Value::Null, Value::Int)
-                                }
-                                Kind::Text => get::<Option<String>>(r, i, op)?
-                                    .map_or(Value::Null, Value::Text),
-                                Kind::Bytes => get::<Option<Vec<u8>>>(r, i, op)?
-                                    .map_or(Value::Null, Value::Bytes),
-                            });
-                        }
-                        sink(table, &values)?;
-                        after = values.first().cloned();
-                    }
-                    if rows.len() < PAGE as usize {
-                        break;
-                    }
-                }
-            }
-            Ok(())
-        })();
-        let _ = c.batch("COMMIT", op);
-        result
-    }
-
-    fn import(&self, feed: &mut dyn FnMut(&mut copy::RowSink<'_>) -> Result<()>) -> Result<()> {
-        let op = "writing a copy into the catalog";
-        copy::check_version(self.schema_version()?)?;
-        let mut c = self.pool.get().map_err(|e| self.named(e))?;
-        c.batch("BEGIN", op)?;
-        let result = (|| {
-            // The servers running on the replaced content go with it (copy::EPHEMERAL).
-            let names: Vec<&str> =
-                copy::TABLES.iter().map(|t| t.0).chain(copy::EPHEMERAL.iter().copied()).collect();
-            c.batch(&format!("TRUNCATE {}", names.join(", ")), op)?;
-            feed(&mut |table, row| {
-                let sql = copy::insert_sql(table, |i| format!("${i}"));
-                let params: Vec<Box<dyn ToSql + Sync + Send>> =
-                    row.iter().zip(table.1.iter()).map(|(v, (_, k))| to_param(v, *k)).collect();
-                let refs: Vec<&(dyn ToSql + Sync)> =
-                    params.iter().map(|p| p.as_ref() as &(dyn ToSql + Sync)).collect();
-                c.exec(&sql, &refs, op)?;
-                Ok(())
-            })?;
-            // The identity generators continue after the largest id copied.
-            for table in copy::TABLES {
-                if table.1.first().map(|c| c.0) == Some("id") && !matches!(table.0, "containers") {
-                    c.batch(
-                        &format!(
-                            "SELECT setval(pg_get_serial_sequence('{t}', 'id'), \
-                             COALESCE((SELECT max(id) FROM {t}), 0) + 1, false)",
-                            t = table.0
-                        ),
-                        op,
-                    )?;
-                }
-            }
-            c.batch("COMMIT", op)
-        })();
-        if result.is_err() && c.batch("ROLLBACK", op).is_err() {
-            c.broken = true;
-        }
-        result
-    }
-
-    fn describe(&self) -> String {
-        self.url.clone()
-    }
-}
-
 /// Runs `sql` once on a connection of its own to `url` (administration: creating and dropping
 /// databases, which cannot run inside a transaction).
 pub fn execute_once(url: &str, sql: &str) -> Result<()> {
@@ -842,5 +725,9 @@ impl crate::sql::Backend for PostgresCatalog {
 
     fn shared(&self) -> bool {
         true
+    }
+
+    fn location(&self) -> String {
+        self.url.clone()
     }
 }

@@ -119,6 +119,21 @@ pub trait Sql {
         args: &[Arg<'_>],
         f: &mut dyn FnMut(&dyn Row) -> Result<()>,
     ) -> Result<()>;
+
+    /// Runs a query once for each `width` arguments of `args` (a point lookup per element,
+    /// where there are no arrays), calling `f` with the run's number and each of its rows.
+    fn each_of(
+        &mut self,
+        sql: &str,
+        args: &[Arg<'_>],
+        width: usize,
+        f: &mut dyn FnMut(usize, &dyn Row) -> Result<()>,
+    ) -> Result<()> {
+        for (i, args) in args.chunks(width.max(1)).enumerate() {
+            self.each(sql, args, &mut |r| f(i, r))?;
+        }
+        Ok(())
+    }
 }
 
 /// A connection in a write transaction of its own, rolled back when dropped uncommitted.
@@ -222,6 +237,9 @@ pub trait Backend: Send + Sync {
 
     /// Whether other servers may share the catalog.
     fn shared(&self) -> bool;
+
+    /// Where the catalog is, for messages (a file, or a URL without its password).
+    fn location(&self) -> String;
 }
 
 impl Dialect {

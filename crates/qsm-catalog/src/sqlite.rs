@@ -16,7 +16,6 @@ use std::sync::{Mutex, MutexGuard};
 use rusqlite::types::{ToSqlOutput, ValueRef};
 use rusqlite::{Connection, ErrorCode};
 
-use crate::Catalog;
 use crate::error::{CatalogError, Result};
 use crate::migrations::{self, Dialect, LATEST};
 use crate::sql::{Arg, Open, Row, Sql, Value};
@@ -395,70 +394,6 @@ fn from_sql_value(v: rusqlite::types::ValueRef<'_>, table: &str) -> Result<crate
     })
 }
 
-impl crate::copy::RawTables for SqliteCatalog {
-    fn export(&self, sink: &mut crate::copy::RowSink<'_>) -> Result<()> {
-        let op = "reading the catalog for a copy";
-        crate::copy::check_version(self.schema_version()?)?;
-        self.with_reader(|c| {
-            // One read transaction: every table as of one moment.
-            c.execute_batch("BEGIN").map_err(CatalogError::db(op))?;
-            let result = (|| {
-                for table in crate::copy::TABLES {
-                    let mut stmt =
-                        c.prepare(&crate::copy::select_sql(table)).map_err(CatalogError::db(op))?;
-                    let mut rows = stmt.query([]).map_err(CatalogError::db(op))?;
-                    let mut values = Vec::with_capacity(table.1.len());
-                    while let Some(row) = rows.next().map_err(CatalogError::db(op))? {
-                        values.clear();
-                        for i in 0..table.1.len() {
-                            let v = row.get_ref(i).map_err(CatalogError::db(op))?;
-                            values.push(from_sql_value(v, table.0)?);
-                        }
-                        sink(table, &values)?;
-                    }
-                }
-                Ok(())
-            })();
-            let _ = c.execute_batch("COMMIT");
-            result
-        })
-    }
-
-    fn import(
-        &self,
-        feed: &mut dyn FnMut(&mut crate::copy::RowSink<'_>) -> Result<()>,
-    ) -> Result<()> {
-        let op = "writing a copy into the catalog";
-        crate::copy::check_version(self.schema_version()?)?;
-        let conn = lock(&self.writer);
-        conn.execute_batch("BEGIN IMMEDIATE").map_err(CatalogError::db(op))?;
-        let result = (|| {
-            // The servers running on the replaced content go with it (copy::EPHEMERAL).
-            let tables = crate::copy::TABLES.iter().rev().map(|t| t.0);
-            for table in tables.chain(crate::copy::EPHEMERAL.iter().copied()) {
-                conn.execute(&format!("DELETE FROM {table}"), []).map_err(CatalogError::db(op))?;
-            }
-            feed(&mut |table, row| {
-                let sql = crate::copy::insert_sql(table, |i| format!("?{i}"));
-                let mut stmt = conn.prepare_cached(&sql).map_err(CatalogError::db(op))?;
-                stmt.execute(rusqlite::params_from_iter(row.iter().map(Arg::from)))
-                    .map_err(CatalogError::db(op))?;
-                Ok(())
-            })?;
-            // AUTOINCREMENT already continues after the largest id inserted.
-            conn.execute_batch("COMMIT").map_err(CatalogError::db(op))
-        })();
-        if result.is_err() {
-            let _ = conn.execute_batch("ROLLBACK");
-        }
-        result
-    }
-
-    fn describe(&self) -> String {
-        self.path.display().to_string()
-    }
-}
-
 impl rusqlite::ToSql for Arg<'_> {
     fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
         Ok(ToSqlOutput::Borrowed(match *self {
@@ -552,6 +487,26 @@ impl Sql for SqliteSql<'_> {
             stmt.query(rusqlite::params_from_iter(args)).map_err(classify(self.path, self.op))?;
         while let Some(row) = rows.next().map_err(classify(self.path, self.op))? {
             f(&SqliteRow { row, op: self.op })?;
+        }
+        Ok(())
+    }
+
+    fn each_of(
+        &mut self,
+        sql: &str,
+        args: &[Arg<'_>],
+        width: usize,
+        f: &mut dyn FnMut(usize, &dyn Row) -> Result<()>,
+    ) -> Result<()> {
+        // The statement looked up once for all the runs.
+        let mut stmt = self.conn.prepare_cached(sql).map_err(classify(self.path, self.op))?;
+        for (i, args) in args.chunks(width.max(1)).enumerate() {
+            let mut rows = stmt
+                .query(rusqlite::params_from_iter(args))
+                .map_err(classify(self.path, self.op))?;
+            while let Some(row) = rows.next().map_err(classify(self.path, self.op))? {
+                f(i, &SqliteRow { row, op: self.op })?;
+            }
         }
         Ok(())
     }
@@ -664,5 +619,9 @@ impl crate::sql::Backend for SqliteCatalog {
 
     fn shared(&self) -> bool {
         false
+    }
+
+    fn location(&self) -> String {
+        self.path.display().to_string()
     }
 }

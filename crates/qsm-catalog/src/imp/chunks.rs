@@ -91,18 +91,20 @@ pub(super) fn find_chunks(
     let (scope, sealed) = (Arg::Int(scope.0), Arg::Int(i64::from(sealed)));
     sql::read(b, "looking up chunks", |s| {
         if !s.dialect().arrays() {
-            return hashes
-                .iter()
-                .map(|h| {
-                    let id = s.opt(
-                        "SELECT id FROM chunks WHERE scope = ?1 AND sealed = ?3 AND hash = ?2 \
-                         AND refcount > 0 AND damaged = 0",
-                        &[scope, h[..].into(), sealed],
-                        |r| r.int(0),
-                    )?;
-                    Ok(id.map(ChunkId))
-                })
-                .collect();
+            let args: Vec<Arg<'_>> =
+                hashes.iter().flat_map(|h| [scope, h[..].into(), sealed]).collect();
+            let mut found = vec![None; hashes.len()];
+            s.each_of(
+                "SELECT id FROM chunks WHERE scope = ?1 AND sealed = ?3 AND hash = ?2 \
+                 AND refcount > 0 AND damaged = 0",
+                &args,
+                3,
+                &mut |i, r| {
+                    found[i] = Some(ChunkId(r.int(0)?));
+                    Ok(())
+                },
+            )?;
+            return Ok(found);
         }
         // One round trip for the whole list, however long.
         let list: Vec<&[u8]> = hashes.iter().map(|h| &h[..]).collect();

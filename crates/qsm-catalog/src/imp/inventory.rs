@@ -212,10 +212,13 @@ pub(super) fn object_chunks(b: &dyn Backend, object: ObjectId) -> Result<Vec<Chu
             obj.chunks.iter().map(|id| found.get(id).cloned().ok_or_else(|| missing(id))).collect()
         } else {
             let sql = format!("SELECT {CHUNK_COLUMNS}, hash FROM chunks WHERE id = ?1");
-            obj.chunks
-                .iter()
-                .map(|id| s.opt(&sql, &[id.0.into()], chunk_ref)?.ok_or_else(|| missing(id)))
-                .collect()
+            let args: Vec<Arg<'_>> = obj.chunks.iter().map(|id| Arg::Int(id.0)).collect();
+            let mut found = vec![None; args.len()];
+            s.each_of(&sql, &args, 1, &mut |i, r| {
+                found[i] = Some(chunk_ref(r)?);
+                Ok(())
+            })?;
+            found.into_iter().zip(&obj.chunks).map(|(c, id)| c.ok_or_else(|| missing(id))).collect()
         }
     })
 }
