@@ -24,6 +24,7 @@ mod imp;
 pub mod meta;
 pub mod migrations;
 mod paging;
+mod pg_pool;
 mod pg_tls;
 mod postgres;
 pub mod sql;

@@ -10,6 +10,7 @@
 //! SQLite's usual open of a WAL database writes (it grows the `-shm` WAL index), and every
 //! write fails as [`CatalogError::DiskFull`], naming the catalog.
 
+use std::ops::Deref;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
@@ -450,15 +451,18 @@ impl Row for SqliteRow<'_, '_> {
     }
 }
 
-/// A connection of this catalog seen through [`Sql`]: statements are prepared once per
-/// connection (rusqlite's cache, by the statement's text).
-struct SqliteSql<'a> {
-    conn: &'a Connection,
-    path: &'a Path,
+/// A connection of this catalog seen through [`Sql`]: a reader or the writer borrowed for
+/// one call, or the writer held by a transaction (`open`), rolled back if dropped
+/// uncommitted. Statements are prepared once per connection (rusqlite's cache, by the
+/// statement's text).
+struct SqliteSql<'p, C: Deref<Target = Connection>> {
+    conn: C,
+    path: &'p Path,
     op: &'static str,
+    open: bool,
 }
 
-impl Sql for SqliteSql<'_> {
+impl<C: Deref<Target = Connection>> Sql for SqliteSql<'_, C> {
     fn dialect(&self) -> Dialect {
         Dialect::Sqlite
     }
@@ -512,41 +516,7 @@ impl Sql for SqliteSql<'_> {
     }
 }
 
-/// The writer connection in a transaction (`BEGIN IMMEDIATE`), held until it ends.
-struct SqliteOpen<'a> {
-    conn: MutexGuard<'a, Connection>,
-    path: &'a Path,
-    op: &'static str,
-    done: bool,
-}
-
-impl SqliteOpen<'_> {
-    fn sql(&self) -> SqliteSql<'_> {
-        SqliteSql { conn: &self.conn, path: self.path, op: self.op }
-    }
-}
-
-impl Sql for SqliteOpen<'_> {
-    fn dialect(&self) -> Dialect {
-        Dialect::Sqlite
-    }
-    fn execute(&mut self, sql: &str, args: &[Arg<'_>]) -> Result<u64> {
-        self.sql().execute(sql, args)
-    }
-    fn insert(&mut self, sql: &str, args: &[Arg<'_>]) -> Result<i64> {
-        self.sql().insert(sql, args)
-    }
-    fn each(
-        &mut self,
-        sql: &str,
-        args: &[Arg<'_>],
-        f: &mut dyn FnMut(&dyn Row) -> Result<()>,
-    ) -> Result<()> {
-        self.sql().each(sql, args, f)
-    }
-}
-
-impl Open for SqliteOpen<'_> {
+impl Open for SqliteSql<'_, MutexGuard<'_, Connection>> {
     fn set_op(&mut self, op: &'static str) {
         self.op = op;
     }
@@ -554,14 +524,14 @@ impl Open for SqliteOpen<'_> {
     fn commit(mut self: Box<Self>) -> Result<()> {
         // A full disk shows at commit, when the transaction's pages go to the WAL.
         self.conn.execute_batch("COMMIT").map_err(classify(self.path, "committing"))?;
-        self.done = true;
+        self.open = false;
         Ok(())
     }
 }
 
-impl Drop for SqliteOpen<'_> {
+impl<C: Deref<Target = Connection>> Drop for SqliteSql<'_, C> {
     fn drop(&mut self) {
-        if !self.done {
+        if self.open {
             let _ = self.conn.execute_batch("ROLLBACK");
         }
     }
@@ -577,7 +547,7 @@ impl crate::sql::Backend for SqliteCatalog {
         op: &'static str,
         f: &mut dyn FnMut(&mut dyn Sql) -> Result<()>,
     ) -> Result<()> {
-        self.with_reader(|conn| f(&mut SqliteSql { conn, path: &self.path, op }))
+        self.with_reader(|conn| f(&mut SqliteSql { conn, path: &self.path, op, open: false }))
     }
 
     fn snapshot_txn(
@@ -588,7 +558,7 @@ impl crate::sql::Backend for SqliteCatalog {
         self.with_reader(|conn| {
             // Under WAL a read transaction is one snapshot that no writer waits for.
             conn.execute_batch("BEGIN").map_err(classify(&self.path, op))?;
-            let result = f(&mut SqliteSql { conn, path: &self.path, op });
+            let result = f(&mut SqliteSql { conn, path: &self.path, op, open: false });
             let _ = conn.execute_batch(if result.is_ok() { "COMMIT" } else { "ROLLBACK" });
             result
         })
@@ -599,13 +569,13 @@ impl crate::sql::Backend for SqliteCatalog {
         op: &'static str,
         f: &mut dyn FnMut(&mut dyn Sql) -> Result<()>,
     ) -> Result<()> {
-        f(&mut SqliteSql { conn: &lock(&self.writer), path: &self.path, op })
+        f(&mut SqliteSql { conn: lock(&self.writer), path: &self.path, op, open: false })
     }
 
     fn open_txn(&self, op: &'static str) -> Result<Box<dyn Open + '_>> {
         let conn = lock(&self.writer);
         conn.execute_batch("BEGIN IMMEDIATE").map_err(classify(&self.path, op))?;
-        Ok(Box::new(SqliteOpen { conn, path: &self.path, op, done: false }))
+        Ok(Box::new(SqliteSql { conn, path: &self.path, op, open: true }))
     }
 
     fn read_schema_version(&self) -> Result<u32> {
