@@ -6,6 +6,8 @@
 //! the embedded default, and a PostgreSQL implementation ([`PostgresCatalog`]) for sites past
 //! one machine and servers sharing one catalog. Both pass the same [`conformance`] suite, so
 //! callers never see which one they talk to; [`copy`] moves a whole catalog between them.
+//! Their SQL is written once, over the small interface each backend provides ([`sql`]): a
+//! catalog change is made in one place.
 //!
 //! Writes go through a [`Txn`]: the server groups many objects in one transaction (TSM's
 //! `txngroupmax` / `txnbytelimit`), and nothing is visible before [`Txn::commit`]. The commit

@@ -1,7 +1,8 @@
 //! The catalog written once over [`crate::sql`], for every [`Backend`]: the one
 //! implementation of [`Catalog`] and [`Txn`] that [`crate::SqliteCatalog`] and
 //! [`crate::PostgresCatalog`] share, by concern. The backends keep only their connections,
-//! locking, error mapping and whole-catalog copies.
+//! locking, error mapping, migrations and snapshots; whole-catalog copies are written once
+//! too ([`crate::copy`]).
 //!
 //! Where the backends differ in what is fastest (one statement over an array on
 //! PostgreSQL, where every statement is a round trip; a cached statement per element on
@@ -39,7 +40,7 @@ fn container(id: ContainerId) -> Arg<'static> {
     Arg::Int(id.0 as i64)
 }
 
-/// `f`'s constraint error replaced by `instead()`, other errors passed through.
+/// A constraint's refusal replaced by `instead()`, other errors passed through.
 fn on_constraint(
     instead: impl FnOnce() -> CatalogError,
 ) -> impl FnOnce(CatalogError) -> CatalogError {
