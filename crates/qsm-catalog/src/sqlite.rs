@@ -49,23 +49,26 @@ pub struct Upgrade {
     pub backup: PathBuf,
 }
 
+/// The error of `op` on the catalog at `path`. The path is copied only when there is an
+/// error: every statement and row of the hot paths goes through here.
 fn classify(path: &Path, op: &'static str) -> impl FnOnce(rusqlite::Error) -> CatalogError {
-    let path = path.to_path_buf();
     move |e| match e.sqlite_error_code() {
-        Some(ErrorCode::NotADatabase) => CatalogError::NotADatabase { path, detail: e.to_string() },
+        Some(ErrorCode::NotADatabase) => {
+            CatalogError::NotADatabase { path: path.to_path_buf(), detail: e.to_string() }
+        }
         Some(ErrorCode::DiskFull) => {
-            let detail = match space_left(&path) {
+            let detail = match space_left(path) {
                 Some(free) => format!("{free} bytes free; SQLite: {e}"),
                 None => format!("SQLite: {e}"),
             };
-            CatalogError::DiskFull { path, op, detail }
+            CatalogError::DiskFull { path: path.to_path_buf(), op, detail }
         }
         // SQLite reports ENOSPC on its shared-memory file (growing the WAL index) as a plain
         // "disk I/O error", and a write refused by a catalog opened read-only because its disk
         // was full as "readonly": either, on a disk with (almost) nothing left, is that disk.
-        Some(ErrorCode::SystemIoFailure | ErrorCode::ReadOnly) => match space_left(&path) {
+        Some(ErrorCode::SystemIoFailure | ErrorCode::ReadOnly) => match space_left(path) {
             Some(free) if free < LOW_SPACE => CatalogError::DiskFull {
-                path,
+                path: path.to_path_buf(),
                 op,
                 detail: format!("{free} bytes free; SQLite: {e}"),
             },
