@@ -7,7 +7,7 @@
 //! its difference from the previous one.
 
 use crate::error::{CatalogError, Result};
-use crate::model::ChunkId;
+use crate::model::ChunkRowId;
 
 fn zigzag(v: i64) -> u64 {
     ((v << 1) ^ (v >> 63)) as u64
@@ -18,7 +18,7 @@ fn unzigzag(v: u64) -> i64 {
 }
 
 /// Encodes `ids`.
-pub fn encode(ids: &[ChunkId]) -> Vec<u8> {
+pub fn encode(ids: &[ChunkRowId]) -> Vec<u8> {
     let mut out = Vec::with_capacity(ids.len() + 8);
     let mut prev = 0i64;
     for id in ids {
@@ -38,7 +38,7 @@ pub fn encode(ids: &[ChunkId]) -> Vec<u8> {
 }
 
 /// Decodes a list written by [`encode`]; damaged bytes are an error, never a panic.
-pub fn decode(bytes: &[u8]) -> Result<Vec<ChunkId>> {
+pub fn decode(bytes: &[u8]) -> Result<Vec<ChunkRowId>> {
     let mut out = Vec::with_capacity(bytes.len());
     let (mut prev, mut v, mut shift) = (0i64, 0u64, 0u32);
     for (i, &b) in bytes.iter().enumerate() {
@@ -48,7 +48,7 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<ChunkId>> {
         v |= u64::from(b & 0x7f) << shift;
         if b & 0x80 == 0 {
             prev = prev.wrapping_add(unzigzag(v));
-            out.push(ChunkId(prev));
+            out.push(ChunkRowId(prev));
             (v, shift) = (0, 0);
         } else {
             shift += 7;
@@ -74,10 +74,10 @@ mod tests {
             (1_000_000..1_001_000).collect(),
         ];
         for ids in cases {
-            let ids: Vec<ChunkId> = ids.into_iter().map(ChunkId).collect();
+            let ids: Vec<ChunkRowId> = ids.into_iter().map(ChunkRowId).collect();
             assert_eq!(decode(&encode(&ids))?, ids);
         }
-        let run: Vec<ChunkId> = (1_000_000..1_001_000).map(ChunkId).collect();
+        let run: Vec<ChunkRowId> = (1_000_000..1_001_000).map(ChunkRowId).collect();
         assert!(encode(&run).len() <= 1003);
         Ok(())
     }

@@ -419,7 +419,7 @@ pub fn chunks_and_reference_counts(cat: &dyn Catalog) -> CaseResult {
     ensure!(
         matches!(
             t.insert_object(
-                &file(fx.fs, b"/c", 1, vec![ObjectChunk::Existing(ChunkId(999_999))]),
+                &file(fx.fs, b"/c", 1, vec![ObjectChunk::Existing(ChunkRowId(999_999))]),
                 2
             ),
             Err(CatalogError::NotFound { .. })

@@ -205,7 +205,7 @@ pub trait Catalog: Send + Sync + std::fmt::Debug {
         scope: DedupScopeId,
         sealed: bool,
         hashes: &[[u8; 32]],
-    ) -> Result<Vec<Option<ChunkId>>>;
+    ) -> Result<Vec<Option<ChunkRowId>>>;
     /// A number that rises whenever chunks may have gone (expiration, reclamation): a client's
     /// cache of what the server holds is valid only at the epoch it was made at.
     fn dedup_epoch(&self) -> Result<u64>;
@@ -253,15 +253,19 @@ pub trait Catalog: Send + Sync + std::fmt::Debug {
     /// Also returns the last id it read: versions committed later have larger ids.
     fn objects_using(
         &self,
-        chunks: &std::collections::HashSet<ChunkId>,
+        chunks: &std::collections::HashSet<ChunkRowId>,
     ) -> Result<(Vec<VersionRef>, ObjectId)>;
     /// Marks `chunks` and `objects` damaged in one transaction: the chunks are no longer
     /// offered for deduplication (the next copy stored replaces them), the objects leave the
     /// active inventory (the next incremental backup sends their files again), and the dedup
     /// epoch rises so clients drop what they cached of the chunks. Versions after `after`
     /// (committed since [`Catalog::objects_using`] read) that use the chunks are marked too.
-    fn mark_damaged(&self, chunks: &[ChunkId], objects: &[ObjectId], after: ObjectId)
-    -> Result<()>;
+    fn mark_damaged(
+        &self,
+        chunks: &[ChunkRowId],
+        objects: &[ObjectId],
+        after: ObjectId,
+    ) -> Result<()>;
     /// A named number of the catalog's own state (`None` if never set).
     fn state_value(&self, name: &str) -> Result<Option<i64>>;
     /// Sets a named number of the catalog's own state.
@@ -342,13 +346,13 @@ pub trait Txn {
     /// by a new copy), the move is refused and nothing is repointed.
     fn move_chunk(
         &mut self,
-        id: ChunkId,
+        id: ChunkRowId,
         from: (ContainerId, u64),
         container: ContainerId,
         offset: u64,
     ) -> Result<()>;
     /// Deletes a chunk no object refers to.
-    fn delete_chunk(&mut self, id: ChunkId) -> Result<()>;
+    fn delete_chunk(&mut self, id: ChunkRowId) -> Result<()>;
     /// Deletes a container no chunk lives in.
     fn delete_container(&mut self, id: ContainerId) -> Result<()>;
     /// Makes every change visible at once, durably.

@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use qsm_catalog::{ChunkId, FilespaceId, ObjectId};
+use qsm_catalog::{ChunkRowId, FilespaceId, ObjectId};
 
 use crate::{Result, Store, StoreError, location};
 
@@ -37,7 +37,7 @@ pub struct AuditOptions<'a> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DamagedChunk {
     /// The chunk.
-    pub chunk: ChunkId,
+    pub chunk: ChunkRowId,
     /// Its container and offset.
     pub container: u64,
     /// Offset of its frame.
@@ -138,11 +138,11 @@ impl Store {
                 .map(|(id, size)| (*id, *size))
                 .collect();
         }
-        let ids: HashSet<ChunkId> = report.damaged.iter().map(|d| d.chunk).collect();
+        let ids: HashSet<ChunkRowId> = report.damaged.iter().map(|d| d.chunk).collect();
         let (objects, scanned) = self.catalog.objects_using(&ids)?;
         report.damaged_objects = objects;
         if options.mark_damaged && !ids.is_empty() {
-            let chunks: Vec<ChunkId> = ids.into_iter().collect();
+            let chunks: Vec<ChunkRowId> = ids.into_iter().collect();
             let objects: Vec<ObjectId> = report.damaged_objects.iter().map(|o| o.0).collect();
             self.catalog.mark_damaged(&chunks, &objects, scanned)?;
             report.marked = true;

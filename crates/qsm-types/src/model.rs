@@ -9,9 +9,10 @@ pub struct FilespaceId(pub i64);
 /// Id of one object version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ObjectId(pub i64);
-/// Id of a chunk (one stored frame).
+/// Id of a chunk's catalog row (one stored frame); not the keyed content hash a client
+/// computes (`qsm_crypt::ChunkId`), which a chunk may carry in [`ChunkKey::hash`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ChunkId(pub i64);
+pub struct ChunkRowId(pub i64);
 /// Id of a policy domain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct DomainId(pub i64);
@@ -261,7 +262,7 @@ pub struct NewChunk {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Chunk {
     /// Id.
-    pub id: ChunkId,
+    pub id: ChunkRowId,
     /// Location and sizes.
     pub location: NewChunk,
     /// Object versions that reference it.
@@ -438,7 +439,7 @@ pub enum ObjectChunk {
     /// this frame is left unreferenced: the unique constraint decides, not a race.
     Keyed(NewChunk, ChunkKey),
     /// An existing chunk; its reference count grows by one.
-    Existing(ChunkId),
+    Existing(ChunkRowId),
 }
 
 /// An object version to insert.
@@ -492,7 +493,7 @@ pub struct ObjectVersion {
     /// When it became inactive.
     pub deactivated: Option<Timestamp>,
     /// Its chunks, in order.
-    pub chunks: Vec<ChunkId>,
+    pub chunks: Vec<ChunkRowId>,
     /// An audit found one of its chunks unreadable or corrupt.
     pub damaged: bool,
 }
@@ -501,7 +502,7 @@ pub struct ObjectVersion {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ChunkRef {
     /// Chunk id.
-    pub id: ChunkId,
+    pub id: ChunkRowId,
     /// Location and sizes.
     pub location: NewChunk,
     /// Its keyed id, if the client gave one: restore checks the data against it.

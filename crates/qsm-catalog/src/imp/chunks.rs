@@ -84,7 +84,7 @@ pub(super) fn find_chunks(
     scope: DedupScopeId,
     sealed: bool,
     hashes: &[[u8; 32]],
-) -> Result<Vec<Option<ChunkId>>> {
+) -> Result<Vec<Option<ChunkRowId>>> {
     if hashes.is_empty() {
         return Ok(Vec::new());
     }
@@ -100,7 +100,7 @@ pub(super) fn find_chunks(
                 &args,
                 3,
                 &mut |i, r| {
-                    found[i] = Some(ChunkId(r.int(0)?));
+                    found[i] = Some(ChunkRowId(r.int(0)?));
                     Ok(())
                 },
             )?;
@@ -118,7 +118,7 @@ pub(super) fn find_chunks(
                 Ok(())
             },
         )?;
-        Ok(hashes.iter().map(|h| found.get(&h[..]).map(|id| ChunkId(*id))).collect())
+        Ok(hashes.iter().map(|h| found.get(&h[..]).map(|id| ChunkRowId(*id))).collect())
     })
 }
 

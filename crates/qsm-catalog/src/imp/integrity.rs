@@ -11,7 +11,7 @@ const MAX_PROBLEMS: usize = 1000;
 
 pub(super) fn objects_using(
     b: &dyn Backend,
-    chunks: &HashSet<ChunkId>,
+    chunks: &HashSet<ChunkRowId>,
 ) -> Result<(Vec<VersionRef>, ObjectId)> {
     let mut found = Vec::new();
     let mut after = 0i64;
@@ -46,7 +46,7 @@ pub(super) fn objects_using(
 
 pub(super) fn mark_damaged(
     b: &dyn Backend,
-    chunks: &[ChunkId],
+    chunks: &[ChunkRowId],
     objects: &[ObjectId],
     after: ObjectId,
 ) -> Result<()> {
@@ -66,7 +66,7 @@ pub(super) fn mark_damaged(
     // Versions committed since the scan that found `objects`: few, read in this transaction
     // after the chunks were marked, so a version committed later sees the marks (its
     // reference makes it damaged) and one committed earlier is read here.
-    let wanted: HashSet<ChunkId> = chunks.iter().copied().collect();
+    let wanted: HashSet<ChunkRowId> = chunks.iter().copied().collect();
     let mut all: Vec<i64> = objects.iter().map(|o| o.0).collect();
     s.each("SELECT id, chunk_list FROM objects WHERE id > ?1", &[after.0.into()], &mut |r| {
         if chunk_list::decode(&r.bytes(1)?)?.iter().any(|c| wanted.contains(c)) {

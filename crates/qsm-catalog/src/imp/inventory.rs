@@ -197,7 +197,7 @@ pub(super) fn object_chunks(b: &dyn Backend, object: ObjectId) -> Result<Vec<Chu
         let Some(obj) = object_in(s, object)? else {
             return Err(CatalogError::NotFound { what: "object", key: object.0.to_string() });
         };
-        let missing = |id: &ChunkId| {
+        let missing = |id: &ChunkRowId| {
             CatalogError::Damaged(format!("object {} refers to missing chunk {}", object.0, id.0))
         };
         if s.dialect().arrays() {

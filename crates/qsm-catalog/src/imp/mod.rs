@@ -91,7 +91,7 @@ fn object_from_row(row: &dyn Row) -> Result<ObjectVersion> {
 /// A chunk from a row of [`CHUNK_COLUMNS`].
 fn chunk_from_row(row: &dyn Row) -> Result<Chunk> {
     Ok(Chunk {
-        id: ChunkId(row.int(0)?),
+        id: ChunkRowId(row.int(0)?),
         location: NewChunk {
             container: ContainerId(row.int(1)? as u64),
             offset: row.int(2)? as u64,
@@ -244,7 +244,7 @@ impl<B: Backend + std::fmt::Debug> Catalog for B {
         scope: DedupScopeId,
         sealed: bool,
         hashes: &[[u8; 32]],
-    ) -> Result<Vec<Option<ChunkId>>> {
+    ) -> Result<Vec<Option<ChunkRowId>>> {
         chunks::find_chunks(self, scope, sealed, hashes)
     }
     fn dedup_epoch(&self) -> Result<u64> {
@@ -293,12 +293,12 @@ impl<B: Backend + std::fmt::Debug> Catalog for B {
     }
 
     // --- integrity, audit and size ---
-    fn objects_using(&self, chunks: &HashSet<ChunkId>) -> Result<(Vec<VersionRef>, ObjectId)> {
+    fn objects_using(&self, chunks: &HashSet<ChunkRowId>) -> Result<(Vec<VersionRef>, ObjectId)> {
         integrity::objects_using(self, chunks)
     }
     fn mark_damaged(
         &self,
-        chunks: &[ChunkId],
+        chunks: &[ChunkRowId],
         objects: &[ObjectId],
         after: ObjectId,
     ) -> Result<()> {

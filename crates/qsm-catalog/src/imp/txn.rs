@@ -45,7 +45,7 @@ fn delete_object(s: &mut dyn Sql, id: ObjectId) -> Result<bool> {
 
 /// Drops one reference to each of `chunks` (a chunk listed twice loses two); returns whether
 /// one lost its last.
-fn release(s: &mut dyn Sql, chunks: &[ChunkId]) -> Result<bool> {
+fn release(s: &mut dyn Sql, chunks: &[ChunkRowId]) -> Result<bool> {
     let mut gone = false;
     if !s.dialect().arrays() {
         for chunk in chunks {
@@ -194,7 +194,7 @@ impl Txn for SqlTxn<'_> {
                             ],
                         )
                         .map_err(missing_container(n.container))?;
-                    ids.push(ChunkId(id));
+                    ids.push(ChunkRowId(id));
                 }
                 ObjectChunk::Keyed(n, key) => {
                     // With a scope, the unique index (scope, sealed, hash) decides who stored
@@ -225,7 +225,7 @@ impl Txn for SqlTxn<'_> {
                             ],
                         )
                         .map_err(missing_container(n.container))?;
-                    ids.push(ChunkId(id));
+                    ids.push(ChunkRowId(id));
                 }
                 ObjectChunk::Existing(id) => {
                     let found = s.opt(
@@ -335,7 +335,7 @@ impl Txn for SqlTxn<'_> {
 
     fn move_chunk(
         &mut self,
-        id: ChunkId,
+        id: ChunkRowId,
         from: (ContainerId, u64),
         to: ContainerId,
         offset: u64,
@@ -363,7 +363,7 @@ impl Txn for SqlTxn<'_> {
         Ok(())
     }
 
-    fn delete_chunk(&mut self, id: ChunkId) -> Result<()> {
+    fn delete_chunk(&mut self, id: ChunkRowId) -> Result<()> {
         let s = self.sql("deleting a chunk");
         // One statement: a backup on another PostgreSQL connection that references the chunk
         // meanwhile holds its row lock, and after it commits the condition no longer holds.
