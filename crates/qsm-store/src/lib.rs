@@ -274,6 +274,7 @@ impl Store {
             touched: BTreeMap::new(),
             mine,
             recorded: HashSet::new(),
+            sealed: HashSet::new(),
             current: None,
             appended: HashMap::new(),
         })
@@ -537,6 +538,8 @@ pub struct Batch<'s> {
     mine: HashSet<u64>,
     /// The containers this batch's commits recorded in the catalog.
     recorded: HashSet<u64>,
+    /// The containers the writer filled and sealed whose seal a commit recorded.
+    sealed: HashSet<u64>,
     /// The object whose frames are being appended, if any.
     current: Option<NewObject>,
     /// Shared chunks appended but not yet committed in an object, by keyed id, so later
@@ -741,12 +744,13 @@ impl Batch<'_> {
             return Ok(Committed::default());
         }
         self.writer()?.sync()?;
+        let seals = self.rolled_over()?;
         // A transaction that lost a deadlock or its connection to another server's is rolled
         // back whole; everything it recorded is still pending here, so it is tried again.
         let mut delay = std::time::Duration::from_millis(50);
         let mut attempt = 0;
         let objects = loop {
-            match self.record(now) {
+            match self.record(now, &seals) {
                 Err(StoreError::Catalog(e)) if e.is_transient() && attempt < 5 => {
                     attempt += 1;
                     std::thread::sleep(delay);
@@ -765,6 +769,7 @@ impl Batch<'_> {
         }
         let committed = Committed { objects, bytes: self.bytes };
         self.recorded.extend(self.touched.keys());
+        self.sealed.extend(seals.iter().map(|&(id, _)| id));
         self.pending.clear();
         self.deactivations.clear();
         self.touched.clear();
@@ -772,13 +777,38 @@ impl Batch<'_> {
         Ok(committed)
     }
 
-    /// The catalog half of [`Batch::commit`]: one transaction recording everything pending.
-    fn record(&self, now: Timestamp) -> Result<Vec<ObjectId>> {
+    /// The containers the writer filled and sealed when it rolled over (all it touched but its
+    /// current one), with their sizes, whose seal the catalog does not know yet. The catalog
+    /// records them sealed at their whole size, index included; before, only the last
+    /// container of a batch was, and an audit reported every other one's index as bytes past
+    /// the catalog's record.
+    fn rolled_over(&self) -> Result<Vec<(u64, u64)>> {
+        let current = self.writer.as_ref().map(|w| w.container());
+        let mut seals: Vec<(u64, u64)> = Vec::new();
+        for &id in self.recorded.iter().chain(self.touched.keys()) {
+            if Some(id) == current || self.sealed.contains(&id) || seals.iter().any(|s| s.0 == id) {
+                continue;
+            }
+            if let Some(info) = self.store.pool.container(id)?
+                && info.sealed
+            {
+                seals.push((id, info.size));
+            }
+        }
+        Ok(seals)
+    }
+
+    /// The catalog half of [`Batch::commit`]: one transaction recording everything pending,
+    /// and the seals of the containers the writer left (`seals`, from [`Batch::rolled_over`]).
+    fn record(&self, now: Timestamp, seals: &[(u64, u64)]) -> Result<Vec<ObjectId>> {
         let store = self.store;
         let mut t = store.catalog.begin()?;
         for (&container, &end) in &self.touched {
             t.add_container(store.pool_record, ContainerId(container))?;
             t.set_container(ContainerId(container), end, false)?;
+        }
+        for &(container, size) in seals {
+            t.set_container(ContainerId(container), size, true)?;
         }
         let mut objects = Vec::with_capacity(self.pending.len());
         let mut deactivations = self.deactivations.iter().peekable();

@@ -443,3 +443,24 @@ fn pool_files_are_owner_only() {
     }
     assert!(seen > 0, "no container was found to check");
 }
+
+/// A batch that fills several containers leaves the catalog knowing each one's whole size:
+/// an audit finds no bytes past what the catalog recorded (the index of every container the
+/// writer sealed on the way was once reported so).
+#[test]
+fn containers_sealed_on_the_way_are_recorded_whole() {
+    let dir = TempDir::new().unwrap();
+    let (store, fs) = open_store(dir.path(), Some(300_000));
+    let limits = TxnLimits { group_max: 4, byte_limit: 1 << 30 };
+    let mut batch = store.batch(limits).unwrap();
+    for i in 0..20 {
+        add(&mut batch, fs, &format!("/f{i:02}"), &data(100_000, i));
+    }
+    batch.finish(7).unwrap();
+    let containers = store.catalog().containers(store.catalog().pools().unwrap()[0].id).unwrap();
+    assert!(containers.len() >= 4, "{containers:?}");
+    let report = store.audit(&qsm_store::AuditOptions::default()).unwrap();
+    assert!(report.unrecorded_tails.is_empty(), "{:?}", report.unrecorded_tails);
+    assert!(report.damaged.is_empty() && report.unknown_containers.is_empty());
+    assert!(containers.iter().all(|c| c.sealed), "{containers:?}");
+}

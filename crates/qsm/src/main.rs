@@ -40,7 +40,8 @@ enum Command {
     Query(client_cmd::QueryWhat),
     /// Run a QSM server.
     Server(server_cmd::ServerArgs),
-    /// Administer a QSM server: nodes, administrators, sessions.
+    /// Administer a QSM server, or with no --server the embedded store: nodes, policy,
+    /// expiration, reclamation, audit, catalog backups, sessions and processes.
     Admin(server_cmd::AdminArgs),
     /// Compress a file or stdin into a QSM stream of independent quanta.
     Compress(codec_cmd::CompressArgs),

@@ -314,7 +314,8 @@ enum AdminCommand {
     UnlockAdmin { name: String },
     /// Remove an administrator account (it owns no data); its sessions are cancelled.
     RemoveAdmin { name: String },
-    /// List nodes or sessions.
+    /// List nodes, sessions, processes, policy, storage pools, the activity log or the volume
+    /// history.
     #[command(subcommand)]
     Query(AdminQuery),
     /// Cancel a session (its committed transactions stay).
