@@ -14,6 +14,7 @@ pub mod config;
 pub mod conns;
 pub mod dbcopy;
 pub mod embedded;
+pub mod login;
 pub mod logins;
 pub mod node;
 pub mod node_core;

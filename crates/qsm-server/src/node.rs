@@ -1,10 +1,13 @@
-//! The `Node` service: what a client node may do, each request checked against the node its
-//! session belongs to. Catalog and pool calls block, so they run on tokio's blocking threads.
+//! The `Node` service: the gRPC front end of the server core's node operations
+//! ([`crate::node_core`]) and logins ([`crate::login`]). It finds the session a request's token
+//! names, decodes the request, calls the core on tokio's blocking threads (catalog and pool
+//! calls block) and encodes the answer; batching of inventory and fetch streams into messages
+//! is its own.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use qsm_catalog::{CatalogError, Coordination, FilespaceId, NodeId, ObjectId, Severity};
+use qsm_catalog::{FilespaceId, NodeId, ObjectId};
 use qsm_proto::convert;
 use qsm_proto::status::to_status;
 use qsm_proto::v1::{self, backup_op::Op, node_server::Node};
@@ -13,8 +16,8 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::auth::{self, NewSession, Session};
-use crate::logins;
+use crate::auth::Session;
+use crate::login::LoginAttempt;
 use crate::node_core::{self, NodeSession, NodeUpload};
 use crate::state::State;
 use crate::streams::SendWithin;
@@ -32,10 +35,6 @@ const FETCH_MAX_OBJECTS: usize = 1_000_000;
 #[derive(Debug, Clone)]
 pub struct NodeService {
     pub(crate) state: Arc<State>,
-}
-
-pub(crate) fn catalog_status(e: CatalogError) -> Status {
-    to_status(node_core::catalog_error(e))
 }
 
 fn malformed(e: convert::Malformed) -> Status {
@@ -106,7 +105,7 @@ impl Node for NodeService {
         request: Request<v1::LoginRequest>,
     ) -> Result<Response<v1::LoginReply>, Status> {
         let peer = peer(&request);
-        let mut r = request.into_inner();
+        let r = request.into_inner();
         if r.protocol != qsm_proto::PROTOCOL {
             return Err(Status::failed_precondition(format!(
                 "the client speaks protocol {}, this server {}: upgrade the older one",
@@ -114,33 +113,14 @@ impl Node for NodeService {
                 qsm_proto::PROTOCOL
             )));
         }
-        // Sizes first: nothing longer than an account can be is hashed, looked up or logged.
-        if r.account.is_empty() || r.account.len() > logins::MAX_ACCOUNT {
-            return Err(Status::invalid_argument(format!(
-                "an account name is 1 to {} bytes",
-                logins::MAX_ACCOUNT
-            )));
-        }
-        if r.password.len() > logins::MAX_PASSWORD {
-            return Err(Status::invalid_argument(format!(
-                "a password is at most {} bytes",
-                logins::MAX_PASSWORD
-            )));
-        }
-        if r.client.len() > logins::MAX_CLIENT {
-            let mut end = logins::MAX_CLIENT;
-            while !r.client.is_char_boundary(end) {
-                end -= 1;
-            }
-            r.client.truncate(end);
-        }
-        let account = if r.admin { format!("admin:{}", r.account) } else { r.account.clone() };
-        let keys = [logins::Key::Account(account), logins::Key::Source(logins::source_of(&peer))];
-        // Locked out: refused before any hash is computed, and not logged again.
-        self.state
-            .logins
-            .check(&keys, std::time::Instant::now())
-            .map_err(|locked| Status::unavailable(locked.to_string()))?;
+        let mut attempt = LoginAttempt {
+            account: r.account,
+            password: r.password,
+            admin: r.admin,
+            client: r.client,
+            peer,
+        };
+        let keys = self.state.login_allowed(&mut attempt).map_err(to_status)?;
         let turn = self.state.logins.turn(std::time::Duration::from_secs(10)).await;
         let Some(_turn) = turn else {
             return Err(Status::unavailable(
@@ -148,130 +128,8 @@ impl Node for NodeService {
             ));
         };
         let state = Arc::clone(&self.state);
-        blocking(move || {
-            let catalog = state.store.catalog();
-            let refused = || {
-                for locked in state.logins.failed(&keys, std::time::Instant::now()) {
-                    state.log(
-                        Severity::Warning,
-                        &format!(
-                            "{} locked out for {} s after repeated failed logins (the last from {peer})",
-                            locked.what,
-                            locked.wait.as_secs().max(1)
-                        ),
-                        None,
-                        None,
-                    );
-                }
-                Status::unauthenticated("wrong account name or password")
-            };
-            let node = if r.admin {
-                let Some(admin) = catalog.admin(&r.account).map_err(catalog_status)? else {
-                    auth::verify_nothing(&r.password);
-                    state.log(
-                        Severity::Warning,
-                        &format!(
-                            "failed login of unknown administrator {:?} from {peer}",
-                            r.account
-                        ),
-                        None,
-                        None,
-                    );
-                    return Err(refused());
-                };
-                if !auth::verify_password(&r.password, &admin.password_hash) {
-                    state.log(
-                        Severity::Warning,
-                        &format!(
-                            "failed login of administrator {} from {peer}: wrong password",
-                            r.account
-                        ),
-                        None,
-                        None,
-                    );
-                    return Err(refused());
-                }
-                if admin.locked {
-                    return Err(Status::permission_denied(format!(
-                        "administrator {} is locked",
-                        r.account
-                    )));
-                }
-                None
-            } else {
-                let Some(node) = catalog.node(&r.account).map_err(catalog_status)? else {
-                    auth::verify_nothing(&r.password);
-                    state.log(
-                        Severity::Warning,
-                        &format!("failed login of unknown node {:?} from {peer}", r.account),
-                        None,
-                        None,
-                    );
-                    return Err(refused());
-                };
-                if !auth::verify_password(&r.password, &node.password_hash) {
-                    state.log(
-                        Severity::Warning,
-                        &format!("failed login of node {} from {peer}: wrong password", r.account),
-                        Some(node.id),
-                        None,
-                    );
-                    return Err(refused());
-                }
-                if node.locked {
-                    return Err(Status::permission_denied(format!(
-                        "node {} is locked: ask an administrator",
-                        r.account
-                    )));
-                }
-                Some(node.id)
-            };
-            state.logins.succeeded(&keys);
-            let token = auth::new_token().map_err(Status::internal)?;
-            // Recorded where every server sharing the catalog sees it. A full catalog disk
-            // still lets the node read (queries, restores): the session goes unrecorded, and
-            // whatever it tries to write fails naming the full disk.
-            let (id, record, in_catalog) =
-                match catalog.open_session(state.server, &r.account, node, &r.client, &peer) {
-                    Ok((id, record)) => (id, record, true),
-                    Err(CatalogError::DiskFull { .. }) => (state.sessions.local_id(), None, false),
-                    Err(e) => return Err(catalog_status(e)),
-                };
-            let new = NewSession {
-                id,
-                account: r.account.clone(),
-                node,
-                record,
-                client: r.client,
-                peer,
-            };
-            let session = match state.sessions.open(
-                new,
-                token.clone(),
-                state.config.max_sessions,
-                state.config.max_node_sessions,
-            ) {
-                Ok(session) => session,
-                Err(why) => {
-                    if in_catalog {
-                        let _ = catalog.close_session(id, &format!("refused: {why}"));
-                    }
-                    return Err(Status::resource_exhausted(why));
-                }
-            };
-            state.log(
-                Severity::Info,
-                &format!(
-                    "session {}: {} {} logged in from {} ({})",
-                    session.id,
-                    if session.node.is_some() { "node" } else { "administrator" },
-                    session.account,
-                    session.peer,
-                    session.client
-                ),
-                session.node,
-                session.record,
-            );
+        core_call(move || {
+            let (session, token) = state.login(attempt, keys)?;
             Ok(Response::new(v1::LoginReply {
                 protocol: qsm_proto::PROTOCOL,
                 token,
