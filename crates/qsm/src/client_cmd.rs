@@ -6,13 +6,13 @@ use std::path::{Component, Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
-use qsm_catalog::{ObjectId, ObjectKind, ObjectVersion};
 use qsm_client::backup::MAX_CHANGING_RETRIES;
 use qsm_client::restore::Existing;
 use qsm_client::server::{Scope, Server};
 use qsm_client::{BackupOptions, BackupSummary, RestoreOptions, Selection};
 use qsm_codec::Compression;
 use qsm_types::TxnLimits;
+use qsm_types::model::{ObjectId, ObjectKind, ObjectVersion};
 use serde::Serialize;
 
 use crate::conn::{ClientConfig, Conn, Connected, parse_rate};

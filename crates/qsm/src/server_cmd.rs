@@ -12,7 +12,7 @@ use qsm_server::Embedded;
 use qsm_server::ServerConfig;
 use qsm_server::admin::{MAX_ACTLOG_ENTRIES, MAX_EXPIRE_WORKERS};
 use qsm_server::admin_core::{Actor, AdminSession};
-use qsm_store::TxnLimits;
+use qsm_types::TxnLimits;
 
 use crate::conn::{password_from_stdin, read_password};
 
@@ -495,7 +495,7 @@ impl CopyGroups {
 /// One privilege class of a comma-separated `--privilege` list, checked as the server reads
 /// it (`none` for none) before anything is asked of it.
 fn privilege(text: &str) -> std::result::Result<String, String> {
-    qsm_catalog::Privilege::parse_list(text).map(|_| text.trim().to_owned())
+    qsm_types::model::Privilege::parse_list(text).map(|_| text.trim().to_owned())
 }
 
 /// The longest expiration that may be asked for (TSM's largest DURATION=).
@@ -834,7 +834,7 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
         }
         AdminCommand::Query(AdminQuery::Session { json }) => {
             let sessions = server.query_sessions(v1::Empty {})?.sessions;
-            let now = qsm_catalog::now();
+            let now = qsm_types::now();
             let rate = |s: &v1::SessionInfo| s.bytes as f64 / (now - s.started).max(1) as f64;
             if json {
                 let rows: Vec<_> = sessions
@@ -1230,7 +1230,7 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
             }
         }
         AdminCommand::Query(AdminQuery::Actlog { since, search, limit, json }) => {
-            let since = since.unwrap_or_else(|| qsm_catalog::now() - 86_400);
+            let since = since.unwrap_or_else(|| qsm_types::now() - 86_400);
             let r = server.query_actlog(v1::ActlogRequest {
                 since,
                 search: search.unwrap_or_default(),
