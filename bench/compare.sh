@@ -8,8 +8,10 @@
 #
 #   bench/compare.sh OLD_QSM NEW_QSM [ROUNDS]
 #
-# Data: 20,000 files of 1-9 KB cut from the Silesia and Canterbury corpora in 200 directories
-# (about 100 MB), and the 12 large Silesia files (202 MB). Writes bench/out/compare.md.
+# Data: every file of the corpus directory (../shared/corpus: the Silesia and Canterbury files
+# it holds, 103 MB here), and 20,000 files of 1-9 KB cut from them in 200 directories (about
+# 100 MB). The source data is read once first, so backups run with it in the page cache.
+# Writes bench/out/compare.md.
 set -euo pipefail
 export LC_ALL=C
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

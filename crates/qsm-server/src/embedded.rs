@@ -59,7 +59,6 @@ pub fn config(home: &Path) -> ServerConfig {
 pub struct Embedded {
     core: Arc<State>,
     node: NodeId,
-    home: PathBuf,
     place: String,
     /// Dropped to stop the heartbeat.
     stop_beat: Option<mpsc::Sender<()>>,
@@ -95,16 +94,10 @@ impl Embedded {
         Ok(Embedded {
             core,
             node,
-            home: home.to_path_buf(),
             place: format!("embedded store in {}", home.display()),
             stop_beat,
             beat,
         })
-    }
-
-    /// Where it lives.
-    pub fn home(&self) -> &Path {
-        &self.home
     }
 
     /// The core, for administration.

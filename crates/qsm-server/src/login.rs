@@ -86,61 +86,38 @@ impl State {
             }
             ServerError::unauthenticated("wrong account name or password")
         };
-        let node = if a.admin {
-            let Some(admin) = catalog.admin(&a.account).map_err(catalog_error)? else {
-                auth::verify_nothing(&a.password);
-                self.log(
-                    Severity::Warning,
-                    &format!("failed login of unknown administrator {:?} from {peer}", a.account),
-                    None,
-                    None,
-                );
-                return Err(refused());
-            };
-            if !auth::verify_password(&a.password, &admin.password_hash) {
-                self.log(
-                    Severity::Warning,
-                    &format!(
-                        "failed login of administrator {} from {peer}: wrong password",
-                        a.account
-                    ),
-                    None,
-                    None,
-                );
-                return Err(refused());
-            }
-            if admin.locked {
-                return Err(ServerError::denied(format!("administrator {} is locked", a.account)));
-            }
-            None
+        // Administrators and nodes log in alike: an unknown account and a wrong password are
+        // refused the same way, after the same work.
+        let (what, found) = if a.admin {
+            let admin = catalog.admin(&a.account).map_err(catalog_error)?;
+            ("administrator", admin.map(|x| (x.password_hash, x.locked, None)))
         } else {
-            let Some(node) = catalog.node(&a.account).map_err(catalog_error)? else {
-                auth::verify_nothing(&a.password);
-                self.log(
-                    Severity::Warning,
-                    &format!("failed login of unknown node {:?} from {peer}", a.account),
-                    None,
-                    None,
-                );
-                return Err(refused());
-            };
-            if !auth::verify_password(&a.password, &node.password_hash) {
-                self.log(
-                    Severity::Warning,
-                    &format!("failed login of node {} from {peer}: wrong password", a.account),
-                    Some(node.id),
-                    None,
-                );
-                return Err(refused());
-            }
-            if node.locked {
-                return Err(ServerError::denied(format!(
-                    "node {} is locked: ask an administrator",
-                    a.account
-                )));
-            }
-            Some(node.id)
+            let node = catalog.node(&a.account).map_err(catalog_error)?;
+            ("node", node.map(|n| (n.password_hash, n.locked, Some(n.id))))
         };
+        let Some((hash, locked, node)) = found else {
+            auth::verify_nothing(&a.password);
+            self.log(
+                Severity::Warning,
+                &format!("failed login of unknown {what} {:?} from {peer}", a.account),
+                None,
+                None,
+            );
+            return Err(refused());
+        };
+        if !auth::verify_password(&a.password, &hash) {
+            self.log(
+                Severity::Warning,
+                &format!("failed login of {what} {} from {peer}: wrong password", a.account),
+                node,
+                None,
+            );
+            return Err(refused());
+        }
+        if locked {
+            let ask = if a.admin { "" } else { ": ask an administrator" };
+            return Err(ServerError::denied(format!("{what} {} is locked{ask}", a.account)));
+        }
         self.logins.succeeded(&keys);
         let token = auth::new_token().map_err(ServerError::failed)?;
         // Recorded where every server sharing the catalog sees it. A full catalog disk

@@ -100,11 +100,6 @@ impl<'a> NodeSession<'a> {
         NodeSession { core, node, session }
     }
 
-    /// The node.
-    pub fn node(&self) -> NodeId {
-        self.node
-    }
-
     /// Refuses work for a session an administrator cancelled.
     pub fn check_cancelled(&self) -> Result<()> {
         match self.session {

@@ -70,12 +70,7 @@ impl ServerError {
 
     /// The message alone, owned.
     pub fn into_message(self) -> String {
-        let mut out = String::new();
-        let _ = self.map(|m| {
-            out = m;
-            String::new()
-        });
-        out
+        self.split().1
     }
 
     /// The same kind with `context` put before the message ("object a/b: chunk 3: ...").
@@ -85,20 +80,26 @@ impl ServerError {
 
     /// The same kind with its message rewritten.
     pub fn map(self, f: impl FnOnce(String) -> String) -> ServerError {
+        let (kind, message) = self.split();
+        kind(f(message))
+    }
+
+    /// The kind (as its constructor) and the message.
+    fn split(self) -> (fn(String) -> ServerError, String) {
         match self {
-            ServerError::NotFound(m) => ServerError::NotFound(f(m)),
-            ServerError::Exists(m) => ServerError::Exists(f(m)),
-            ServerError::Invalid(m) => ServerError::Invalid(f(m)),
-            ServerError::Refused(m) => ServerError::Refused(f(m)),
-            ServerError::Exhausted(m) => ServerError::Exhausted(f(m)),
-            ServerError::Unauthenticated(m) => ServerError::Unauthenticated(f(m)),
-            ServerError::Denied(m) => ServerError::Denied(f(m)),
-            ServerError::Cancelled(m) => ServerError::Cancelled(f(m)),
-            ServerError::Busy(m) => ServerError::Busy(f(m)),
-            ServerError::TimedOut(m) => ServerError::TimedOut(f(m)),
-            ServerError::Aborted(m) => ServerError::Aborted(f(m)),
-            ServerError::Unreachable(m) => ServerError::Unreachable(f(m)),
-            ServerError::Failed(m) => ServerError::Failed(f(m)),
+            ServerError::NotFound(m) => (ServerError::NotFound, m),
+            ServerError::Exists(m) => (ServerError::Exists, m),
+            ServerError::Invalid(m) => (ServerError::Invalid, m),
+            ServerError::Refused(m) => (ServerError::Refused, m),
+            ServerError::Exhausted(m) => (ServerError::Exhausted, m),
+            ServerError::Unauthenticated(m) => (ServerError::Unauthenticated, m),
+            ServerError::Denied(m) => (ServerError::Denied, m),
+            ServerError::Cancelled(m) => (ServerError::Cancelled, m),
+            ServerError::Busy(m) => (ServerError::Busy, m),
+            ServerError::TimedOut(m) => (ServerError::TimedOut, m),
+            ServerError::Aborted(m) => (ServerError::Aborted, m),
+            ServerError::Unreachable(m) => (ServerError::Unreachable, m),
+            ServerError::Failed(m) => (ServerError::Failed, m),
         }
     }
 }
@@ -132,10 +133,6 @@ impl ServerError {
     /// [`ServerError::Denied`].
     pub fn denied(m: impl Into<String>) -> ServerError {
         ServerError::Denied(m.into())
-    }
-    /// [`ServerError::Cancelled`].
-    pub fn cancelled(m: impl Into<String>) -> ServerError {
-        ServerError::Cancelled(m.into())
     }
     /// [`ServerError::Failed`].
     pub fn failed(m: impl Into<String>) -> ServerError {

@@ -11,7 +11,6 @@ use qsm_proto::v1;
 use qsm_server::Embedded;
 use qsm_server::ServerConfig;
 use qsm_server::admin::{MAX_ACTLOG_ENTRIES, MAX_EXPIRE_WORKERS};
-use qsm_server::admin_core::{Actor, AdminSession};
 use qsm_types::TxnLimits;
 
 use crate::conn::{password_from_stdin, read_password};
@@ -782,8 +781,7 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
         AdminTarget::Remote(r) => r,
         AdminTarget::Embedded(e) => {
             let uid = rustix::process::geteuid().as_raw();
-            let who = format!("the embedded store's user (uid {uid})");
-            session = AdminSession::new(e.core(), Actor::Owner(who));
+            session = e.admin(format!("the embedded store's user (uid {uid})"));
             &session
         }
     };
