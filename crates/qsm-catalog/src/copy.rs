@@ -431,3 +431,106 @@ pub(crate) fn check_version(found: u32) -> Result<()> {
     }
     Ok(())
 }
+
+/// Why `qsm admin migrate-catalog` did not copy.
+#[derive(Debug, thiserror::Error)]
+pub enum MigrateError {
+    /// A catalog named that is not one (missing, not a database, newer than this program):
+    /// named by mistake, so a usage error.
+    #[error("{0}")]
+    NotACatalog(String),
+    /// The destination holds a catalog and replacing it was not asked.
+    #[error("{dest} already holds a catalog ({rows} rows): give --replace to overwrite it")]
+    NotEmpty {
+        /// The destination, for messages.
+        dest: String,
+        /// Rows it holds.
+        rows: u64,
+    },
+    /// Opening, reading or writing a catalog failed.
+    #[error("{what}: {source}")]
+    Catalog {
+        /// What was being done.
+        what: String,
+        /// Why it failed.
+        source: CatalogError,
+    },
+}
+
+/// One table of a verified copy.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct TableCopy {
+    pub table: &'static str,
+    pub rows: u64,
+    /// BLAKE3 of the table's rows, in hex: equal in source and copy.
+    pub blake3: String,
+}
+
+/// A verified whole-catalog copy.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Migration {
+    pub from: String,
+    pub to: String,
+    pub rows: u64,
+    pub seconds: f64,
+    /// Always true: a copy whose digest differs is an error, not a report.
+    pub verified: bool,
+    pub tables: Vec<TableCopy>,
+}
+
+/// Copies the catalog `from` into `to` (each `sqlite:PATH`, a path, or a `postgres://` URL;
+/// `to` is created or migrated if new) and verifies it; a destination holding rows of its
+/// own is refused unless `replace`.
+pub fn migrate(
+    from: &str,
+    to: &str,
+    replace: bool,
+) -> std::result::Result<Migration, MigrateError> {
+    if !crate::is_postgres(from) {
+        let path = std::path::Path::new(from.strip_prefix("sqlite:").unwrap_or(from));
+        if !path.is_file() {
+            let why = format!("the source catalog {} does not exist", path.display());
+            return Err(MigrateError::NotACatalog(why));
+        }
+    }
+    let open = |url: &str, what: &str| {
+        crate::AnyCatalog::open(url).map_err(|e| {
+            let what = format!("opening the {what} {}", crate::postgres::redact(url));
+            match e {
+                CatalogError::NotADatabase { .. } | CatalogError::TooNew { .. } => {
+                    MigrateError::NotACatalog(format!("{what}: {e}"))
+                }
+                source => MigrateError::Catalog { what, source },
+            }
+        })
+    };
+    let source = open(from, "source catalog")?;
+    let dest = open(to, "destination")?;
+    let failed = |what: String| move |source| MigrateError::Catalog { what, source };
+    let held =
+        digest(dest.tables()).map_err(failed(format!("reading {}", dest.tables().describe())))?;
+    // A new catalog holds only the rows its migrations insert (the catalog state).
+    let rows: u64 = held.tables.iter().filter(|t| t.0 != "catalog_state").map(|t| t.1).sum();
+    if rows > 0 && !replace {
+        return Err(MigrateError::NotEmpty { dest: dest.tables().describe(), rows });
+    }
+    let started = std::time::Instant::now();
+    let what = format!("copying {} to {}", source.tables().describe(), dest.tables().describe());
+    let copied = copy_catalog(source.tables(), dest.tables()).map_err(failed(what))?;
+    Ok(Migration {
+        from: source.tables().describe(),
+        to: dest.tables().describe(),
+        rows: copied.rows(),
+        seconds: started.elapsed().as_secs_f64(),
+        verified: true,
+        tables: copied
+            .tables
+            .iter()
+            .map(|(table, rows, h)| TableCopy {
+                table,
+                rows: *rows,
+                blake3: h.iter().map(|b| format!("{b:02x}")).collect(),
+            })
+            .collect(),
+    })
+}

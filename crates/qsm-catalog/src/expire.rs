@@ -27,8 +27,7 @@ use std::time::{Duration, Instant};
 use crate::model::*;
 use crate::{Catalog, Result};
 
-/// TSM's `NOLIMIT`: a count or number of days that never expires anything.
-pub const NO_LIMIT: u32 = u32::MAX;
+pub use qsm_types::model::NO_LIMIT;
 
 const DAY: i64 = 86_400;
 

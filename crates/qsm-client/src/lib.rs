@@ -13,6 +13,7 @@ pub mod adaptive;
 pub mod archives;
 pub mod backup;
 pub mod chunker;
+pub mod config;
 pub mod dedup;
 mod dirs;
 pub mod error;

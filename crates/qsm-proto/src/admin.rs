@@ -5,6 +5,10 @@
 
 use qsm_types::ServerError;
 
+use crate::reports::{
+    ActlogReport, AuditReport, BackupDbReport, DeleteFilespaceReport, DomainRow, ExpireReport,
+    NodeRow, ProcessRow, ReclaimReport, SessionRow, StgpoolRow, VolhistRow,
+};
 use crate::v1;
 
 /// Calls the macro `$m` with every admin operation, one `name(Request) -> Reply;` each (the
@@ -61,3 +65,228 @@ macro_rules! define_trait {
 }
 
 admin_operations!(define_trait);
+
+/// The administrative operations with typed arguments and [`reports`](crate::reports): what
+/// a front end (`qsm admin`, a console) calls, so that none builds protocol requests itself.
+#[derive(Clone, Copy)]
+pub struct Admin<'a>(pub &'a dyn AdminApi);
+
+impl std::fmt::Debug for Admin<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Admin")
+    }
+}
+
+type Result<T, E = ServerError> = std::result::Result<T, E>;
+
+/// A management class's copy groups; `None` leaves a value as it is (update) or takes the
+/// default (define).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CopyGroups {
+    pub versions_exist: Option<u32>,
+    pub versions_deleted: Option<u32>,
+    pub retain_extra_days: Option<u32>,
+    pub retain_only_days: Option<u32>,
+    pub retain_archive_days: Option<u32>,
+}
+
+impl CopyGroups {
+    fn request(&self, domain: &str, name: &str) -> v1::MgmtClassRequest {
+        v1::MgmtClassRequest {
+            domain: domain.to_owned(),
+            name: name.to_owned(),
+            versions_exist: self.versions_exist,
+            versions_deleted: self.versions_deleted,
+            retain_extra_days: self.retain_extra_days,
+            retain_only_days: self.retain_only_days,
+            retain_version_days: self.retain_archive_days,
+        }
+    }
+}
+
+impl Admin<'_> {
+    pub fn register_node(&self, name: &str, password: String) -> Result<()> {
+        let privileges = Vec::new();
+        self.0.register_node(v1::RegisterRequest {
+            name: name.to_owned(),
+            password,
+            privileges,
+        })?;
+        Ok(())
+    }
+
+    pub fn register_admin(
+        &self,
+        name: &str,
+        password: String,
+        privileges: &[String],
+    ) -> Result<()> {
+        let privileges = privileges.to_vec();
+        self.0.register_admin(v1::RegisterRequest {
+            name: name.to_owned(),
+            password,
+            privileges,
+        })?;
+        Ok(())
+    }
+
+    pub fn set_node_locked(&self, name: &str, locked: bool) -> Result<()> {
+        self.0.set_node_locked(v1::LockRequest { name: name.to_owned(), locked })?;
+        Ok(())
+    }
+
+    pub fn set_admin_locked(&self, name: &str, locked: bool) -> Result<()> {
+        self.0.set_admin_locked(v1::LockRequest { name: name.to_owned(), locked })?;
+        Ok(())
+    }
+
+    pub fn remove_admin(&self, name: &str) -> Result<()> {
+        self.0.remove_admin(v1::NodeName { name: name.to_owned() })?;
+        Ok(())
+    }
+
+    pub fn nodes(&self) -> Result<Vec<NodeRow>> {
+        Ok(self.0.query_nodes(v1::Empty {})?.nodes.into_iter().map(NodeRow::from).collect())
+    }
+
+    pub fn sessions(&self) -> Result<Vec<SessionRow>> {
+        let now = qsm_types::now();
+        let list = self.0.query_sessions(v1::Empty {})?.sessions;
+        Ok(list.into_iter().map(|s| SessionRow::new(s, now)).collect())
+    }
+
+    pub fn cancel_session(&self, session: u64) -> Result<()> {
+        self.0.cancel_session(v1::CancelRequest { session })?;
+        Ok(())
+    }
+
+    pub fn processes(&self) -> Result<Vec<ProcessRow>> {
+        let list = self.0.query_processes(v1::Empty {})?.processes;
+        Ok(list.into_iter().map(ProcessRow::from).collect())
+    }
+
+    pub fn cancel_process(&self, process: u64) -> Result<()> {
+        self.0.cancel_process(v1::ProcessRequest { process })?;
+        Ok(())
+    }
+
+    pub fn set_dedup_scope(&self, node: &str, scope: &str) -> Result<()> {
+        let request = v1::DedupScopeRequest { node: node.to_owned(), scope: scope.to_owned() };
+        self.0.set_dedup_scope(request)?;
+        Ok(())
+    }
+
+    /// `resource` workers; only `nodes` if any; stopped after `duration_minutes` if given.
+    pub fn expire_inventory(
+        &self,
+        resource: u32,
+        nodes: Vec<String>,
+        duration_minutes: Option<u32>,
+    ) -> Result<ExpireReport> {
+        let duration_minutes = duration_minutes.unwrap_or(0);
+        let request = v1::ExpireRequest { resource, nodes, duration_minutes };
+        Ok(self.0.expire_inventory(request)?.into())
+    }
+
+    pub fn reclaim_stgpool(&self, threshold_percent: u32) -> Result<ReclaimReport> {
+        Ok(self.0.reclaim_stgpool(v1::ReclaimRequest { threshold_percent })?.into())
+    }
+
+    pub fn define_domain(&self, name: &str, description: &str) -> Result<()> {
+        let request = v1::DomainRequest { name: name.to_owned(), description: description.into() };
+        self.0.define_domain(request)?;
+        Ok(())
+    }
+
+    pub fn delete_domain(&self, name: &str) -> Result<()> {
+        self.0.delete_domain(v1::DomainRequest {
+            name: name.to_owned(),
+            description: String::new(),
+        })?;
+        Ok(())
+    }
+
+    pub fn define_mgmt_class(&self, domain: &str, name: &str, groups: &CopyGroups) -> Result<()> {
+        self.0.define_mgmt_class(groups.request(domain, name))?;
+        Ok(())
+    }
+
+    pub fn update_mgmt_class(&self, domain: &str, name: &str, groups: &CopyGroups) -> Result<()> {
+        self.0.update_mgmt_class(groups.request(domain, name))?;
+        Ok(())
+    }
+
+    pub fn delete_mgmt_class(&self, domain: &str, name: &str) -> Result<()> {
+        self.0.delete_mgmt_class(CopyGroups::default().request(domain, name))?;
+        Ok(())
+    }
+
+    pub fn policy(&self) -> Result<Vec<DomainRow>> {
+        Ok(self.0.query_policy(v1::Empty {})?.domains.into_iter().map(DomainRow::from).collect())
+    }
+
+    /// Moves the node to `domain` and/or sets its password.
+    pub fn update_node(
+        &self,
+        name: &str,
+        domain: Option<&str>,
+        password: Option<String>,
+    ) -> Result<()> {
+        let domain = domain.unwrap_or_default().to_owned();
+        self.0.update_node(v1::UpdateNodeRequest { name: name.to_owned(), domain, password })?;
+        Ok(())
+    }
+
+    pub fn update_admin(&self, name: &str, password: String) -> Result<()> {
+        self.0.update_admin(v1::PasswordRequest { name: name.to_owned(), password })?;
+        Ok(())
+    }
+
+    /// The newest entries since `since`, containing `search` if given, at most `limit`.
+    pub fn actlog(&self, since: i64, search: Option<String>, limit: u32) -> Result<ActlogReport> {
+        let search = search.unwrap_or_default();
+        Ok(self.0.query_actlog(v1::ActlogRequest { since, search, limit })?.into())
+    }
+
+    pub fn grant_authority(&self, name: &str, privileges: &[String]) -> Result<()> {
+        let privileges = privileges.to_vec();
+        self.0.grant_authority(v1::GrantRequest { name: name.to_owned(), privileges })?;
+        Ok(())
+    }
+
+    /// To `to` on the server (a file or a directory), or to its default place.
+    pub fn backup_db(&self, to: Option<&str>) -> Result<BackupDbReport> {
+        let to = to.unwrap_or_default().to_owned();
+        Ok(self.0.backup_db(v1::BackupDbRequest { to })?.into())
+    }
+
+    pub fn volhist(&self) -> Result<Vec<VolhistRow>> {
+        Ok(self.0.query_volhist(v1::Empty {})?.entries.into_iter().map(VolhistRow::from).collect())
+    }
+
+    pub fn delete_filespace(&self, node: &str, filespace: &str) -> Result<DeleteFilespaceReport> {
+        let request =
+            v1::DeleteFilespaceRequest { node: node.to_owned(), filespace: filespace.to_owned() };
+        Ok(self.0.delete_filespace(request)?.into())
+    }
+
+    pub fn delete_node(&self, name: &str) -> Result<()> {
+        self.0.delete_node(v1::NodeName { name: name.to_owned() })?;
+        Ok(())
+    }
+
+    pub fn stgpools(&self) -> Result<Vec<StgpoolRow>> {
+        Ok(self.0.query_stgpool(v1::Empty {})?.pools.into_iter().map(StgpoolRow::from).collect())
+    }
+
+    /// Every container, or only `containers`.
+    pub fn audit_stgpool(
+        &self,
+        mark_damaged: bool,
+        release_unknown: bool,
+        containers: Vec<u64>,
+    ) -> Result<AuditReport> {
+        let request = v1::AuditRequest { mark_damaged, release_unknown, containers };
+        Ok(self.0.audit_stgpool(request)?.into())
+    }
+}

@@ -22,9 +22,10 @@ pub const MAX_MESSAGE: usize = 17 * 1024 * 1024 + 64 * 1024;
 mod admin;
 pub mod convert;
 pub mod pem;
+pub mod reports;
 pub mod status;
 
-pub use admin::AdminApi;
+pub use admin::{Admin, AdminApi, CopyGroups};
 
 /// Whether `host` (as a URL or a listen address names it, IPv6 in brackets or not) is this
 /// machine's loopback, where a connection without TLS never leaves the machine. The client

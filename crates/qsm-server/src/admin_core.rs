@@ -132,7 +132,7 @@ fn copy_groups(
 
 fn describe(b: qsm_catalog::BackupCopyGroup, a: qsm_catalog::ArchiveCopyGroup) -> String {
     let n = |v: u32| {
-        if v == qsm_catalog::expire::NO_LIMIT { "nolimit".to_owned() } else { v.to_string() }
+        if v == qsm_types::model::NO_LIMIT { "nolimit".to_owned() } else { v.to_string() }
     };
     format!(
         "versions-exist {}, versions-deleted {}, retain-extra {}, retain-only {}, retain-archive {}",

@@ -51,6 +51,20 @@ pub struct VolhistEntry {
     pub detail: String,
 }
 
+impl From<VolhistEntry> for qsm_proto::reports::VolhistRow {
+    fn from(e: VolhistEntry) -> qsm_proto::reports::VolhistRow {
+        qsm_proto::reports::VolhistRow {
+            time: e.time,
+            kind: e.kind,
+            path: e.path.display().to_string(),
+            bytes: e.bytes,
+            schema: e.schema,
+            catalog_bytes: e.catalog_bytes,
+            detail: e.detail,
+        }
+    }
+}
+
 /// What a backup made.
 #[derive(Debug, Clone)]
 pub struct DbBackup {

@@ -10,6 +10,7 @@
 mod error;
 pub mod model;
 pub mod node;
+pub mod time;
 
 pub use error::ServerError;
 pub use model::*;

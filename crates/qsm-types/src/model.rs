@@ -605,6 +605,9 @@ pub struct CatalogStats {
     pub damaged_objects: u64,
 }
 
+/// TSM's `NOLIMIT`: a count or number of days of a copy group that never expires anything.
+pub const NO_LIMIT: u32 = u32::MAX;
+
 /// The most data extents a sparse file is recorded with (1 MiB of them): a client stores a file
 /// more fragmented than this as an ordinary file, holes read as zeros, and a server refuses
 /// more.

@@ -100,7 +100,7 @@ pub fn journal(args: JournalArgs) -> Result<bool> {
                     outln!(
                         "  {}: {state}, since {}, {} changes pending",
                         r.root,
-                        crate::client_cmd::format_time(r.since),
+                        qsm_types::time::format_time(r.since),
                         r.pending
                     );
                     for n in next {

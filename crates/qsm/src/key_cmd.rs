@@ -188,7 +188,7 @@ fn open_with(path: &Path, file: &KeyFile, env: &str) -> Result<(MasterKey, Vec<u
 fn when(t: SystemTime) -> String {
     let secs =
         t.duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
-    format!("{} UTC", crate::client_cmd::format_time(secs))
+    format!("{} UTC", qsm_types::time::format_time(secs))
 }
 
 /// When `file` says it was wrapped, for messages.

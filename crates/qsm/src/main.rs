@@ -3,13 +3,14 @@
 // First: its `outln!` and `errln!` are for every module after it.
 #[macro_use]
 mod output;
+mod render;
 
 mod client_cmd;
+mod cmd;
 mod codec_cmd;
 mod conn;
 mod journal_cmd;
 mod key_cmd;
-mod server_cmd;
 mod stand_cmd;
 mod usage;
 
@@ -39,10 +40,10 @@ enum Command {
     #[command(subcommand)]
     Query(client_cmd::QueryWhat),
     /// Run a QSM server.
-    Server(server_cmd::ServerArgs),
+    Server(cmd::server::ServerArgs),
     /// Administer a QSM server, or with no --server the embedded store: nodes, policy,
     /// expiration, reclamation, audit, catalog backups, sessions and processes.
-    Admin(server_cmd::AdminArgs),
+    Admin(cmd::admin::AdminArgs),
     /// Compress a file or stdin into a QSM stream of independent quanta.
     Compress(codec_cmd::CompressArgs),
     /// Decompress a QSM stream (all of it, or a range of quanta).
@@ -73,8 +74,8 @@ fn main() -> ExitCode {
         Command::Archive(args) => client_cmd::archive(args),
         Command::Retrieve(args) => client_cmd::retrieve(args),
         Command::Query(what) => client_cmd::query(what),
-        Command::Server(args) => server_cmd::server(args),
-        Command::Admin(args) => server_cmd::admin(args),
+        Command::Server(args) => cmd::server::server(args),
+        Command::Admin(args) => cmd::admin::admin(args),
         Command::Compress(args) => codec_cmd::compress(args).map(|()| true),
         Command::Decompress(args) => codec_cmd::decompress(args).map(|()| true),
         Command::Info(args) => codec_cmd::info(args).map(|()| true),

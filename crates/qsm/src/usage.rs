@@ -93,10 +93,10 @@ pub fn or_nolimit(
     min: u32,
     unit: &'static str,
 ) -> impl Fn(&str) -> std::result::Result<u32, String> + Clone + Send + Sync + 'static {
-    let max = qsm_catalog::expire::NO_LIMIT - 1;
+    let max = qsm_types::model::NO_LIMIT - 1;
     move |text| {
         if text.trim().eq_ignore_ascii_case("nolimit") {
-            return Ok(qsm_catalog::expire::NO_LIMIT);
+            return Ok(qsm_types::model::NO_LIMIT);
         }
         range(min, max, unit)(text).map_err(|why| format!("{why}, or nolimit"))
     }
@@ -132,7 +132,7 @@ mod tests {
         assert!(seconds("NaN").is_err() && seconds("inf").is_err() && seconds("0").is_err());
         assert_eq!(seconds("1.5"), Ok(1.5));
         let days = or_nolimit(1, "days");
-        assert_eq!(days("NOLIMIT"), Ok(qsm_catalog::expire::NO_LIMIT));
+        assert_eq!(days("NOLIMIT"), Ok(qsm_types::model::NO_LIMIT));
         assert_eq!(
             days("4294967295"),
             Err("4294967295 is outside 1 to 4294967294 days, or nolimit".into())

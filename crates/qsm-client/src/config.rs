@@ -1,0 +1,290 @@
+//! Where a client's settings come from and where its data goes: flags win over the client
+//! configuration file (`~/.config/qsm/client.toml`), which wins over the defaults; with no
+//! server configured, data goes to the embedded store in the home directory, which the binary
+//! opens (this crate knows no store). Servers sharing one catalog and pool are tried in turn.
+//!
+//! Every refusal here is [`ClientError::Usage`]: a setting that cannot work, or a file named
+//! that is not what it should be, found before any work is done.
+
+use std::path::{Path, PathBuf};
+
+use qsm_types::ServerError;
+use serde::Deserialize;
+
+use crate::error::{ClientError, Result};
+use crate::remote::{RemoteOptions, RemoteServer};
+use crate::server::Server;
+
+/// The client configuration file. Flags and environment variables override it.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClientConfig {
+    /// `https://HOST:PORT`, `http://HOST:PORT` or `unix:PATH`.
+    pub server: Option<String>,
+    /// This machine's node name.
+    pub node: Option<String>,
+    /// A file holding the node's password (first line).
+    pub password_file: Option<PathBuf>,
+    /// The server certificate to trust.
+    pub ca: Option<PathBuf>,
+    /// Default compression (`auto`, `off`, `CODEC[:LEVEL]`).
+    pub compression: Option<String>,
+    /// Default upload limit (e.g. `10Mbit`).
+    pub limit_upload: Option<String>,
+    /// Transaction limits asked of the server.
+    pub txn_group_max: Option<usize>,
+    pub txn_byte_limit: Option<u64>,
+    /// Worker threads.
+    pub threads: Option<usize>,
+    /// Include and exclude patterns for every backup and archive (see `qsm backup --help`);
+    /// those given as flags are added to these.
+    pub include: Vec<String>,
+    pub exclude: Vec<String>,
+    /// Management-class bindings, `PATTERN=CLASS` (`qsm backup --mgmtclass`).
+    pub mgmtclass: Vec<String>,
+    /// Deduplicate backups (`qsm backup --dedup`).
+    pub dedup: Option<bool>,
+    /// Encrypt backups with the node's key (`qsm backup --encryption`).
+    pub encryption: Option<bool>,
+    /// The AEAD new frames are sealed with: `aes-256-gcm` (default) or `chacha20-poly1305`.
+    pub cipher: Option<String>,
+    /// The node's key file (default: $QSM_KEY_FILE, or ~/.config/qsm/key).
+    pub key_file: Option<PathBuf>,
+    /// Restores refuse files that were not encrypted (`qsm restore --require-encryption`).
+    pub require_encryption: Option<bool>,
+    /// The change journal backups use when it is valid (default: ~/.local/state/qsm/journal.db
+    /// if it exists).
+    pub journal: Option<PathBuf>,
+    /// How many times a file that changed while read is read again (`qsm backup
+    /// --changing-retries`).
+    pub changing_retries: Option<u32>,
+}
+
+impl ClientConfig {
+    /// The file `path`, or without one the default file if it exists (else the defaults).
+    pub fn load(path: Option<&Path>) -> Result<ClientConfig> {
+        if let Some(p) = path {
+            return ClientConfig::load_named(p);
+        }
+        match std::env::var_os("HOME") {
+            Some(h) => {
+                let default = PathBuf::from(h).join(".config/qsm/client.toml");
+                if default.exists() {
+                    ClientConfig::load_named(&default)
+                } else {
+                    Ok(ClientConfig::default())
+                }
+            }
+            None => Ok(ClientConfig::default()),
+        }
+    }
+}
+
+/// How to reach the data, as the flags (or their environment variables) give it.
+#[derive(Debug, Clone, Default)]
+pub struct Reach {
+    /// The embedded store's directory (default: $QSM_HOME, or ~/.local/share/qsm).
+    pub home: Option<PathBuf>,
+    /// Comma-separated server addresses.
+    pub server: Option<String>,
+    pub node: Option<String>,
+    pub password_file: Option<PathBuf>,
+    pub ca: Option<PathBuf>,
+    /// The client configuration file, when named.
+    pub config: Option<PathBuf>,
+    /// Allow `http://` to a server not on this machine.
+    pub insecure: bool,
+}
+
+impl Reach {
+    /// The client configuration: the named file, or the default one if it exists.
+    pub fn config(&self) -> Result<ClientConfig> {
+        ClientConfig::load(self.config.as_deref())
+    }
+
+    /// The configured server addresses (none: the embedded store).
+    pub fn servers(&self) -> Result<Vec<String>> {
+        let list = self.server.clone().or(self.config()?.server).unwrap_or_default();
+        Ok(list.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect())
+    }
+
+    /// Connects to the first of `servers` that answers, trying them in order from the
+    /// `start`th (cyclically), which is left naming the one connected to.
+    pub fn connect(&self, servers: &[String], start: &mut usize) -> Result<RemoteServer> {
+        let config = self.config()?;
+        let account = self.node.clone().or(config.node).ok_or_else(|| {
+            ClientError::Usage(
+                "a server is configured but no node name: give --node or QSM_NODE".into(),
+            )
+        })?;
+        let password_file =
+            self.password_file.clone().or(config.password_file).ok_or_else(|| {
+                ClientError::Usage(
+                "a server is configured but no password: give --password-file or QSM_PASSWORD_FILE"
+                    .into(),
+            )
+            })?;
+        let mut options = RemoteOptions {
+            url: String::new(),
+            account,
+            password: read_password(&password_file)?,
+            admin: false,
+            ca: self.ca.clone().or(config.ca),
+            insecure: self.insecure,
+        };
+        let mut last = None;
+        for k in 0..servers.len() {
+            let i = (*start + k) % servers.len();
+            options.url = servers[i].clone();
+            match RemoteServer::connect(&options) {
+                Ok(r) => {
+                    *start = i;
+                    return Ok(r);
+                }
+                // Another address may answer; a refused login or a bad address would be
+                // refused by every server alike.
+                Err(e @ ClientError::Server(ServerError::Unreachable(_))) if servers.len() > 1 => {
+                    last = Some(e)
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| ClientError::Usage("no server configured".into())))
+    }
+}
+
+impl ClientConfig {
+    /// The file `path`: missing, unreadable or not a configuration is bad usage.
+    fn load_named(path: &Path) -> Result<ClientConfig> {
+        let bad = |why: String| {
+            ClientError::Usage(format!("the client configuration {}: {why}", path.display()))
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+        toml::from_str(&text).map_err(|e| bad(e.to_string()))
+    }
+}
+
+/// Where the dedup cache for `server` and its node is kept: under `$XDG_CACHE_HOME/qsm`
+/// (`~/.cache/qsm`), one file per server address and account.
+pub fn dedup_cache(server: &RemoteServer) -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    let name: String = server
+        .describe()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '.' { c } else { '_' })
+        .collect();
+    Some(base.join("qsm").join(format!("dedup-{name}.cache")))
+}
+
+/// Refuses a secret's file (`what`: "password file") that others could read or change.
+pub fn check_owner_only(path: &Path, what: &str) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path)
+        .map_err(|e| ClientError::Usage(format!("the {what} {}: {e}", path.display())))?;
+    if meta.mode() & 0o077 != 0 {
+        return Err(ClientError::Usage(format!(
+            "the {what} {} is readable by others: chmod 600 it",
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
+/// The first line of a password file, which must not be readable by others.
+pub fn read_password(path: &Path) -> Result<String> {
+    check_owner_only(path, "password file")?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ClientError::Usage(format!("the password file {}: {e}", path.display())))?;
+    let password = text.lines().next().unwrap_or_default();
+    if password.is_empty() {
+        return Err(ClientError::Usage(format!(
+            "the password file {} is empty: its first line is the password",
+            path.display()
+        )));
+    }
+    Ok(password.to_owned())
+}
+
+/// A rate such as `10Mbit`, `1Gbit`, `500kbit` (bits per second) or `5MB`, `100KiB` (bytes
+/// per second), in bytes per second.
+pub fn parse_rate(text: &str) -> std::result::Result<u64, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num.parse().map_err(|_| format!("{text:?}: expected e.g. 10Mbit or 5MB"))?;
+    let per_second = match unit.trim().trim_end_matches("/s").trim_end_matches("ps") {
+        "bit" | "b" => n / 8.0,
+        "kbit" | "Kbit" => n * 1e3 / 8.0,
+        "Mbit" | "mbit" => n * 1e6 / 8.0,
+        "Gbit" | "gbit" => n * 1e9 / 8.0,
+        "" | "B" => n,
+        "kB" | "KB" => n * 1e3,
+        "MB" => n * 1e6,
+        "GB" => n * 1e9,
+        "KiB" => n * 1024.0,
+        "MiB" => n * 1024.0 * 1024.0,
+        "GiB" => n * 1024.0 * 1024.0 * 1024.0,
+        other => {
+            return Err(format!(
+                "{text:?}: unknown unit {other:?} (use bit, kbit, Mbit, Gbit, B, kB, MB, GB, KiB, MiB, GiB)"
+            ));
+        }
+    };
+    if per_second < 1.0 {
+        return Err(format!("{text:?}: at least 1 byte per second"));
+    }
+    Ok(per_second as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_in_bits_and_bytes() {
+        assert_eq!(parse_rate("10Mbit"), Ok(1_250_000));
+        assert_eq!(parse_rate("1Gbit/s"), Ok(125_000_000));
+        assert_eq!(parse_rate("5MB"), Ok(5_000_000));
+        assert_eq!(parse_rate("1MiB"), Ok(1_048_576));
+        assert_eq!(parse_rate("800"), Ok(800));
+        assert!(parse_rate("fast").is_err());
+        assert!(parse_rate("10 parsecs").is_err());
+        assert!(parse_rate("0").is_err());
+    }
+
+    #[test]
+    fn flags_win_over_the_configuration_and_servers_split_on_commas() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("client.toml");
+        std::fs::write(&file, "server = \"unix:/a, unix:/b\"\nnode = \"n\"\n").unwrap();
+        let reach = Reach { config: Some(file.clone()), ..Reach::default() };
+        assert_eq!(reach.servers().unwrap(), ["unix:/a", "unix:/b"]);
+        let reach = Reach { server: Some("unix:/c".into()), ..reach };
+        assert_eq!(reach.servers().unwrap(), ["unix:/c"]);
+        std::fs::write(&file, "servr = \"x\"\n").unwrap();
+        let e = reach.config().unwrap_err();
+        assert!(matches!(&e, ClientError::Usage(m) if m.contains("client.toml")), "{e}");
+    }
+
+    #[test]
+    fn a_missing_named_configuration_is_bad_usage() {
+        let reach = Reach { config: Some("/nonexistent/client.toml".into()), ..Reach::default() };
+        assert!(matches!(reach.config(), Err(ClientError::Usage(_))));
+    }
+
+    #[test]
+    fn a_password_file_others_can_read_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("pw");
+        std::fs::write(&file, "secret\nignored\n").unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(
+            matches!(read_password(&file), Err(ClientError::Usage(m)) if m.contains("chmod 600"))
+        );
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(read_password(&file).unwrap(), "secret");
+    }
+}

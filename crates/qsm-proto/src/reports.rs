@@ -1,0 +1,404 @@
+//! What administrative operations report, as plain values a front end renders: `qsm admin`
+//! writes them as text or (`--json`) as they serialize here, so the two cannot drift, and a
+//! JSON field's name is the same wherever it appears.
+//!
+//! They are made from the protocol's replies ([`crate::v1`]), which stay what the wire needs:
+//! here an empty "stopped" reason is `null`, a container id is hex as every message prints it,
+//! and rates and shares are worked out once.
+
+use serde::{Serialize, Serializer};
+
+use crate::v1;
+
+/// Why a process stopped early (cancelled, its duration up), or `None` when it ran to its end.
+fn stopped(reason: String) -> Option<String> {
+    (!reason.is_empty()).then_some(reason)
+}
+
+/// A container id as the audit and the logs print it.
+pub fn container_hex(id: u64) -> String {
+    format!("{id:016x}")
+}
+
+/// One registered node.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NodeRow {
+    pub name: String,
+    pub locked: bool,
+    /// When it was registered (seconds since the epoch).
+    pub registered: i64,
+}
+
+impl From<v1::NodeInfo> for NodeRow {
+    fn from(n: v1::NodeInfo) -> NodeRow {
+        NodeRow { name: n.name, locked: n.locked, registered: n.registered }
+    }
+}
+
+/// One open session.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SessionRow {
+    pub id: u64,
+    pub account: String,
+    /// An administrator's session (else a node's).
+    pub admin: bool,
+    pub client: String,
+    pub peer: String,
+    pub started: i64,
+    pub bytes: u64,
+    pub objects: u64,
+    /// Since the session started.
+    pub bytes_per_second: f64,
+    pub state: String,
+    /// The server holding it (servers sharing a catalog list each other's sessions).
+    pub server: String,
+}
+
+impl SessionRow {
+    /// The row of `s`, its rate worked out at `now`.
+    pub fn new(s: v1::SessionInfo, now: i64) -> SessionRow {
+        let bytes_per_second = s.bytes as f64 / (now - s.started).max(1) as f64;
+        SessionRow {
+            id: s.id,
+            account: s.account,
+            admin: s.admin,
+            client: s.client,
+            peer: s.peer,
+            started: s.started,
+            bytes: s.bytes,
+            objects: s.objects,
+            bytes_per_second,
+            state: s.state,
+            server: s.server,
+        }
+    }
+}
+
+/// One server process running now.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ProcessRow {
+    pub id: u64,
+    pub kind: String,
+    pub started: i64,
+    pub progress: String,
+    pub server: String,
+}
+
+impl From<v1::ProcessInfo> for ProcessRow {
+    fn from(p: v1::ProcessInfo) -> ProcessRow {
+        ProcessRow {
+            id: p.id,
+            kind: p.kind,
+            started: p.started,
+            progress: p.progress,
+            server: p.server,
+        }
+    }
+}
+
+/// `expire inventory`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ExpireReport {
+    pub process: u64,
+    /// Versions looked at.
+    pub examined: u64,
+    /// Backup versions deleted.
+    pub backups: u64,
+    /// Archives deleted.
+    pub archives: u64,
+    pub filespaces: u64,
+    pub stopped: Option<String>,
+    pub seconds: f64,
+}
+
+impl From<v1::ExpireReply> for ExpireReport {
+    fn from(r: v1::ExpireReply) -> ExpireReport {
+        ExpireReport {
+            process: r.process,
+            examined: r.examined,
+            backups: r.backups,
+            archives: r.archives,
+            filespaces: r.filespaces,
+            stopped: stopped(r.stopped),
+            seconds: r.seconds,
+        }
+    }
+}
+
+/// `delete filespace`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DeleteFilespaceReport {
+    pub process: u64,
+    pub versions: u64,
+    pub stopped: Option<String>,
+    pub seconds: f64,
+}
+
+impl From<v1::DeleteFilespaceReply> for DeleteFilespaceReport {
+    fn from(r: v1::DeleteFilespaceReply) -> DeleteFilespaceReport {
+        DeleteFilespaceReport {
+            process: r.process,
+            versions: r.versions,
+            stopped: stopped(r.stopped),
+            seconds: r.seconds,
+        }
+    }
+}
+
+/// A management class's copy groups; [`qsm_types::model::NO_LIMIT`] is "nolimit".
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ClassRow {
+    pub name: String,
+    pub versions_exist: u32,
+    pub versions_deleted: u32,
+    pub retain_extra_days: u32,
+    pub retain_only_days: u32,
+    pub retain_version_days: u32,
+}
+
+/// A policy domain with its nodes and classes.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DomainRow {
+    pub name: String,
+    pub description: String,
+    pub nodes: Vec<String>,
+    pub classes: Vec<ClassRow>,
+}
+
+impl From<v1::DomainInfo> for DomainRow {
+    fn from(d: v1::DomainInfo) -> DomainRow {
+        DomainRow {
+            name: d.name,
+            description: d.description,
+            nodes: d.nodes,
+            classes: d
+                .classes
+                .into_iter()
+                .map(|c| ClassRow {
+                    name: c.name,
+                    versions_exist: c.versions_exist,
+                    versions_deleted: c.versions_deleted,
+                    retain_extra_days: c.retain_extra_days,
+                    retain_only_days: c.retain_only_days,
+                    retain_version_days: c.retain_version_days,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// `reclaim stgpool`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReclaimReport {
+    pub process: u64,
+    /// Containers rewritten.
+    pub containers: u64,
+    /// Containers no catalog record names, deleted.
+    pub orphans: u64,
+    /// Orphans were left alone: servers may share the pool.
+    pub orphans_skipped: bool,
+    pub stopped: Option<String>,
+    pub seconds: f64,
+}
+
+impl From<v1::ReclaimReply> for ReclaimReport {
+    fn from(r: v1::ReclaimReply) -> ReclaimReport {
+        ReclaimReport {
+            process: r.process,
+            containers: r.containers,
+            orphans: r.orphans,
+            orphans_skipped: r.orphans_skipped,
+            stopped: stopped(r.stopped),
+            seconds: r.seconds,
+        }
+    }
+}
+
+/// `backup db`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BackupDbReport {
+    pub process: u64,
+    /// The backup file, on the server.
+    pub path: String,
+    /// Bytes of the backup file.
+    pub bytes: u64,
+    /// Bytes of catalog it holds.
+    pub catalog_bytes: u64,
+    pub schema: u32,
+    pub seconds: f64,
+}
+
+impl From<v1::BackupDbReply> for BackupDbReport {
+    fn from(r: v1::BackupDbReply) -> BackupDbReport {
+        BackupDbReport {
+            process: r.process,
+            path: r.path,
+            bytes: r.bytes,
+            catalog_bytes: r.catalog_bytes,
+            schema: r.schema,
+            seconds: r.seconds,
+        }
+    }
+}
+
+/// One line of the volume history: a catalog backup or restore.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct VolhistRow {
+    pub time: i64,
+    /// "dbbackup" or "dbrestore".
+    pub kind: String,
+    pub path: String,
+    pub bytes: u64,
+    pub schema: u32,
+    /// Bytes of catalog copied (known to the server's own history file only).
+    pub catalog_bytes: u64,
+    pub detail: String,
+}
+
+impl From<v1::VolhistEntry> for VolhistRow {
+    fn from(e: v1::VolhistEntry) -> VolhistRow {
+        VolhistRow {
+            time: e.time,
+            kind: e.kind,
+            path: e.path,
+            bytes: e.bytes,
+            schema: e.schema,
+            catalog_bytes: 0,
+            detail: e.detail,
+        }
+    }
+}
+
+/// One storage pool.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StgpoolRow {
+    pub name: String,
+    pub kind: String,
+    pub location: String,
+    pub containers: u64,
+    pub bytes: u64,
+    pub chunks: u64,
+    pub live_bytes: u64,
+    /// The share of its bytes no version uses.
+    pub reclaimable_percent: f64,
+    pub damaged_chunks: u64,
+}
+
+impl From<v1::StgpoolInfo> for StgpoolRow {
+    fn from(p: v1::StgpoolInfo) -> StgpoolRow {
+        let reclaimable_percent =
+            if p.bytes == 0 { 0.0 } else { 100.0 * (1.0 - p.live_bytes as f64 / p.bytes as f64) };
+        StgpoolRow {
+            name: p.name,
+            kind: p.kind,
+            location: p.location,
+            containers: p.containers,
+            bytes: p.bytes,
+            chunks: p.chunks,
+            live_bytes: p.live_bytes,
+            reclaimable_percent,
+            damaged_chunks: p.damaged_chunks,
+        }
+    }
+}
+
+/// A chunk the audit found damaged.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DamagedRow {
+    /// The chunk's row in the catalog.
+    pub chunk: u64,
+    /// In hex.
+    pub container: String,
+    pub offset: u64,
+    pub reason: String,
+}
+
+/// `audit stgpool`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AuditReport {
+    pub process: u64,
+    pub containers: u64,
+    pub chunks_read: u64,
+    pub bytes_read: u64,
+    pub damaged: Vec<DamagedRow>,
+    /// The versions using damaged chunks.
+    pub damaged_objects: Vec<String>,
+    /// Damaged chunks and versions were marked (the next backup sends them again).
+    pub marked: bool,
+    /// Containers the catalog does not know, in hex.
+    pub unknown_containers: Vec<String>,
+    pub unknown_bytes: u64,
+    /// Bytes in known containers past what the catalog recorded.
+    pub unrecorded_bytes: u64,
+    /// When the catalog was restored from a copy, if it was.
+    pub restored_at: Option<i64>,
+    /// Unknown containers were released to reclamation.
+    pub released: bool,
+    pub stopped: Option<String>,
+    pub seconds: f64,
+}
+
+impl From<v1::AuditReply> for AuditReport {
+    fn from(r: v1::AuditReply) -> AuditReport {
+        AuditReport {
+            process: r.process,
+            containers: r.containers,
+            chunks_read: r.chunks_read,
+            bytes_read: r.bytes_read,
+            damaged: r
+                .damaged
+                .into_iter()
+                .map(|d| DamagedRow {
+                    chunk: d.chunk,
+                    container: container_hex(d.container),
+                    offset: d.offset,
+                    reason: d.reason,
+                })
+                .collect(),
+            damaged_objects: r.damaged_objects,
+            marked: r.marked,
+            unknown_containers: r.unknown_containers.into_iter().map(container_hex).collect(),
+            unknown_bytes: r.unknown_bytes,
+            unrecorded_bytes: r.unrecorded_bytes,
+            restored_at: (r.restored_at != 0).then_some(r.restored_at),
+            released: r.released,
+            stopped: stopped(r.stopped),
+            seconds: r.seconds,
+        }
+    }
+}
+
+/// One activity log entry.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ActlogRow {
+    pub time: i64,
+    pub severity: String,
+    pub message: String,
+}
+
+/// `query actlog`: serialized as its entries alone; `truncated` is a warning, not data.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ActlogReport {
+    pub entries: Vec<ActlogRow>,
+    /// More entries matched than the limit let through.
+    pub truncated: bool,
+}
+
+impl Serialize for ActlogReport {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.entries.serialize(s)
+    }
+}
+
+impl From<v1::ActlogReply> for ActlogReport {
+    fn from(r: v1::ActlogReply) -> ActlogReport {
+        ActlogReport {
+            entries: r
+                .entries
+                .into_iter()
+                .map(|e| ActlogRow { time: e.time, severity: e.severity, message: e.message })
+                .collect(),
+            truncated: r.truncated,
+        }
+    }
+}

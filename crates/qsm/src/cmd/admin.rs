@@ -1,0 +1,942 @@
+//! `qsm admin`: the server's administration, or the embedded store's when no server is given.
+//! Requests and their reports come from `qsm_proto::Admin`; this module reads the options,
+//! reaches the target and renders what comes back.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::{Args, Subcommand};
+use qsm_client::remote::{self, RemoteOptions, RemoteServer};
+use qsm_proto::reports::{
+    ActlogReport, AuditReport, BackupDbReport, DeleteFilespaceReport, DomainRow, ExpireReport,
+    NodeRow, ProcessRow, ReclaimReport, SessionRow, StgpoolRow, VolhistRow,
+};
+use qsm_proto::{Admin, AdminApi};
+use qsm_server::Embedded;
+use qsm_server::admin::{MAX_ACTLOG_ENTRIES, MAX_EXPIRE_WORKERS};
+use qsm_types::model::NO_LIMIT;
+
+use crate::conn::{password_from_stdin, read_password};
+use crate::render::{Text, emit};
+use qsm_types::time::format_time;
+
+/// How an administrator reaches the server.
+#[derive(Debug, Args)]
+pub struct AdminConn {
+    /// The server: unix:PATH (its local socket: no login needed as the server's user or
+    /// root), or https://HOST:PORT with --admin and --password-file. Without one, the
+    /// embedded store in --home.
+    #[arg(long, global = true, env = "QSM_SERVER")]
+    server: Option<String>,
+    /// The embedded store's directory, administered when no server is given (default:
+    /// $QSM_HOME, or ~/.local/share/qsm).
+    #[arg(long, global = true)]
+    home: Option<PathBuf>,
+    /// The administrator to log in as (not needed on the local socket).
+    #[arg(long, global = true, env = "QSM_ADMIN")]
+    admin: Option<String>,
+    /// A file whose first line is the administrator's password.
+    #[arg(long, global = true, env = "QSM_PASSWORD_FILE")]
+    password_file: Option<PathBuf>,
+    /// The server certificate to trust.
+    #[arg(long, global = true, env = "QSM_CA")]
+    ca: Option<PathBuf>,
+    /// Allow http:// (no TLS) to a server that is not on this machine.
+    #[arg(long, global = true, env = "QSM_INSECURE")]
+    insecure: bool,
+}
+
+/// What `qsm admin` acts on: a server across a connection, or the embedded store opened here.
+#[derive(Debug)]
+enum AdminTarget {
+    Remote(RemoteServer),
+    Embedded(Embedded),
+}
+
+impl AdminConn {
+    fn open(&self) -> Result<AdminTarget> {
+        let usage = crate::usage::usage;
+        let Some(url) = self.server.clone() else {
+            if self.admin.is_some() {
+                return Err(usage("--admin needs --server: the embedded store has no accounts"));
+            }
+            let home = match &self.home {
+                Some(h) => h.clone(),
+                None => qsm_server::embedded::default_home()?,
+            };
+            // Administering a store that does not exist would create an empty one.
+            if !home.join("catalog.db").exists() {
+                return Err(usage(&format!(
+                    "no server given (--server or QSM_SERVER) and no embedded store in {}: \
+                     back something up first, or say which server",
+                    home.display()
+                )));
+            }
+            let e = Embedded::open(&home)
+                .with_context(|| format!("opening the QSM store in {}", home.display()))?;
+            for warning in e.warnings() {
+                errln!("qsm: warning: {warning}");
+            }
+            return Ok(AdminTarget::Embedded(e));
+        };
+        match &self.admin {
+            None if url.starts_with("unix:") => {
+                Ok(AdminTarget::Remote(remote::connect_local_admin(&url)?))
+            }
+            None => Err(usage(
+                "give --admin NAME and --password-file, or use the server's unix: socket",
+            )),
+            Some(name) => {
+                let file = self
+                    .password_file
+                    .as_ref()
+                    .ok_or_else(|| usage("--admin needs --password-file"))?;
+                Ok(AdminTarget::Remote(RemoteServer::connect(&RemoteOptions {
+                    url,
+                    account: name.clone(),
+                    password: read_password(file)?,
+                    admin: true,
+                    ca: self.ca.clone(),
+                    insecure: self.insecure,
+                })?))
+            }
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct AdminArgs {
+    #[command(subcommand)]
+    command: AdminCommand,
+    #[command(flatten)]
+    conn: AdminConn,
+}
+
+#[derive(Debug, Subcommand)]
+enum AdminCommand {
+    /// Register a client node; its password is read from --new-password-file or stdin.
+    RegisterNode(Register),
+    /// Register an administrator account.
+    RegisterAdmin(Register),
+    /// Lock a node: it cannot log in, and its sessions are cancelled.
+    LockNode { name: String },
+    /// Unlock a node.
+    UnlockNode { name: String },
+    /// Lock an administrator: it cannot log in, and its sessions are cancelled.
+    LockAdmin { name: String },
+    /// Unlock an administrator.
+    UnlockAdmin { name: String },
+    /// Remove an administrator account (it owns no data); its sessions are cancelled.
+    RemoveAdmin { name: String },
+    /// List nodes, sessions, processes, policy, storage pools, the activity log or the volume
+    /// history.
+    #[command(subcommand)]
+    Query(AdminQuery),
+    /// Cancel a session (its committed transactions stay).
+    Cancel {
+        #[command(subcommand)]
+        what: CancelWhat,
+    },
+    /// Put a node in a dedup scope (made if new), so nodes in one scope deduplicate against
+    /// each other's chunks from now on. By default each node has its own, `node:NAME`. Nodes
+    /// with encryption share chunks only if they also share one master key.
+    SetDedupScope { node: String, scope: String },
+    /// Expire: remove what policy no longer keeps.
+    #[command(subcommand)]
+    Expire(ExpireWhat),
+    /// Reclaim: rewrite containers whose space is mostly dead.
+    #[command(subcommand)]
+    Reclaim(ReclaimWhat),
+    /// Define a policy domain or a management class.
+    #[command(subcommand)]
+    Define(DefineWhat),
+    /// Change a management class, or move a node to another domain.
+    #[command(subcommand)]
+    Update(UpdateWhat),
+    /// Give an administrator privilege classes (replacing those it had).
+    #[command(subcommand)]
+    Grant(GrantWhat),
+    /// Back up the catalog (a consistent copy, taken while the server runs).
+    #[command(subcommand)]
+    Backup(BackupWhat),
+    /// Audit the storage pool: read back and verify every chunk.
+    #[command(subcommand)]
+    Audit(AuditWhat),
+    /// Delete a domain or a management class (refused while in use).
+    #[command(subcommand)]
+    Delete(DeleteWhat),
+    /// Copy a whole catalog to another backend (SQLite to PostgreSQL or back) and verify the
+    /// copy, table by table (rows and checksums). Works on the databases directly, not through
+    /// a server: stop the servers using the source first, or what they write afterwards is
+    /// not in the copy.
+    MigrateCatalog {
+        /// The catalog to copy: `sqlite:PATH` (or a path) or `postgres://USER@HOST:PORT/DB`.
+        #[arg(long)]
+        from: String,
+        /// Where to copy it, in the same forms; created (or migrated) if new.
+        #[arg(long)]
+        to: String,
+        /// Replace a destination that already holds a catalog (by default that is refused).
+        #[arg(long)]
+        replace: bool,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum DefineWhat {
+    /// A policy domain; nodes join it with `update node NAME --domain DOMAIN`.
+    Domain {
+        name: String,
+        #[arg(long, default_value = "")]
+        description: String,
+    },
+    /// A management class with its copy groups (unset: TSM's defaults, 2 / 1 / 30 / 60 and
+    /// 365 days). The class called `standard` is its domain's default.
+    Mgmtclass {
+        domain: String,
+        name: String,
+        #[command(flatten)]
+        groups: CopyGroups,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum UpdateWhat {
+    /// Change a management class's copy groups (unset values stay).
+    Mgmtclass {
+        domain: String,
+        name: String,
+        #[command(flatten)]
+        groups: CopyGroups,
+    },
+    /// Move a node to another domain, or change its password (--new-password-file, or
+    /// --password to read it from stdin).
+    Node {
+        name: String,
+        #[arg(long)]
+        domain: Option<String>,
+        #[command(flatten)]
+        password: NewPassword,
+    },
+    /// Change an administrator's password (your own, or any with system privilege).
+    Admin {
+        name: String,
+        #[command(flatten)]
+        password: NewPassword,
+    },
+}
+
+/// A new password for an existing account.
+#[derive(Debug, Args)]
+struct NewPassword {
+    /// A file whose first line is the new password.
+    #[arg(long)]
+    new_password_file: Option<PathBuf>,
+    /// Read the new password from the first line of stdin.
+    #[arg(long, conflicts_with = "new_password_file")]
+    password: bool,
+}
+
+impl NewPassword {
+    /// Whether a new password is given (to be read).
+    fn given(&self) -> bool {
+        self.password || self.new_password_file.is_some()
+    }
+
+    /// The new password, if one is given.
+    fn read(&self) -> Result<Option<String>> {
+        if self.password {
+            return password_from_stdin().map(Some);
+        }
+        Ok(self.new_password_file.as_deref().map(read_password).transpose()?)
+    }
+}
+
+#[derive(Debug, Subcommand)]
+enum DeleteWhat {
+    /// A domain and its classes: refused while nodes belong to it or versions use its classes.
+    Domain { name: String },
+    /// A management class: refused while versions are bound to it.
+    Mgmtclass { domain: String, name: String },
+    /// A node's filespace with every version in it (cannot be undone; the node's sessions
+    /// are cancelled first).
+    Filespace {
+        node: String,
+        filespace: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// A node: refused while it has filespaces.
+    Node { name: String },
+}
+
+/// Copy-group values: a count or number of days, or `nolimit`.
+#[derive(Debug, Args)]
+struct CopyGroups {
+    /// Versions kept while the file exists, the active one included.
+    #[arg(long, value_parser = crate::usage::or_nolimit(1, "versions"), allow_negative_numbers = true)]
+    versions_exist: Option<u32>,
+    /// Inactive versions kept after the file was deleted.
+    #[arg(long, value_parser = crate::usage::or_nolimit(0, "versions"), allow_negative_numbers = true)]
+    versions_deleted: Option<u32>,
+    /// Days an inactive version is kept (but the last of a deleted file).
+    #[arg(long, value_parser = crate::usage::or_nolimit(0, "days"), allow_negative_numbers = true)]
+    retain_extra: Option<u32>,
+    /// Days the last inactive version of a deleted file is kept.
+    #[arg(long, value_parser = crate::usage::or_nolimit(0, "days"), allow_negative_numbers = true)]
+    retain_only: Option<u32>,
+    /// Days an archive is kept.
+    #[arg(long, value_parser = crate::usage::or_nolimit(0, "days"), allow_negative_numbers = true)]
+    retain_archive: Option<u32>,
+}
+
+impl CopyGroups {
+    fn values(&self) -> qsm_proto::CopyGroups {
+        qsm_proto::CopyGroups {
+            versions_exist: self.versions_exist,
+            versions_deleted: self.versions_deleted,
+            retain_extra_days: self.retain_extra,
+            retain_only_days: self.retain_only,
+            retain_archive_days: self.retain_archive,
+        }
+    }
+}
+
+/// One privilege class of a comma-separated `--privilege` list, checked as the server reads
+/// it (`none` for none) before anything is asked of it.
+fn privilege(text: &str) -> std::result::Result<String, String> {
+    qsm_types::model::Privilege::parse_list(text).map(|_| text.trim().to_owned())
+}
+
+/// The longest expiration that may be asked for (TSM's largest DURATION=).
+const MAX_DURATION_MINUTES: u32 = 999_999;
+
+#[derive(Debug, Subcommand)]
+enum ReclaimWhat {
+    /// Copy the live frames of containers at least PCT% reclaimable into new containers and
+    /// delete the old ones (and containers no catalog record names). Runs as a server process
+    /// (`query process`, `cancel process`).
+    Stgpool {
+        /// Reclaimable share of a container that makes it worth rewriting (TSM's RECLAIM=).
+        #[arg(long, default_value_t = 60, value_parser = crate::usage::range(1u32, 100, "percent"))]
+        threshold: u32,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ExpireWhat {
+    /// Remove inactive backup versions and archives past their management class's limits
+    /// (versions-exist, versions-deleted, retain-extra, retain-only; archive retention), and
+    /// release their chunks for reclamation. Runs as a server process (`query process`,
+    /// `cancel process`); a cancelled or timed-out run is simply run again.
+    Inventory {
+        /// Worker threads, each taking whole filespaces (TSM's RESOURCE=; default 4).
+        #[arg(long, default_value_t = 4, value_parser = crate::usage::range(1, MAX_EXPIRE_WORKERS, "workers"))]
+        resource: u32,
+        /// Only this node (repeatable).
+        #[arg(long)]
+        node: Vec<String>,
+        /// Stop after this many minutes (TSM's DURATION=).
+        #[arg(long, value_parser = crate::usage::range(1, MAX_DURATION_MINUTES, "minutes"))]
+        duration: Option<u32>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+struct Register {
+    name: String,
+    /// A file whose first line is the new password (default: the first line of stdin).
+    #[arg(long)]
+    new_password_file: Option<PathBuf>,
+    /// For an administrator: privilege classes, comma-separated: system, policy, storage,
+    /// operator (default: none, queries only).
+    #[arg(long, value_delimiter = ',', value_parser = privilege)]
+    privilege: Vec<String>,
+}
+
+#[derive(Debug, Subcommand)]
+enum AdminQuery {
+    /// Sessions open now, with bytes, objects and throughput.
+    Session {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Registered nodes.
+    Node {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Server processes running now (expiration, ...), with their progress.
+    Process {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Policy domains, their nodes, and their management classes with their copy groups.
+    Domain {
+        #[arg(long)]
+        json: bool,
+    },
+    /// The volume history: catalog backups and restores.
+    Volhist {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Storage pools: containers, bytes, how much is live (the rest is reclaimable), damage.
+    Stgpool {
+        #[arg(long)]
+        json: bool,
+    },
+    /// The activity log: logins, session ends, administrative actions, processes, warnings.
+    Actlog {
+        /// From this time (UTC; as `qsm restore --pit` takes it; default: the last 24 hours).
+        #[arg(long, value_parser = qsm_types::time::parse_time)]
+        since: Option<i64>,
+        /// Only entries containing this text (case-insensitive).
+        #[arg(long)]
+        search: Option<String>,
+        /// At most this many entries, the newest.
+        #[arg(long, default_value_t = 1000, value_parser = crate::usage::range(1, MAX_ACTLOG_ENTRIES, "entries"))]
+        limit: u32,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum GrantWhat {
+    /// `grant authority NAME --privilege system|policy,storage,operator` (none: queries only).
+    Authority {
+        name: String,
+        #[arg(long, value_delimiter = ',', required = true, value_parser = privilege)]
+        privilege: Vec<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum BackupWhat {
+    /// The catalog, compressed as a QSM stream, recorded in the volume history.
+    Db {
+        /// A file or directory on the server (default: DATA_DIR/dbbackup).
+        #[arg(long)]
+        to: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum AuditWhat {
+    /// Every container of the pool (or --container ID...): damaged chunks and the versions
+    /// using them, and containers the catalog does not know.
+    Stgpool {
+        /// Mark damaged chunks and versions: the next backup of those files sends them again.
+        #[arg(long)]
+        mark_damaged: bool,
+        /// After a catalog restore: let reclamation delete containers the catalog does not
+        /// know (the data of backups made after the copy; it cannot be restored by name).
+        #[arg(long)]
+        release_unknown: bool,
+        /// Only this container (hex, as reported; repeatable).
+        #[arg(long, value_parser = parse_hex)]
+        container: Vec<u64>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn parse_hex(text: &str) -> std::result::Result<u64, String> {
+    u64::from_str_radix(text.trim_start_matches("0x"), 16)
+        .map_err(|e| format!("{text:?} is not a container id in hex: {e}"))
+}
+
+#[derive(Debug, Subcommand)]
+enum CancelWhat {
+    /// A session by number (from `qsm admin query session`).
+    Session { id: u64 },
+    /// A process by number (from `qsm admin query process`): it stops at its next
+    /// transaction boundary, keeping what it committed.
+    Process { id: u64 },
+}
+
+fn new_password(r: &Register) -> Result<String> {
+    match &r.new_password_file {
+        Some(p) => Ok(read_password(p)?),
+        None => password_from_stdin(),
+    }
+}
+
+/// Refuses (exit 2) what the options alone show cannot work, and reads the new password a
+/// command sets, both before the server is reached: a bad password file is named before any
+/// connection is tried.
+fn before_connecting(command: &AdminCommand) -> Result<Option<String>> {
+    let why = match command {
+        AdminCommand::RegisterNode(r) if !r.privilege.is_empty() => {
+            "--privilege is for administrators: a node has no privilege classes"
+        }
+        AdminCommand::Update(UpdateWhat::Node { domain: None, password, .. })
+            if !password.given() =>
+        {
+            "say what to change: --domain, --new-password-file or --password"
+        }
+        AdminCommand::Update(UpdateWhat::Admin { password, .. }) if !password.given() => {
+            "give the new password: --new-password-file or --password"
+        }
+        AdminCommand::RegisterNode(r) | AdminCommand::RegisterAdmin(r) => {
+            return new_password(r).map(Some);
+        }
+        AdminCommand::Update(
+            UpdateWhat::Node { password, .. } | UpdateWhat::Admin { password, .. },
+        ) => {
+            return password.read();
+        }
+        _ => return Ok(None),
+    };
+    Err(crate::usage::usage(why))
+}
+
+pub fn admin(args: AdminArgs) -> Result<bool> {
+    if let AdminCommand::MigrateCatalog { from, to, replace, json } = &args.command {
+        let migrated = qsm_catalog::copy::migrate(from, to, *replace).map_err(|e| match e {
+            qsm_catalog::copy::MigrateError::NotACatalog(why) => crate::usage::usage(why),
+            e => e.into(),
+        })?;
+        emit(&migrated, *json)?;
+        return Ok(true);
+    }
+    let new_password = before_connecting(&args.command)?;
+    // Given by `before_connecting` to the commands that set one.
+    let new_password = || new_password.clone().context("no new password was read");
+    let target = args.conn.open()?;
+    // The embedded store's user can read its files, so holds system privilege, as the
+    // server's own user does on its local socket.
+    let session;
+    let admin = Admin(match &target {
+        AdminTarget::Remote(r) => r as &dyn AdminApi,
+        AdminTarget::Embedded(e) => {
+            let uid = rustix::process::geteuid().as_raw();
+            session = e.admin(format!("the embedded store's user (uid {uid})"));
+            &session
+        }
+    });
+    match args.command {
+        AdminCommand::RegisterNode(r) => {
+            admin.register_node(&r.name, new_password()?)?;
+            outln!("Node {} registered.", r.name);
+        }
+        AdminCommand::RegisterAdmin(r) => {
+            admin.register_admin(&r.name, new_password()?, &r.privilege)?;
+            outln!(
+                "Administrator {} registered with {} privilege.",
+                r.name,
+                if r.privilege.is_empty() { "no".to_owned() } else { r.privilege.join(",") }
+            );
+        }
+        AdminCommand::LockNode { name } => {
+            admin.set_node_locked(&name, true)?;
+            outln!("Node {name} locked.");
+        }
+        AdminCommand::UnlockNode { name } => {
+            admin.set_node_locked(&name, false)?;
+            outln!("Node {name} unlocked.");
+        }
+        AdminCommand::LockAdmin { name } => {
+            admin.set_admin_locked(&name, true)?;
+            outln!("Administrator {name} locked.");
+        }
+        AdminCommand::UnlockAdmin { name } => {
+            admin.set_admin_locked(&name, false)?;
+            outln!("Administrator {name} unlocked.");
+        }
+        AdminCommand::RemoveAdmin { name } => {
+            admin.remove_admin(&name)?;
+            outln!("Administrator {name} removed.");
+        }
+        AdminCommand::Cancel { what: CancelWhat::Session { id } } => {
+            admin.cancel_session(id)?;
+            outln!("Session {id} cancelled.");
+        }
+        AdminCommand::Cancel { what: CancelWhat::Process { id } } => {
+            admin.cancel_process(id)?;
+            outln!("Process {id} is stopping.");
+        }
+        AdminCommand::SetDedupScope { node, scope } => {
+            admin.set_dedup_scope(&node, &scope)?;
+            outln!("Node {node} deduplicates in scope {scope}.");
+        }
+        AdminCommand::Define(DefineWhat::Domain { name, description }) => {
+            admin.define_domain(&name, &description)?;
+            outln!("Domain {name} defined.");
+        }
+        AdminCommand::Define(DefineWhat::Mgmtclass { domain, name, groups }) => {
+            admin.define_mgmt_class(&domain, &name, &groups.values())?;
+            outln!("Management class {domain}/{name} defined.");
+        }
+        AdminCommand::Update(UpdateWhat::Mgmtclass { domain, name, groups }) => {
+            admin.update_mgmt_class(&domain, &name, &groups.values())?;
+            outln!("Management class {domain}/{name} updated.");
+        }
+        AdminCommand::Update(UpdateWhat::Node { name, domain, .. }) => {
+            let password = new_password().ok();
+            let changes_password = password.is_some();
+            admin.update_node(&name, domain.as_deref(), password)?;
+            if let Some(domain) = domain {
+                outln!("Node {name} is in domain {domain}.");
+            }
+            if changes_password {
+                outln!("Node {name} has a new password.");
+            }
+        }
+        AdminCommand::Update(UpdateWhat::Admin { name, .. }) => {
+            admin.update_admin(&name, new_password()?)?;
+            outln!("Administrator {name} has a new password.");
+        }
+        AdminCommand::Grant(GrantWhat::Authority { name, privilege }) => {
+            admin.grant_authority(&name, &privilege)?;
+            outln!("Administrator {name} has {} privilege.", privilege.join(","));
+        }
+        AdminCommand::Delete(DeleteWhat::Node { name }) => {
+            admin.delete_node(&name)?;
+            outln!("Node {name} deleted.");
+        }
+        AdminCommand::Delete(DeleteWhat::Domain { name }) => {
+            admin.delete_domain(&name)?;
+            outln!("Domain {name} deleted.");
+        }
+        AdminCommand::Delete(DeleteWhat::Mgmtclass { domain, name }) => {
+            admin.delete_mgmt_class(&domain, &name)?;
+            outln!("Management class {domain}/{name} deleted.");
+        }
+        AdminCommand::Delete(DeleteWhat::Filespace { node, filespace, json }) => {
+            let report = admin.delete_filespace(&node, &filespace)?;
+            emit(&FilespaceDeleted { node: &node, filespace: &filespace, report }, json)?;
+        }
+        AdminCommand::Query(AdminQuery::Node { json }) => emit(&admin.nodes()?[..], json)?,
+        AdminCommand::Query(AdminQuery::Session { json }) => emit(&admin.sessions()?[..], json)?,
+        AdminCommand::Query(AdminQuery::Process { json }) => emit(&admin.processes()?[..], json)?,
+        AdminCommand::Query(AdminQuery::Domain { json }) => emit(&admin.policy()?[..], json)?,
+        AdminCommand::Query(AdminQuery::Stgpool { json }) => emit(&admin.stgpools()?[..], json)?,
+        AdminCommand::Query(AdminQuery::Volhist { json }) => emit(&admin.volhist()?[..], json)?,
+        AdminCommand::Query(AdminQuery::Actlog { since, search, limit, json }) => {
+            let since = since.unwrap_or_else(|| qsm_types::now() - 86_400);
+            let log = admin.actlog(since, search, limit)?;
+            emit(&log, json)?;
+            if log.truncated {
+                errln!(
+                    "qsm: warning: more entries matched than were returned: narrow --since or --search, or raise --limit"
+                );
+            }
+        }
+        AdminCommand::Expire(ExpireWhat::Inventory { resource, node, duration, json }) => {
+            emit(&admin.expire_inventory(resource, node, duration)?, json)?;
+        }
+        AdminCommand::Reclaim(ReclaimWhat::Stgpool { threshold, json }) => {
+            emit(&admin.reclaim_stgpool(threshold)?, json)?;
+        }
+        AdminCommand::Backup(BackupWhat::Db { to, json }) => {
+            let to = to.map(|p| p.display().to_string());
+            emit(&admin.backup_db(to.as_deref())?, json)?;
+        }
+        AdminCommand::Audit(AuditWhat::Stgpool {
+            mark_damaged,
+            release_unknown,
+            container,
+            json,
+        }) => {
+            let audit = admin.audit_stgpool(mark_damaged, release_unknown, container)?;
+            emit(&audit, json)?;
+            if !audit.damaged.is_empty() {
+                return Ok(false);
+            }
+        }
+        AdminCommand::MigrateCatalog { .. } => unreachable!("handled before connecting"),
+    }
+    Ok(true)
+}
+
+/// `delete filespace`'s report with what it deleted, for the text (the JSON is the report's).
+#[derive(serde::Serialize)]
+struct FilespaceDeleted<'a> {
+    #[serde(skip)]
+    node: &'a str,
+    #[serde(skip)]
+    filespace: &'a str,
+    #[serde(flatten)]
+    report: DeleteFilespaceReport,
+}
+
+/// A count or number of days as `define mgmtclass` takes it.
+fn limit(v: u32) -> String {
+    if v == NO_LIMIT { "nolimit".to_owned() } else { v.to_string() }
+}
+
+/// The process's end: "ended", or why it stopped early.
+fn ended(stopped: &Option<String>) -> &str {
+    stopped.as_deref().unwrap_or("ended")
+}
+
+impl Text for [NodeRow] {
+    fn text(&self) {
+        for n in self {
+            outln!("{:<24} {}", n.name, if n.locked { "locked" } else { "" });
+        }
+    }
+}
+
+impl Text for [SessionRow] {
+    fn text(&self) {
+        // Servers sharing a catalog list each other's sessions: then each says where.
+        let several = self.iter().any(|s| s.server != self[0].server);
+        outln!(
+            "{:>6}  {:<16} {:<9} {:>12} {:>9} {:>10}  {:<24} client",
+            "id",
+            "account",
+            "state",
+            "bytes",
+            "objects",
+            "MB/s",
+            "peer"
+        );
+        for s in self {
+            outln!(
+                "{:>6}  {:<16} {:<9} {:>12} {:>9} {:>10.2}  {:<24} {}{}",
+                s.id,
+                if s.admin { format!("{} (admin)", s.account) } else { s.account.clone() },
+                s.state,
+                s.bytes,
+                s.objects,
+                s.bytes_per_second / 1e6,
+                s.peer,
+                s.client,
+                if several { format!("  (on {})", s.server) } else { String::new() }
+            );
+        }
+    }
+}
+
+impl Text for [ProcessRow] {
+    fn text(&self) {
+        let several = self.iter().any(|p| p.server != self[0].server);
+        for p in self {
+            let on = if several { format!("  (on {})", p.server) } else { String::new() };
+            outln!("{:>6}  {:<18} {}{on}", p.id, p.kind, p.progress);
+        }
+    }
+}
+
+impl Text for [DomainRow] {
+    fn text(&self) {
+        for d in self {
+            outln!("{}  ({} nodes) {}", d.name, d.nodes.len(), d.description);
+            for c in &d.classes {
+                outln!(
+                    "  {:<16} versions-exist {}, versions-deleted {}, retain-extra {}, retain-only {}, retain-archive {}",
+                    c.name,
+                    limit(c.versions_exist),
+                    limit(c.versions_deleted),
+                    limit(c.retain_extra_days),
+                    limit(c.retain_only_days),
+                    limit(c.retain_version_days)
+                );
+            }
+        }
+    }
+}
+
+impl Text for [StgpoolRow] {
+    fn text(&self) {
+        outln!(
+            "{:<16} {:<5} {:>10} {:>14} {:>14} {:>12} {:>8}  location",
+            "pool",
+            "kind",
+            "containers",
+            "bytes",
+            "live bytes",
+            "reclaimable",
+            "damaged"
+        );
+        for p in self {
+            outln!(
+                "{:<16} {:<5} {:>10} {:>14} {:>14} {:>11.1}% {:>8}  {}",
+                p.name,
+                p.kind,
+                p.containers,
+                p.bytes,
+                p.live_bytes,
+                p.reclaimable_percent,
+                p.damaged_chunks,
+                p.location
+            );
+        }
+    }
+}
+
+impl Text for [VolhistRow] {
+    fn text(&self) {
+        outln!("{:<20} {:<10} {:>12} {:>6}  path", "time (UTC)", "kind", "bytes", "schema");
+        for e in self {
+            outln!(
+                "{:<20} {:<10} {:>12} {:>6}  {}{}",
+                format_time(e.time),
+                e.kind,
+                e.bytes,
+                e.schema,
+                e.path,
+                if e.detail.is_empty() { String::new() } else { format!(" ({})", e.detail) }
+            );
+        }
+    }
+}
+
+impl Text for ActlogReport {
+    fn text(&self) {
+        for e in &self.entries {
+            outln!("{}  {:<7}  {}", format_time(e.time), e.severity, e.message);
+        }
+    }
+}
+
+impl Text for ExpireReport {
+    fn text(&self) {
+        outln!(
+            "Process {}: expire inventory {}: examined {} versions, deleted {} backup versions and {} archives in {} filespaces, {:.1} s ({:.0} versions/s).",
+            self.process,
+            ended(&self.stopped),
+            self.examined,
+            self.backups,
+            self.archives,
+            self.filespaces,
+            self.seconds,
+            (self.backups + self.archives) as f64 / self.seconds.max(1e-9)
+        );
+    }
+}
+
+impl Text for ReclaimReport {
+    fn text(&self) {
+        let orphans = if self.orphans_skipped {
+            "orphan removal skipped (servers may share the pool)".to_owned()
+        } else {
+            format!("{} orphan containers removed", self.orphans)
+        };
+        outln!(
+            "Process {}: reclaim stgpool {}: {} containers reclaimed, {orphans}, {:.1} s.",
+            self.process,
+            ended(&self.stopped),
+            self.containers,
+            self.seconds
+        );
+    }
+}
+
+impl Text for BackupDbReport {
+    fn text(&self) {
+        outln!(
+            "Process {}: catalog backed up to {}: {} bytes of catalog (schema {}) in {} bytes, {:.1} s.",
+            self.process,
+            self.path,
+            self.catalog_bytes,
+            self.schema,
+            self.bytes,
+            self.seconds
+        );
+    }
+}
+
+impl Text for FilespaceDeleted<'_> {
+    fn text(&self) {
+        let r = &self.report;
+        outln!(
+            "Process {}: filespace {} of node {} {}: {} versions deleted, {:.1} s.",
+            r.process,
+            self.filespace,
+            self.node,
+            if r.stopped.is_none() { "deleted" } else { "partly deleted (cancelled)" },
+            r.versions,
+            r.seconds
+        );
+    }
+}
+
+impl Text for AuditReport {
+    fn text(&self) {
+        outln!(
+            "Process {}: audit stgpool {}: {} containers, {} chunks ({} bytes) verified, {:.1} s.",
+            self.process,
+            ended(&self.stopped),
+            self.containers,
+            self.chunks_read,
+            self.bytes_read,
+            self.seconds
+        );
+        for d in &self.damaged {
+            outln!(
+                "damaged: chunk {} in container {} at {}: {}",
+                d.chunk,
+                d.container,
+                d.offset,
+                d.reason
+            );
+        }
+        for o in &self.damaged_objects {
+            outln!("damaged version: {o}");
+        }
+        if !self.damaged.is_empty() {
+            outln!(
+                "{} damaged chunks in {} versions{}.",
+                self.damaged.len(),
+                self.damaged_objects.len(),
+                if self.marked {
+                    ": marked; the next backup of those files sends them again"
+                } else {
+                    "; --mark-damaged makes the next backup of those files send them again"
+                }
+            );
+        }
+        if !self.unknown_containers.is_empty() {
+            outln!(
+                "{} containers ({} bytes) the catalog does not know: {}",
+                self.unknown_containers.len(),
+                self.unknown_bytes,
+                self.unknown_containers.join(" ")
+            );
+        }
+        if self.unrecorded_bytes > 0 {
+            outln!(
+                "{} bytes in known containers past what the catalog recorded.",
+                self.unrecorded_bytes
+            );
+        }
+        if let Some(at) = self.restored_at {
+            outln!(
+                "The catalog was restored from a copy at {}: the unknown data above holds backups made after the copy, which the catalog cannot name; back those clients up again. {}",
+                format_time(at),
+                if self.released {
+                    "Released: reclamation may now delete it."
+                } else {
+                    "Reclamation keeps it until `--release-unknown`."
+                }
+            );
+        }
+    }
+}
+
+impl Text for qsm_catalog::copy::Migration {
+    fn text(&self) {
+        for t in &self.tables {
+            outln!("{:<20} {:>12} rows", t.table, t.rows);
+        }
+        outln!(
+            "Copied {} rows from {} to {} in {:.1} s; every table's rows and checksum verified.",
+            self.rows,
+            self.from,
+            self.to,
+            self.seconds
+        );
+    }
+}
