@@ -8,8 +8,12 @@
 
 use std::path::{Path, PathBuf};
 
-use qsm_types::ServerError;
+use qsm_codec::Compression;
+use qsm_types::{ServerError, TxnLimits};
 use serde::Deserialize;
+
+use crate::backup::{BackupOptions, MAX_CHANGING_RETRIES};
+use crate::filter::{Bindings, Filter};
 
 use crate::error::{ClientError, Result};
 use crate::remote::{RemoteOptions, RemoteServer};
@@ -77,6 +81,81 @@ impl ClientConfig {
             }
             None => Ok(ClientConfig::default()),
         }
+    }
+}
+
+/// What a backup's or archive's flags say, before the configuration fills in the rest.
+#[derive(Debug, Clone, Default)]
+pub struct Given<'a> {
+    /// `--compression`.
+    pub compression: Option<&'a str>,
+    /// `-T`.
+    pub threads: Option<usize>,
+    /// `--include`, `--exclude` and `--mgmtclass`: added to the configuration's.
+    pub include: &'a [String],
+    pub exclude: &'a [String],
+    pub mgmtclass: &'a [String],
+}
+
+impl ClientConfig {
+    /// The backup options from `given` flags, then this configuration, then the defaults. A
+    /// value the configuration gives is checked as its flag is, and named as the
+    /// configuration's.
+    pub fn backup_options(&self, given: &Given<'_>) -> Result<BackupOptions> {
+        let mut options = BackupOptions::default();
+        let (compression, from) = match (given.compression, self.compression.as_deref()) {
+            (Some(c), _) => (c, "--compression"),
+            (None, Some(c)) => (c, "compression in the client configuration"),
+            (None, None) => ("auto", "--compression"),
+        };
+        options.compression = Compression::parse(compression)
+            .map_err(|e| ClientError::Usage(format!("{from} {compression:?}: {e}")))?;
+        // Bare `auto` adapts per quantum; `auto:LEVEL` or a codec is a fixed setting.
+        options.adaptive = compression.trim().eq_ignore_ascii_case("auto");
+        options.threads = given.threads.or(self.threads);
+        let configured = |name: &'static str| {
+            move |why: String| {
+                ClientError::Usage(format!("{name} in the client configuration: {why}"))
+            }
+        };
+        if let Some(n) = self.changing_retries {
+            options.changing_retries = within(n, 0, MAX_CHANGING_RETRIES, "retries")
+                .map_err(configured("changing_retries"))?;
+        }
+        if let Some(rate) = &self.limit_upload {
+            options.limit_upload = Some(parse_rate(rate).map_err(configured("limit_upload"))?);
+        }
+        if let Some(n) = self.txn_group_max {
+            options.limits.group_max = within(n, 1, TxnLimits::MAX_GROUP, "objects")
+                .map_err(configured("txn_group_max"))?;
+        }
+        if let Some(n) = self.txn_byte_limit {
+            options.limits.byte_limit = within(n, 1, TxnLimits::MAX_BYTES, "bytes")
+                .map_err(configured("txn_byte_limit"))?;
+        }
+        let joined =
+            |a: &[String], b: &[String]| -> Vec<String> { a.iter().chain(b).cloned().collect() };
+        let include = joined(&self.include, given.include);
+        let exclude = joined(&self.exclude, given.exclude);
+        options.filter = Filter::new(&include, &exclude)?;
+        options.bindings = Bindings::new(&joined(&self.mgmtclass, given.mgmtclass))?;
+        Ok(options)
+    }
+}
+
+/// `value` when it is from `min` to `max` (`unit`, for the message); else why not, with the
+/// limits and the unit. The one range check of option values and configuration settings.
+pub fn within<T: PartialOrd + std::fmt::Display>(
+    value: T,
+    min: T,
+    max: T,
+    unit: &str,
+) -> std::result::Result<T, String> {
+    // Written so that NaN is refused too.
+    if value >= min && value <= max {
+        Ok(value)
+    } else {
+        Err(format!("{value} is outside {min} to {max} {unit}"))
     }
 }
 

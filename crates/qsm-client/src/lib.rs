@@ -22,6 +22,7 @@ pub mod fsmeta;
 pub mod journal;
 pub mod keys;
 pub mod remote;
+pub mod report;
 pub mod restore;
 pub mod scan;
 pub mod server;

@@ -1,16 +1,14 @@
 //! `qsm backup`, `qsm restore`, `qsm archive`, `qsm retrieve` and `qsm query`, against a QSM
 //! server or the embedded store (see `conn`).
 
-use std::os::unix::ffi::OsStrExt;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use qsm_client::backup::MAX_CHANGING_RETRIES;
 use qsm_client::restore::Existing;
-use qsm_client::server::{Scope, Server};
+use qsm_client::server::Server;
 use qsm_client::{BackupOptions, BackupSummary, RestoreOptions, Selection};
-use qsm_codec::Compression;
 use qsm_types::TxnLimits;
 use qsm_types::model::{ObjectId, ObjectKind, ObjectVersion};
 use qsm_types::time::{format_time, parse_time};
@@ -18,6 +16,11 @@ use serde::Serialize;
 
 use crate::conn::{ClientConfig, Conn, Connected, parse_rate};
 use crate::key_cmd::KeyUse;
+use crate::render::{Text, emit};
+use qsm_client::report::{
+    self, ArchiveReport, BackupReport, ExpiredReport, FilespaceRow, RestoreReport, VersionRow,
+    absolute, locate,
+};
 
 /// Whether a command did all it was asked (`false`: some files were skipped).
 pub type Complete = bool;
@@ -320,70 +323,25 @@ pub enum QueryWhat {
     },
 }
 
-/// `path` made absolute and cleaned of `.` and `..` without touching the file system (the
-/// path may no longer exist when restoring it).
-fn absolute(path: &Path) -> Result<PathBuf> {
-    let base = if path.is_absolute() { PathBuf::new() } else { std::env::current_dir()? };
-    let mut out = PathBuf::new();
-    for c in base.join(path).components() {
-        match c {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::CurDir => {}
-            other => out.push(other),
-        }
-    }
-    Ok(out)
-}
-
 fn mb(bytes: u64) -> f64 {
     bytes as f64 / 1e6
 }
 
-/// The backup options from flags, then the client configuration, then the defaults. A value
-/// the configuration gives is checked as its flag is, and named as the configuration's.
+/// The backup options from flags, then the client configuration, then the defaults.
 fn backup_options(
     config: &ClientConfig,
     compression: Option<&str>,
     threads: Option<usize>,
     patterns: &Patterns,
 ) -> Result<BackupOptions> {
-    let mut options = BackupOptions::default();
-    let (compression, from) = match (compression, config.compression.as_deref()) {
-        (Some(c), _) => (c, "--compression"),
-        (None, Some(c)) => (c, "compression in the client configuration"),
-        (None, None) => ("auto", "--compression"),
-    };
-    options.compression = Compression::parse(compression)
-        .map_err(|e| crate::usage::usage(format!("{from} {compression:?}: {e}")))?;
-    // Bare `auto` adapts per quantum; `auto:LEVEL` or a codec is a fixed setting.
-    options.adaptive = compression.trim().eq_ignore_ascii_case("auto");
-    options.threads = crate::usage::threads(threads.or(config.threads))?;
-    let configured = |name: &'static str| {
-        move |why: String| crate::usage::usage(format!("{name} in the client configuration: {why}"))
-    };
-    if let Some(n) = config.changing_retries {
-        options.changing_retries = crate::usage::within(n, 0, MAX_CHANGING_RETRIES, "retries")
-            .map_err(configured("changing_retries"))?;
-    }
-    if let Some(rate) = &config.limit_upload {
-        options.limit_upload = Some(parse_rate(rate).map_err(configured("limit_upload"))?);
-    }
-    if let Some(n) = config.txn_group_max {
-        options.limits.group_max = crate::usage::within(n, 1, TxnLimits::MAX_GROUP, "objects")
-            .map_err(configured("txn_group_max"))?;
-    }
-    if let Some(n) = config.txn_byte_limit {
-        options.limits.byte_limit = crate::usage::within(n, 1, TxnLimits::MAX_BYTES, "bytes")
-            .map_err(configured("txn_byte_limit"))?;
-    }
-    let include: Vec<String> = config.include.iter().chain(&patterns.include).cloned().collect();
-    let exclude: Vec<String> = config.exclude.iter().chain(&patterns.exclude).cloned().collect();
-    options.filter = qsm_client::Filter::new(&include, &exclude)?;
-    let bindings: Vec<String> =
-        config.mgmtclass.iter().chain(&patterns.mgmtclass).cloned().collect();
-    options.bindings = qsm_client::filter::Bindings::new(&bindings)?;
+    let mut options = config.backup_options(&qsm_client::config::Given {
+        compression,
+        threads,
+        include: &patterns.include,
+        exclude: &patterns.exclude,
+        mgmtclass: &patterns.mgmtclass,
+    })?;
+    options.threads = crate::usage::threads(options.threads)?;
     Ok(options)
 }
 
@@ -444,7 +402,7 @@ pub fn backup(args: BackupArgs) -> Result<Complete> {
                 args.json,
                 "backing up",
                 &mut |path, progress| qsm_client::backup(server.as_ref(), path, &options, progress),
-                &|s| print_backup(s, args.verbose),
+                &|s| print_backup(&BackupReport::from(s), args.verbose),
             );
             drop(server);
             match done {
@@ -467,15 +425,12 @@ pub fn backup(args: BackupArgs) -> Result<Complete> {
         Connected::Embedded(e) => expire_embedded(e),
         Connected::Remote(_) => None,
     };
+    let mut reports: Vec<BackupReport> = summaries.iter().map(BackupReport::from).collect();
+    if let (Some(last), Some(x)) = (reports.last_mut(), &expired) {
+        last.expired =
+            Some(ExpiredReport { backups: x.backups, archives: x.archives, seconds: x.seconds });
+    }
     if args.json {
-        let mut reports: Vec<BackupReport> = summaries.iter().map(BackupReport::from).collect();
-        if let (Some(last), Some(x)) = (reports.last_mut(), &expired) {
-            last.expired = Some(ExpiredReport {
-                backups: x.backups,
-                archives: x.archives,
-                seconds: x.seconds,
-            });
-        }
         outln!("{}", serde_json::to_string_pretty(&reports)?);
     } else if let Some(x) = expired.filter(|x| x.backups + x.archives > 0) {
         outln!(
@@ -505,69 +460,11 @@ fn expire_embedded(e: &qsm_server::Embedded) -> Option<qsm_proto::v1::ExpireRepl
     }
 }
 
-/// What the expiration after an embedded backup deleted.
-#[derive(Debug, Serialize)]
-struct ExpiredReport {
-    backups: u64,
-    archives: u64,
-    seconds: f64,
-}
-
-impl From<&BackupSummary> for BackupReport {
-    fn from(s: &BackupSummary) -> Self {
-        BackupReport {
-            filespace: s.filespace.clone(),
-            expired: None,
-            subtree: s.subtree.as_deref().map(|p| String::from_utf8_lossy(p).into_owned()),
-            examined: s.examined,
-            backed_up: s.backed_up,
-            unchanged: s.unchanged,
-            failed: s.failed,
-            skipped: s.skipped,
-            retried: s.retried,
-            resealed: s.resealed,
-            deactivated: s.deactivated,
-            bytes_read: s.bytes_read,
-            bytes_stored: s.bytes_stored,
-            seconds: s.seconds,
-            cpu_seconds: s.cpu_seconds,
-            chunks: s.chunks,
-            dedup_chunks: s.dedup_chunks,
-            dedup_bytes: s.dedup_bytes,
-            cache_hits: s.cache_hits,
-            asked: s.asked,
-            encrypted_bytes: s.encrypted_bytes,
-            encrypt_seconds: s.encrypt_seconds,
-            key_fingerprint: s.key_fingerprint.clone(),
-            journal: s.journal.clone(),
-            journal_used: s.journal_used,
-            compression: s.compression.describe(),
-            compression_mix: s
-                .compression
-                .rungs
-                .iter()
-                .filter(|r| r.quanta > 0)
-                .map(|r| CompressionUse {
-                    setting: r.setting.clone(),
-                    quanta: r.quanta,
-                    raw_quanta: r.raw_quanta,
-                    bytes_in: r.bytes_in,
-                    bytes_out: r.bytes_out,
-                })
-                .collect(),
-            bottleneck: s.compression.bottleneck.map(|b| b.name()),
-            server_store_rate: s.compression.server_rate.map(|r| r.round() as u64),
-            warnings: s.warnings.clone(),
-        }
-    }
-}
-
-fn print_backup(s: &BackupSummary, verbose: bool) {
+fn print_backup(s: &BackupReport, verbose: bool) {
     match &s.subtree {
         Some(sub) => outln!(
-            "Backup of {}/{} (in filespace {}):",
+            "Backup of {}/{sub} (in filespace {}):",
             s.filespace.trim_end_matches('/'),
-            String::from_utf8_lossy(sub),
             s.filespace
         ),
         None => outln!("Backup of {}:", s.filespace),
@@ -612,8 +509,8 @@ fn print_backup(s: &BackupSummary, verbose: bool) {
         s.seconds,
         mb(s.bytes_read) / s.seconds.max(1e-9),
     );
-    if s.compression.rungs.iter().any(|r| r.quanta > 0) {
-        outln!("  compression: {}", s.compression.describe());
+    if !s.compression_mix.is_empty() {
+        outln!("  compression: {}", s.compression);
     }
     if s.asked > 0 || s.dedup_chunks > 0 || s.cache_note.is_some() {
         outln!(
@@ -700,100 +597,6 @@ fn each_path(
     Ok(summaries)
 }
 
-#[derive(Debug, Serialize)]
-struct BackupReport {
-    filespace: String,
-    /// What expiration deleted after the backup (the embedded store; on the last report).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    expired: Option<ExpiredReport>,
-    /// The path backed up below the filespace's root, when it is not the root.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    subtree: Option<String>,
-    examined: u64,
-    backed_up: u64,
-    unchanged: u64,
-    failed: u64,
-    /// Sockets, which QSM does not back up (named in `warnings`).
-    skipped: u64,
-    /// Reads of files that changed while read, read again.
-    retried: u64,
-    /// Unchanged files sent again to be sealed with this backup's key.
-    resealed: u64,
-    deactivated: u64,
-    bytes_read: u64,
-    bytes_stored: u64,
-    seconds: f64,
-    cpu_seconds: f64,
-    chunks: u64,
-    dedup_chunks: u64,
-    dedup_bytes: u64,
-    cache_hits: u64,
-    asked: u64,
-    encrypted_bytes: u64,
-    encrypt_seconds: f64,
-    key_fingerprint: Option<String>,
-    journal: Option<String>,
-    journal_used: bool,
-    /// "network-bound at 9.8 Mbit/s: zstd:9 on 71% of quanta, ...".
-    compression: String,
-    compression_mix: Vec<CompressionUse>,
-    /// read, cpu, network or server (adaptive compression only).
-    bottleneck: Option<&'static str>,
-    /// Frame bytes per second of the server's storing time, as a remote server reported it
-    /// (adaptive compression only).
-    server_store_rate: Option<u64>,
-    warnings: Vec<String>,
-}
-
-#[derive(Debug, Serialize)]
-struct CompressionUse {
-    setting: String,
-    quanta: u64,
-    raw_quanta: u64,
-    bytes_in: u64,
-    bytes_out: u64,
-}
-
-/// The filespace containing `path`, and the path below it. Compared as bytes: a path need not
-/// be valid UTF-8 (filespace names are; the names below them may be anything).
-fn locate(server: &dyn Server, path: &Path) -> Result<(String, Option<Vec<u8>>)> {
-    let wanted = absolute(path)?;
-    let bytes = wanted.as_os_str().as_bytes();
-    // The filespace is the longest backed-up root that contains the path.
-    let filespace = server
-        .filespaces()?
-        .into_iter()
-        .filter(|f| {
-            let root = f.name.trim_end_matches('/').as_bytes();
-            bytes == f.name.as_bytes()
-                || (bytes.starts_with(root) && bytes.get(root.len()) == Some(&b'/'))
-        })
-        .max_by_key(|f| f.name.len())
-        .with_context(|| {
-            format!(
-                "nothing backed up or archived contains {} (see `qsm query filespace`)",
-                wanted.display()
-            )
-        })?;
-    let sub = bytes.get(filespace.name.len()..).unwrap_or_default();
-    let sub = &sub[sub.iter().take_while(|&&b| b == b'/').count()..];
-    Ok((filespace.name.clone(), (!sub.is_empty()).then(|| sub.to_vec())))
-}
-
-/// A name as `--json` gives it: the text, and, only when the name is not valid UTF-8, its
-/// exact bytes in lowercase hex. The text of such a name replaces each invalid sequence with
-/// U+FFFD, so two names can print alike: the hex tells them apart (README, "Output for
-/// scripts").
-fn json_name(bytes: &[u8]) -> (String, Option<String>) {
-    match std::str::from_utf8(bytes) {
-        Ok(text) => (text.to_owned(), None),
-        Err(_) => (
-            String::from_utf8_lossy(bytes).into_owned(),
-            Some(bytes.iter().map(|b| format!("{b:02x}")).collect()),
-        ),
-    }
-}
-
 struct RestoreRequest<'a> {
     path: &'a Path,
     to: Option<&'a Path>,
@@ -826,6 +629,49 @@ fn restore_protection(
     Ok((keys, require_flag || config.require_encryption == Some(true)))
 }
 
+/// A restore's report with what was asked, for the text (the JSON is the report's).
+#[derive(Serialize)]
+struct Restored<'a> {
+    #[serde(skip)]
+    verb: &'a str,
+    #[serde(skip)]
+    path: &'a Path,
+    #[serde(flatten)]
+    report: RestoreReport,
+}
+
+impl Text for Restored<'_> {
+    fn text(&self) {
+        let s = &self.report;
+        outln!(
+            "{} of {} into {}: restored {}{}, skipped {} (existing), failed {}, {:.1} MB in \
+             {:.1} s ({:.0} MB/s, {:.0} entries/s){}",
+            if self.verb == "retrieving" { "Retrieve" } else { "Restore" },
+            self.path.display(),
+            s.target,
+            s.restored,
+            if s.renamed > 0 {
+                format!(" ({} beside existing files)", s.renamed)
+            } else {
+                String::new()
+            },
+            s.skipped,
+            s.failed,
+            mb(s.bytes),
+            s.seconds,
+            mb(s.bytes_per_second as u64),
+            s.entries_per_second,
+            match s.leftovers_removed {
+                0 => String::new(),
+                n => format!("; removed {n} temporary files left by interrupted restores"),
+            }
+        );
+        if s.incomplete > 0 {
+            outln!("  {} restored without some of their metadata (see the warnings)", s.incomplete);
+        }
+    }
+}
+
 fn restore_with(server: &dyn Server, r: RestoreRequest<'_>) -> Result<Complete> {
     let (filespace, subpath) = locate(server, r.path)?;
     let target = match r.to {
@@ -844,54 +690,11 @@ fn restore_with(server: &dyn Server, r: RestoreRequest<'_>) -> Result<Complete> 
     let s = qsm_client::restore(server, &filespace, &target, &options)
         .with_context(|| format!("{} {}", r.verb, r.path.display()))?;
     let seconds = started.elapsed().as_secs_f64();
-    // Entries restored per second: files, directories and links alike (issue 24).
-    let per_second = |n: f64| n / seconds.max(1e-6);
     for w in &s.warnings {
         errln!("qsm: warning: {w}");
     }
-    if r.json {
-        let (target_text, target_hex) = json_name(target.as_os_str().as_bytes());
-        let mut report = serde_json::json!({"filespace": filespace, "target": target_text, "restored": s.restored, "renamed": s.renamed, "skipped": s.skipped, "failed": s.failed, "bytes": s.bytes, "leftovers_removed": s.leftovers, "incomplete": s.incomplete, "warnings": s.warnings, "seconds": seconds, "bytes_per_second": per_second(s.bytes as f64), "entries_per_second": per_second(s.restored as f64)});
-        if let Some(hex) = target_hex {
-            report["target_hex"] = hex.into();
-        }
-        let failed: Vec<_> = s
-            .failed_paths
-            .iter()
-            .map(|p| match json_name(p) {
-                (path, None) => serde_json::json!({ "path": path }),
-                (path, Some(hex)) => serde_json::json!({ "path": path, "path_hex": hex }),
-            })
-            .collect();
-        report["failed_paths"] = failed.into();
-        outln!("{report}");
-    } else {
-        outln!(
-            "{} of {} into {}: restored {}{}, skipped {} (existing), failed {}, {:.1} MB in \
-             {seconds:.1} s ({:.0} MB/s, {:.0} entries/s){}",
-            if r.verb == "retrieving" { "Retrieve" } else { "Restore" },
-            r.path.display(),
-            target.display(),
-            s.restored,
-            if s.renamed > 0 {
-                format!(" ({} beside existing files)", s.renamed)
-            } else {
-                String::new()
-            },
-            s.skipped,
-            s.failed,
-            mb(s.bytes),
-            mb(per_second(s.bytes as f64) as u64),
-            per_second(s.restored as f64),
-            match s.leftovers {
-                0 => String::new(),
-                n => format!("; removed {n} temporary files left by interrupted restores"),
-            }
-        );
-        if s.incomplete > 0 {
-            outln!("  {} restored without some of their metadata (see the warnings)", s.incomplete);
-        }
-    }
+    let report = RestoreReport::new(&s, &filespace, &target, seconds);
+    emit(&Restored { verb: r.verb, path: r.path, report }, r.json)?;
     // Every file failed: the restore failed (exit 1), not partly succeeded (exit 4).
     if s.all_failed() {
         bail!(
@@ -1055,31 +858,12 @@ pub fn archive(args: ArchiveArgs) -> Result<Complete> {
                 progress,
             )
         },
-        &|s| {
-            outln!(
-                "Archive of {}{} ({description:?}, {kept}): {} objects, {:.1} MB read, {:.1} MB stored, failed {}",
-                s.filespace,
-                s.subtree
-                    .as_deref()
-                    .map(|sub| format!(
-                        "/{} (in filespace {})",
-                        String::from_utf8_lossy(sub),
-                        s.filespace
-                    ))
-                    .unwrap_or_default(),
-                s.backed_up,
-                mb(s.bytes_read),
-                mb(s.bytes_stored),
-                s.failed
-            )
-        },
+        &|s| ArchiveReport::new(s, &description, days).text(),
     )?;
+    let reports: Vec<ArchiveReport> =
+        summaries.iter().map(|s| ArchiveReport::new(s, &description, days)).collect();
     if args.json {
-        let reports: Vec<_> = summaries
-            .iter()
-            .map(|s| serde_json::json!({"filespace": s.filespace, "description": args.description, "retain_days": days, "objects": s.backed_up, "bytes_read": s.bytes_read, "bytes_stored": s.bytes_stored, "failed": s.failed, "warnings": s.warnings}))
-            .collect();
-        outln!("{}", serde_json::to_string_pretty(&reports)?);
+        emit(&reports[..], true)?;
     }
     Ok(summaries.iter().all(|s| s.failed == 0))
 }
@@ -1108,50 +892,11 @@ fn warn_reused(server: &dyn Server, path: &Path, description: &str) -> Result<()
     Ok(())
 }
 
-#[derive(Debug, Serialize)]
-struct VersionRow {
-    filespace: String,
-    /// The path below the filespace; not valid UTF-8, with U+FFFD, and exact in `path_hex`.
-    path: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    path_hex: Option<String>,
-    /// "active", "inactive" or "archive".
-    state: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    description: Option<String>,
-    kind: &'static str,
-    size: u64,
-    mtime_ns: i64,
-    mode: u32,
-    inserted: i64,
-    id: i64,
-    /// The archive (one `qsm archive` run) the version belongs to: the id of its first
-    /// object, for `qsm retrieve --id` (see qsm_client::archives).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    archive: Option<i64>,
-    /// When that archive's first transaction committed (seconds since the epoch).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    archived: Option<i64>,
-}
-
 pub fn query(what: QueryWhat) -> Result<Complete> {
     match what {
         QueryWhat::Filespace { json, home } => {
             let connected = home.open()?;
-            let list = connected.server().filespaces()?;
-            if json {
-                let rows: Vec<_> = list
-                    .iter()
-                    .map(
-                        |f| serde_json::json!({"name": f.name, "id": f.id.0, "created": f.created}),
-                    )
-                    .collect();
-                outln!("{}", serde_json::to_string_pretty(&rows)?);
-            } else {
-                for f in list {
-                    outln!("{}", f.name);
-                }
-            }
+            emit(&report::filespaces(connected.server().as_ref())?[..], json)?;
         }
         QueryWhat::Backup { filespace, inactive, json, home } => {
             list_versions(home, filespace, json, false, &|v| {
@@ -1173,62 +918,13 @@ fn list_versions(
     keep: &dyn Fn(&ObjectVersion) -> bool,
 ) -> Result<()> {
     let connected = home.open()?;
-    let server = connected.server();
-    let mut rows = Vec::new();
-    // A path: the filespace holding it, and only what is at or below it there.
-    let wanted = path.map(|p| locate(server.as_ref(), &p)).transpose()?;
-    let sub = wanted.as_ref().and_then(|(_, sub)| sub.clone()).unwrap_or_default();
-    let within = |p: &[u8]| qsm_client::scan::within(p, &sub);
-    for f in server.filespaces()? {
-        if wanted.as_ref().is_some_and(|(name, _)| *name != f.name) {
-            continue;
-        }
-        // One pass over the inventory: the versions listed, and (for archives) every archive
-        // version, to tell which archive each belongs to and its date.
-        let (mut listed, mut archived) = (Vec::new(), Vec::new());
-        server.inventory(f.id, Scope::All, &mut |mut v| {
-            v.chunks = Vec::new();
-            if archives && v.kind == ObjectKind::Archive {
-                archived.push(v.clone());
-            }
-            if keep(&v) && within(&v.path) {
-                listed.push(v);
-            }
-            Ok(())
-        })?;
-        let mut archive_of = std::collections::HashMap::new();
-        for (a, _) in qsm_client::archives::group(archived) {
-            for o in &a.objects {
-                archive_of.insert(*o, (a.id.0, a.date));
-            }
-        }
-        for v in listed {
-            let (path, path_hex) = json_name(&v.path);
-            rows.push(VersionRow {
-                filespace: f.name.clone(),
-                path,
-                path_hex,
-                state: match (v.kind, v.active) {
-                    (ObjectKind::Archive, _) => "archive",
-                    (_, true) => "active",
-                    _ => "inactive",
-                },
-                description: v.description.clone(),
-                kind: v.object_type.name(),
-                size: v.attrs.size,
-                mtime_ns: v.attrs.mtime_ns,
-                mode: v.attrs.mode,
-                inserted: v.inserted,
-                id: v.id.0,
-                archive: archive_of.get(&v.id).map(|a| a.0),
-                archived: archive_of.get(&v.id).map(|a| a.1),
-            });
-        }
-    }
-    if json {
-        outln!("{}", serde_json::to_string_pretty(&rows)?);
-    } else {
-        for r in rows {
+    let rows = report::versions(connected.server().as_ref(), path.as_deref(), archives, keep)?;
+    emit(&rows[..], json)
+}
+
+impl Text for [VersionRow] {
+    fn text(&self) {
+        for r in self {
             let mut note = r.description.as_deref().map(|d| format!("  [{d}]")).unwrap_or_default();
             if let (Some(id), Some(date)) = (r.archive, r.archived) {
                 note.push_str(&format!("  archive {id} of {}", format_time(date)));
@@ -1244,7 +940,6 @@ fn list_versions(
             );
         }
     }
-    Ok(())
 }
 
 /// A live status line on a terminal while objects are sent: objects, bytes read and stored,
@@ -1294,6 +989,42 @@ impl ProgressLine {
     fn finish(&mut self) {
         if let Some(bar) = self.bar.take() {
             bar.finish_and_clear();
+        }
+    }
+}
+
+impl Text for ArchiveReport {
+    fn text(&self) {
+        let kept = match self.retain_days {
+            qsm_types::model::NO_LIMIT => "kept without limit".to_owned(),
+            d => format!("kept {d} days"),
+        };
+        outln!(
+            "Archive of {}{} ({:?}, {kept}): {} objects, {:.1} MB read, {:.1} MB stored, failed {}",
+            self.filespace,
+            self.subtree
+                .as_deref()
+                .map(|sub| format!("/{sub} (in filespace {})", self.filespace))
+                .unwrap_or_default(),
+            self.description,
+            self.objects,
+            mb(self.bytes_read),
+            mb(self.bytes_stored),
+            self.failed
+        );
+    }
+}
+
+impl Text for [ArchiveReport] {
+    fn text(&self) {
+        self.iter().for_each(Text::text);
+    }
+}
+
+impl Text for [FilespaceRow] {
+    fn text(&self) {
+        for f in self {
+            outln!("{}", f.name);
         }
     }
 }

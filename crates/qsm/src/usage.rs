@@ -53,21 +53,7 @@ pub fn threads(asked: Option<usize>) -> Result<Option<usize>> {
     }
 }
 
-/// `value` when it is from `min` to `max` (`unit`, for the message); else why not, with the
-/// limits and the unit. The one range check of option values and configuration settings.
-pub fn within<T: PartialOrd + std::fmt::Display>(
-    value: T,
-    min: T,
-    max: T,
-    unit: &str,
-) -> std::result::Result<T, String> {
-    // Written so that NaN is refused too.
-    if value >= min && value <= max {
-        Ok(value)
-    } else {
-        Err(format!("{value} is outside {min} to {max} {unit}"))
-    }
-}
+pub use qsm_client::config::within;
 
 /// A clap value parser of a number of `unit` from `min` to `max`, refused (exit 2) with the
 /// limits in the message before any work is done.
