@@ -21,7 +21,7 @@ use std::collections::HashSet;
 
 use qsm_types::model::{FilespaceId, ObjectId, ObjectKind, ObjectVersion, Timestamp};
 
-use crate::error::Result;
+use crate::error::{ClientError, Result};
 use crate::server::{Scope, Server};
 
 /// One archive: the objects one `qsm archive` run stored in one filespace.
@@ -167,4 +167,74 @@ mod tests {
         assert!(covers(&subtrees[0].1, b"a/x"));
         assert!(!covers(&subtrees[0].1, b"b"));
     }
+}
+
+/// The archive `retrieve` takes for a description and/or an id.
+#[derive(Debug, Clone)]
+pub struct Pick {
+    /// The one taken: the newest that matches.
+    pub archive: Archive,
+    /// Older archives that matched too, newest first (say so: `--id` takes another).
+    pub older: Vec<Archive>,
+}
+
+/// The one archive `retrieve` takes for `description` and `id`: the one with that id, or the
+/// newest of those with that description that hold something at or below `path`. Never
+/// several: merging two archives path by path would make a tree that never existed.
+pub fn pick(
+    server: &dyn Server,
+    path: &std::path::Path,
+    description: Option<&str>,
+    id: Option<i64>,
+) -> Result<Pick> {
+    let (filespace, sub) = crate::report::locate(server, path)?;
+    let sub = sub.unwrap_or_default();
+    let fs = server
+        .filespaces()?
+        .into_iter()
+        .find(|f| f.name == filespace)
+        .ok_or_else(|| ClientError::Invalid(format!("no filespace {filespace}")))?;
+    let mut candidates: Vec<Archive> = list(server, fs.id)?
+        .into_iter()
+        .filter(|(a, paths)| {
+            id.is_none_or(|id| a.id.0 == id)
+                && description.is_none_or(|d| a.description.as_deref() == Some(d))
+                && covers(paths, &sub)
+        })
+        .map(|(a, _)| a)
+        .collect();
+    let shown = path.display();
+    let Some(archive) = candidates.pop() else {
+        return Err(ClientError::Invalid(match (id, description) {
+            (Some(id), _) => format!(
+                "nothing to retrieve: no archive {id} of {shown}{} (see `qsm query archive`)",
+                description.map(|d| format!(" described {d:?}")).unwrap_or_default()
+            ),
+            (None, d) => format!(
+                "nothing to retrieve: no archive of {shown} is described {:?} (see `qsm query archive`)",
+                d.unwrap_or_default()
+            ),
+        }));
+    };
+    candidates.reverse();
+    Ok(Pick { archive, older: candidates })
+}
+
+/// The filespace archiving `path` goes into, and the archives it already holds described
+/// `description` (oldest first): `retrieve -d` then takes the newest alone.
+pub fn described(
+    server: &dyn Server,
+    path: &std::path::Path,
+    description: &str,
+) -> Result<(String, Vec<Archive>)> {
+    let (name, _) = crate::backup::target_filespace(server, path, None)?;
+    let Some(fs) = server.filespaces()?.into_iter().find(|f| f.name == name) else {
+        return Ok((name, Vec::new()));
+    };
+    let same = list(server, fs.id)?
+        .into_iter()
+        .filter(|(a, _)| a.description.as_deref() == Some(description))
+        .map(|(a, _)| a)
+        .collect();
+    Ok((name, same))
 }

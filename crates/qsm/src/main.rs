@@ -5,13 +5,9 @@
 mod output;
 mod render;
 
-mod client_cmd;
 mod cmd;
-mod codec_cmd;
 mod conn;
-mod journal_cmd;
 mod key_cmd;
-mod stand_cmd;
 mod usage;
 
 use std::process::ExitCode;
@@ -29,36 +25,36 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Back up directories or files (incremental) into the store.
-    Backup(client_cmd::BackupArgs),
+    Backup(cmd::backup::BackupArgs),
     /// Restore a backed-up directory or file.
-    Restore(client_cmd::RestoreArgs),
+    Restore(cmd::restore::RestoreArgs),
     /// Archive directories or files, kept by their own retention.
-    Archive(client_cmd::ArchiveArgs),
+    Archive(cmd::archive::ArchiveArgs),
     /// Retrieve an archive.
-    Retrieve(client_cmd::RetrieveArgs),
+    Retrieve(cmd::retrieve::RetrieveArgs),
     /// List what the store holds.
     #[command(subcommand)]
-    Query(client_cmd::QueryWhat),
+    Query(cmd::query::QueryWhat),
     /// Run a QSM server.
     Server(cmd::server::ServerArgs),
     /// Administer a QSM server, or with no --server the embedded store: nodes, policy,
     /// expiration, reclamation, audit, catalog backups, sessions and processes.
     Admin(cmd::admin::AdminArgs),
     /// Compress a file or stdin into a QSM stream of independent quanta.
-    Compress(codec_cmd::CompressArgs),
+    Compress(cmd::codec::CompressArgs),
     /// Decompress a QSM stream (all of it, or a range of quanta).
-    Decompress(codec_cmd::DecompressArgs),
+    Decompress(cmd::codec::DecompressArgs),
     /// Describe a QSM stream: codecs, quanta, sizes, ratio.
-    Info(codec_cmd::InfoArgs),
+    Info(cmd::codec::InfoArgs),
     /// List the codecs of this build with their permanent ids and levels.
-    Codecs(codec_cmd::CodecsArgs),
+    Codecs(cmd::codec::CodecsArgs),
     /// Measure block algorithms block by block (min, mean, percentiles, max).
     #[command(subcommand)]
-    Stand(stand_cmd::StandCommand),
+    Stand(cmd::stand::StandCommand),
     /// The node's encryption key: init, show-fingerprint, change-passphrase.
     Key(key_cmd::KeyArgs),
     /// The change journal: a daemon recording what changes, so backups need not scan.
-    Journal(journal_cmd::JournalArgs),
+    Journal(cmd::journal::JournalArgs),
 }
 
 /// Exit code when an operation completed but skipped some files (TSM uses 4 likewise).
@@ -69,20 +65,20 @@ const EXIT_USAGE: u8 = 2;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Backup(args) => client_cmd::backup(args),
-        Command::Restore(args) => client_cmd::restore(args),
-        Command::Archive(args) => client_cmd::archive(args),
-        Command::Retrieve(args) => client_cmd::retrieve(args),
-        Command::Query(what) => client_cmd::query(what),
+        Command::Backup(args) => cmd::backup::backup(args),
+        Command::Restore(args) => cmd::restore::restore(args),
+        Command::Archive(args) => cmd::archive::archive(args),
+        Command::Retrieve(args) => cmd::retrieve::retrieve(args),
+        Command::Query(what) => cmd::query::query(what),
         Command::Server(args) => cmd::server::server(args),
         Command::Admin(args) => cmd::admin::admin(args),
-        Command::Compress(args) => codec_cmd::compress(args).map(|()| true),
-        Command::Decompress(args) => codec_cmd::decompress(args).map(|()| true),
-        Command::Info(args) => codec_cmd::info(args).map(|()| true),
-        Command::Codecs(args) => codec_cmd::codecs(args).map(|()| true),
-        Command::Stand(cmd) => stand_cmd::stand(cmd),
+        Command::Compress(args) => cmd::codec::compress(args).map(|()| true),
+        Command::Decompress(args) => cmd::codec::decompress(args).map(|()| true),
+        Command::Info(args) => cmd::codec::info(args).map(|()| true),
+        Command::Codecs(args) => cmd::codec::codecs(args).map(|()| true),
+        Command::Stand(cmd) => cmd::stand::stand(cmd),
         Command::Key(args) => key_cmd::key(args),
-        Command::Journal(args) => journal_cmd::journal(args),
+        Command::Journal(args) => cmd::journal::journal(args),
     };
     if let (Ok(_), Some(why)) = (&result, output::failure()) {
         errln!("qsm: error: writing stdout: {why}: the output is incomplete");

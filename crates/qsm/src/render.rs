@@ -20,3 +20,7 @@ pub fn emit<R: Serialize + Text + ?Sized>(report: &R, json: bool) -> Result<()> 
     }
     Ok(())
 }
+
+pub(crate) fn mb(bytes: u64) -> f64 {
+    bytes as f64 / 1e6
+}

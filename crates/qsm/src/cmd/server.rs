@@ -126,7 +126,7 @@ pub fn server(args: ServerArgs) -> Result<bool> {
     match args.offline {
         Some(Offline::RestoreDb { from }) => {
             if let Some(from) = &from {
-                crate::codec_cmd::open_stream(from)
+                crate::cmd::codec::open_stream(from)
                     .map_err(|e| e.context("--from: not a catalog backup"))?;
             }
             let r = qsm_server::dbcopy::restore(&config, from.as_deref())

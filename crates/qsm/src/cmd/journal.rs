@@ -35,7 +35,7 @@ enum JournalCommand {
         #[arg(long)]
         json: bool,
         #[command(flatten)]
-        patterns: crate::client_cmd::Patterns,
+        patterns: crate::cmd::Patterns,
         #[command(flatten)]
         home: crate::conn::Conn,
     },
@@ -64,7 +64,7 @@ pub fn journal(args: JournalArgs) -> Result<bool> {
         }
         JournalCommand::Status { json, patterns, home } => {
             // Bad patterns or configuration are refused whether or not there is a journal.
-            let fingerprint = crate::client_cmd::patterns_fingerprint(&home.config()?, &patterns)?;
+            let fingerprint = crate::cmd::backup::patterns_fingerprint(&home.config()?, &patterns)?;
             if !path.exists() {
                 outln!("No journal at {}.", path.display());
                 return Ok(true);

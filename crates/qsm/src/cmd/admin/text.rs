@@ -1,0 +1,282 @@
+//! How `qsm admin`'s reports read on a terminal.
+
+use qsm_proto::reports::{
+    ActlogReport, AuditReport, BackupDbReport, DomainRow, ExpireReport, NodeRow, ProcessRow,
+    ReclaimReport, SessionRow, StgpoolRow, VolhistRow,
+};
+use qsm_types::model::NO_LIMIT;
+use qsm_types::time::format_time;
+
+use super::FilespaceDeleted;
+use crate::render::Text;
+
+/// A count or number of days as `define mgmtclass` takes it.
+fn limit(v: u32) -> String {
+    if v == NO_LIMIT { "nolimit".to_owned() } else { v.to_string() }
+}
+
+/// The process's end: "ended", or why it stopped early.
+fn ended(stopped: &Option<String>) -> &str {
+    stopped.as_deref().unwrap_or("ended")
+}
+
+impl Text for [NodeRow] {
+    fn text(&self) {
+        for n in self {
+            outln!("{:<24} {}", n.name, if n.locked { "locked" } else { "" });
+        }
+    }
+}
+
+impl Text for [SessionRow] {
+    fn text(&self) {
+        // Servers sharing a catalog list each other's sessions: then each says where.
+        let several = self.iter().any(|s| s.server != self[0].server);
+        outln!(
+            "{:>6}  {:<16} {:<9} {:>12} {:>9} {:>10}  {:<24} client",
+            "id",
+            "account",
+            "state",
+            "bytes",
+            "objects",
+            "MB/s",
+            "peer"
+        );
+        for s in self {
+            outln!(
+                "{:>6}  {:<16} {:<9} {:>12} {:>9} {:>10.2}  {:<24} {}{}",
+                s.id,
+                if s.admin { format!("{} (admin)", s.account) } else { s.account.clone() },
+                s.state,
+                s.bytes,
+                s.objects,
+                s.bytes_per_second / 1e6,
+                s.peer,
+                s.client,
+                if several { format!("  (on {})", s.server) } else { String::new() }
+            );
+        }
+    }
+}
+
+impl Text for [ProcessRow] {
+    fn text(&self) {
+        let several = self.iter().any(|p| p.server != self[0].server);
+        for p in self {
+            let on = if several { format!("  (on {})", p.server) } else { String::new() };
+            outln!("{:>6}  {:<18} {}{on}", p.id, p.kind, p.progress);
+        }
+    }
+}
+
+impl Text for [DomainRow] {
+    fn text(&self) {
+        for d in self {
+            outln!("{}  ({} nodes) {}", d.name, d.nodes.len(), d.description);
+            for c in &d.classes {
+                outln!(
+                    "  {:<16} versions-exist {}, versions-deleted {}, retain-extra {}, retain-only {}, retain-archive {}",
+                    c.name,
+                    limit(c.versions_exist),
+                    limit(c.versions_deleted),
+                    limit(c.retain_extra_days),
+                    limit(c.retain_only_days),
+                    limit(c.retain_version_days)
+                );
+            }
+        }
+    }
+}
+
+impl Text for [StgpoolRow] {
+    fn text(&self) {
+        outln!(
+            "{:<16} {:<5} {:>10} {:>14} {:>14} {:>12} {:>8}  location",
+            "pool",
+            "kind",
+            "containers",
+            "bytes",
+            "live bytes",
+            "reclaimable",
+            "damaged"
+        );
+        for p in self {
+            outln!(
+                "{:<16} {:<5} {:>10} {:>14} {:>14} {:>11.1}% {:>8}  {}",
+                p.name,
+                p.kind,
+                p.containers,
+                p.bytes,
+                p.live_bytes,
+                p.reclaimable_percent,
+                p.damaged_chunks,
+                p.location
+            );
+        }
+    }
+}
+
+impl Text for [VolhistRow] {
+    fn text(&self) {
+        outln!("{:<20} {:<10} {:>12} {:>6}  path", "time (UTC)", "kind", "bytes", "schema");
+        for e in self {
+            outln!(
+                "{:<20} {:<10} {:>12} {:>6}  {}{}",
+                format_time(e.time),
+                e.kind,
+                e.bytes,
+                e.schema,
+                e.path,
+                if e.detail.is_empty() { String::new() } else { format!(" ({})", e.detail) }
+            );
+        }
+    }
+}
+
+impl Text for ActlogReport {
+    fn text(&self) {
+        for e in &self.entries {
+            outln!("{}  {:<7}  {}", format_time(e.time), e.severity, e.message);
+        }
+    }
+}
+
+impl Text for ExpireReport {
+    fn text(&self) {
+        outln!(
+            "Process {}: expire inventory {}: examined {} versions, deleted {} backup versions and {} archives in {} filespaces, {:.1} s ({:.0} versions/s).",
+            self.process,
+            ended(&self.stopped),
+            self.examined,
+            self.backups,
+            self.archives,
+            self.filespaces,
+            self.seconds,
+            (self.backups + self.archives) as f64 / self.seconds.max(1e-9)
+        );
+    }
+}
+
+impl Text for ReclaimReport {
+    fn text(&self) {
+        let orphans = if self.orphans_skipped {
+            "orphan removal skipped (servers may share the pool)".to_owned()
+        } else {
+            format!("{} orphan containers removed", self.orphans)
+        };
+        outln!(
+            "Process {}: reclaim stgpool {}: {} containers reclaimed, {orphans}, {:.1} s.",
+            self.process,
+            ended(&self.stopped),
+            self.containers,
+            self.seconds
+        );
+    }
+}
+
+impl Text for BackupDbReport {
+    fn text(&self) {
+        outln!(
+            "Process {}: catalog backed up to {}: {} bytes of catalog (schema {}) in {} bytes, {:.1} s.",
+            self.process,
+            self.path,
+            self.catalog_bytes,
+            self.schema,
+            self.bytes,
+            self.seconds
+        );
+    }
+}
+
+impl Text for FilespaceDeleted<'_> {
+    fn text(&self) {
+        let r = &self.report;
+        outln!(
+            "Process {}: filespace {} of node {} {}: {} versions deleted, {:.1} s.",
+            r.process,
+            self.filespace,
+            self.node,
+            if r.stopped.is_none() { "deleted" } else { "partly deleted (cancelled)" },
+            r.versions,
+            r.seconds
+        );
+    }
+}
+
+impl Text for AuditReport {
+    fn text(&self) {
+        outln!(
+            "Process {}: audit stgpool {}: {} containers, {} chunks ({} bytes) verified, {:.1} s.",
+            self.process,
+            ended(&self.stopped),
+            self.containers,
+            self.chunks_read,
+            self.bytes_read,
+            self.seconds
+        );
+        for d in &self.damaged {
+            outln!(
+                "damaged: chunk {} in container {} at {}: {}",
+                d.chunk,
+                d.container,
+                d.offset,
+                d.reason
+            );
+        }
+        for o in &self.damaged_objects {
+            outln!("damaged version: {o}");
+        }
+        if !self.damaged.is_empty() {
+            outln!(
+                "{} damaged chunks in {} versions{}.",
+                self.damaged.len(),
+                self.damaged_objects.len(),
+                if self.marked {
+                    ": marked; the next backup of those files sends them again"
+                } else {
+                    "; --mark-damaged makes the next backup of those files send them again"
+                }
+            );
+        }
+        if !self.unknown_containers.is_empty() {
+            outln!(
+                "{} containers ({} bytes) the catalog does not know: {}",
+                self.unknown_containers.len(),
+                self.unknown_bytes,
+                self.unknown_containers.join(" ")
+            );
+        }
+        if self.unrecorded_bytes > 0 {
+            outln!(
+                "{} bytes in known containers past what the catalog recorded.",
+                self.unrecorded_bytes
+            );
+        }
+        if let Some(at) = self.restored_at {
+            outln!(
+                "The catalog was restored from a copy at {}: the unknown data above holds backups made after the copy, which the catalog cannot name; back those clients up again. {}",
+                format_time(at),
+                if self.released {
+                    "Released: reclamation may now delete it."
+                } else {
+                    "Reclamation keeps it until `--release-unknown`."
+                }
+            );
+        }
+    }
+}
+
+impl Text for qsm_catalog::copy::Migration {
+    fn text(&self) {
+        for t in &self.tables {
+            outln!("{:<20} {:>12} rows", t.table, t.rows);
+        }
+        outln!(
+            "Copied {} rows from {} to {} in {:.1} s; every table's rows and checksum verified.",
+            self.rows,
+            self.from,
+            self.to,
+            self.seconds
+        );
+    }
+}
