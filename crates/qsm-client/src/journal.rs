@@ -676,3 +676,98 @@ mod tests {
         assert!(changes_of(root, &overflow).is_err());
     }
 }
+
+/// What the next backup of a journaled root to one server will do.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct NextBackup {
+    /// The server, as backups record it (`Server::describe`).
+    pub server: String,
+    /// Whether it will send the journal's changes rather than scan.
+    pub uses_journal: bool,
+    /// The journal's changes it will send, if it uses the journal.
+    pub changes: Option<usize>,
+    /// Why it scans (or that it uses the journal).
+    pub why: String,
+}
+
+/// A journaled root as `qsm journal status` shows it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RootReport {
+    pub root: String,
+    /// Complete and kept by a running daemon.
+    pub valid: bool,
+    pub reason: String,
+    pub since: i64,
+    pub pending: u64,
+    pub next_backup: Vec<NextBackup>,
+}
+
+/// The server a backup would use, as `describe`s it, with its filespaces; or why it could
+/// not be asked.
+pub type Asked = std::result::Result<(String, Vec<qsm_types::model::Filespace>), String>;
+
+/// Every root of `j`, with what the next backup of each will do, as [`Journal::plan`] decides
+/// it for that backup: with `asked`'s filespace generation when the server could be asked;
+/// otherwise for each server a backup consumed the journal for, assuming its inventory is as
+/// that backup left it (said in `why`). `running`: whether the daemon keeps the journal.
+pub fn status_report(
+    j: &Journal,
+    running: bool,
+    asked: Option<&Asked>,
+    patterns: &str,
+) -> Result<Vec<RootReport>> {
+    let describe = |plan: Plan, server: String, assumed: Option<&str>| match plan {
+        Plan::Journal { changes, .. } => NextBackup {
+            server,
+            uses_journal: true,
+            changes: Some(changes.len()),
+            why: match assumed {
+                Some(a) => format!("the journal is valid, {a}"),
+                None => "the journal is valid".into(),
+            },
+        },
+        Plan::Scan { why, .. } => NextBackup { server, uses_journal: false, changes: None, why },
+    };
+    let mut all = Vec::new();
+    for r in j.status()? {
+        let mut next = Vec::new();
+        match asked {
+            Some(Ok((server, filespaces))) => match filespaces.iter().find(|f| f.name == r.root) {
+                Some(f) => {
+                    let plan = j.plan(&r.root, server, f.generation, patterns)?;
+                    next.push(describe(plan, server.clone(), None));
+                }
+                None => next.push(NextBackup {
+                    server: server.clone(),
+                    uses_journal: false,
+                    changes: None,
+                    why: format!("{} was never backed up there", r.root),
+                }),
+            },
+            _ => {
+                let cannot = match asked {
+                    Some(Err(e)) => format!("if its inventory is unchanged (cannot ask: {e})"),
+                    _ => "if its inventory is unchanged (no server or store to ask)".into(),
+                };
+                let consumers = j.consumers(&r.root)?;
+                if consumers.is_empty() {
+                    let plan = j.plan(&r.root, "", 0, patterns)?;
+                    next.push(describe(plan, "any server".into(), None));
+                }
+                for (server, generation) in consumers {
+                    let plan = j.plan(&r.root, &server, generation, patterns)?;
+                    next.push(describe(plan, server, Some(&cannot)));
+                }
+            }
+        }
+        all.push(RootReport {
+            valid: r.valid && running,
+            reason: if running { r.reason } else { "the journal daemon is not running".into() },
+            root: r.root,
+            since: r.since,
+            pending: r.pending,
+            next_backup: next,
+        });
+    }
+    Ok(all)
+}

@@ -12,6 +12,7 @@ use qsm_codec::{CompressOptions, Compression, StreamIndex, registry};
 use serde::Serialize;
 
 use crate::output::Output;
+use crate::render::{Text, emit};
 
 #[derive(Debug, Args)]
 pub struct CompressArgs {
@@ -373,37 +374,7 @@ pub fn info(args: InfoArgs) -> Result<()> {
         codecs,
         quanta_list: list,
     };
-    if args.json {
-        outln!("{}", serde_json::to_string_pretty(&info)?);
-        return Ok(());
-    }
-    outln!("file:         {}", info.file);
-    outln!("original:     {} bytes", info.raw_bytes);
-    outln!("stream:       {} bytes (ratio {:.3}:1)", info.stream_bytes, info.ratio);
-    outln!("quanta:       {} of {} bytes", info.quanta, info.quantum_size);
-    for c in &info.codecs {
-        outln!(
-            "codec {:<6} {} quanta ({} stored raw), {} -> {} bytes",
-            c.codec,
-            c.quanta,
-            c.raw_quanta,
-            c.raw_bytes,
-            c.stored_bytes
-        );
-    }
-    for q in &info.quanta_list {
-        outln!(
-            "  #{:<6} at {:>12}  raw {:>12}  {:<5} {:>9} -> {:>9}{}",
-            q.index,
-            q.frame_offset,
-            q.raw_offset,
-            q.codec,
-            q.raw_len,
-            q.stored_len,
-            if q.raw { "  (raw)" } else { "" }
-        );
-    }
-    Ok(())
+    emit(&info, args.json)
 }
 
 #[derive(Debug, Serialize)]
@@ -429,25 +400,57 @@ pub fn codecs(args: CodecsArgs) -> Result<()> {
             }
         })
         .collect();
-    if args.json {
-        outln!("{}", serde_json::to_string_pretty(&list)?);
-        return Ok(());
-    }
-    outln!("{:>3}  {:<6} levels", "id", "name");
-    for c in &list {
-        if c.min_level == c.max_level {
-            outln!("{:>3}  {:<6} -", c.id, c.name);
-        } else {
+    emit(&list[..], args.json)
+}
+
+impl Text for StreamInfo {
+    fn text(&self) {
+        outln!("file:         {}", self.file);
+        outln!("original:     {} bytes", self.raw_bytes);
+        outln!("stream:       {} bytes (ratio {:.3}:1)", self.stream_bytes, self.ratio);
+        outln!("quanta:       {} of {} bytes", self.quanta, self.quantum_size);
+        for c in &self.codecs {
             outln!(
-                "{:>3}  {:<6} {}..={} (default {})",
-                c.id,
-                c.name,
-                c.min_level,
-                c.max_level,
-                c.default_level
+                "codec {:<6} {} quanta ({} stored raw), {} -> {} bytes",
+                c.codec,
+                c.quanta,
+                c.raw_quanta,
+                c.raw_bytes,
+                c.stored_bytes
+            );
+        }
+        for q in &self.quanta_list {
+            outln!(
+                "  #{:<6} at {:>12}  raw {:>12}  {:<5} {:>9} -> {:>9}{}",
+                q.index,
+                q.frame_offset,
+                q.raw_offset,
+                q.codec,
+                q.raw_len,
+                q.stored_len,
+                if q.raw { "  (raw)" } else { "" }
             );
         }
     }
-    outln!("auto: {}, a probe stores incompressible quanta raw", Compression::AUTO);
-    Ok(())
+}
+
+impl Text for [CodecDesc] {
+    fn text(&self) {
+        outln!("{:>3}  {:<6} levels", "id", "name");
+        for c in self {
+            if c.min_level == c.max_level {
+                outln!("{:>3}  {:<6} -", c.id, c.name);
+            } else {
+                outln!(
+                    "{:>3}  {:<6} {}..={} (default {})",
+                    c.id,
+                    c.name,
+                    c.min_level,
+                    c.max_level,
+                    c.default_level
+                );
+            }
+        }
+        outln!("auto: {}, a probe stores incompressible quanta raw", Compression::AUTO);
+    }
 }

@@ -1,12 +1,15 @@
 //! `qsm journal`: the change-journal daemon and its status.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use qsm_client::journal;
+use qsm_types::time::format_time;
+
+use crate::render::{Text, emit};
 
 #[derive(Debug, Args)]
 pub struct JournalArgs {
@@ -71,131 +74,70 @@ pub fn journal(args: JournalArgs) -> Result<bool> {
             }
             let j = journal::Journal::open(&path)?;
             let running = journal::daemon_running(&path);
-            let roots = j.status()?;
-            let next = next_backups(&j, &roots, &home, &fingerprint)?;
-            if json {
-                let rows: Vec<_> = roots
-                    .iter()
-                    .zip(&next)
-                    .map(|(r, next)| {
-                        let next: Vec<_> = next.iter().map(|n| serde_json::json!({"server": n.server, "uses_journal": n.changes.is_some(), "changes": n.changes, "why": n.why})).collect();
-                        serde_json::json!({"root": r.root, "valid": r.valid && running, "reason": if running { r.reason.clone() } else { "the journal daemon is not running".into() }, "since": r.since, "pending": r.pending, "next_backup": next})
-                    })
-                    .collect();
-                outln!("{}", serde_json::to_string_pretty(&rows)?);
-            } else {
-                outln!(
-                    "Journal {}: daemon {}.",
-                    path.display(),
-                    if running { "running" } else { "not running" }
-                );
-                for (r, next) in roots.iter().zip(&next) {
-                    let state = if !running {
-                        "stale".to_owned()
-                    } else if r.valid {
-                        "valid".to_owned()
-                    } else {
-                        format!("incomplete: {}", r.reason)
-                    };
-                    outln!(
-                        "  {}: {state}, since {}, {} changes pending",
-                        r.root,
-                        qsm_types::time::format_time(r.since),
-                        r.pending
-                    );
-                    for n in next {
-                        match n.changes {
-                            Some(c) => outln!(
-                                "    next backup to {}: uses the journal ({c} changes): {}",
-                                n.server,
-                                n.why
-                            ),
-                            None => outln!("    next backup to {}: scans: {}", n.server, n.why),
-                        }
+            // The server a backup would use, and the generations of its filespaces: not
+            // opened (or created) when nothing is configured and no embedded store exists.
+            let asked: Option<journal::Asked> = match home.has_store() {
+                Ok(true) => Some(match home.open() {
+                    Ok(connected) => {
+                        let server = connected.server();
+                        server
+                            .filespaces()
+                            .map(|f| (server.describe(), f))
+                            .map_err(|e| e.to_string())
                     }
-                }
-            }
+                    Err(e) => Err(format!("{e:#}")),
+                }),
+                _ => None,
+            };
+            let roots = journal::status_report(&j, running, asked.as_ref(), &fingerprint)?;
+            emit(&Status { path: &path, running, roots }, json)?;
             Ok(true)
         }
     }
 }
 
-/// What the next backup of a journaled root to one server will do.
-struct NextBackup {
-    /// The server, as backups record it (`Server::describe`).
-    server: String,
-    /// The journal's changes it will send, if it uses the journal.
-    changes: Option<usize>,
-    /// Why it scans (or that it uses the journal).
-    why: String,
+/// `qsm journal status`: the roots, or in JSON just them.
+#[derive(serde::Serialize)]
+#[serde(transparent)]
+struct Status<'a> {
+    #[serde(skip)]
+    path: &'a Path,
+    #[serde(skip)]
+    running: bool,
+    roots: Vec<journal::RootReport>,
 }
 
-/// What the next backup of each of `roots` will do, as `Journal::plan` decides it for that
-/// backup: with the configured server's (or embedded store's) filespace generation when it
-/// can be asked; otherwise for each server a backup consumed the journal for, assuming its
-/// inventory is as that backup left it (said in `why`).
-fn next_backups(
-    j: &journal::Journal,
-    roots: &[journal::RootStatus],
-    home: &crate::conn::Conn,
-    patterns: &str,
-) -> Result<Vec<Vec<NextBackup>>> {
-    let describe = |plan: journal::Plan, server: String, assumed: Option<&str>| match plan {
-        journal::Plan::Journal { changes, .. } => NextBackup {
-            server,
-            changes: Some(changes.len()),
-            why: match assumed {
-                Some(a) => format!("the journal is valid, {a}"),
-                None => "the journal is valid".into(),
-            },
-        },
-        journal::Plan::Scan { why, .. } => NextBackup { server, changes: None, why },
-    };
-    // The server a backup would use, and the generations of its filespaces: not opened (or
-    // created) when nothing is configured and no embedded store exists.
-    let asked = match home.has_store() {
-        Ok(true) => match home.open() {
-            Ok(connected) => {
-                let server = connected.server();
-                let filespaces = server.filespaces().map_err(qsm_client::ClientError::from);
-                Some(filespaces.map(|f| (server.describe(), f)))
-            }
-            Err(e) => Some(Err(qsm_client::ClientError::Invalid(format!("{e:#}")))),
-        },
-        _ => None,
-    };
-    let mut all = Vec::with_capacity(roots.len());
-    for r in roots {
-        let mut next = Vec::new();
-        match &asked {
-            Some(Ok((server, filespaces))) => match filespaces.iter().find(|f| f.name == r.root) {
-                Some(f) => {
-                    let plan = j.plan(&r.root, server, f.generation, patterns)?;
-                    next.push(describe(plan, server.clone(), None));
-                }
-                None => next.push(NextBackup {
-                    server: server.clone(),
-                    changes: None,
-                    why: format!("{} was never backed up there", r.root),
-                }),
-            },
-            _ => {
-                let cannot = match &asked {
-                    Some(Err(e)) => format!("if its inventory is unchanged (cannot ask: {e})"),
-                    _ => "if its inventory is unchanged (no server or store to ask)".into(),
-                };
-                let consumers = j.consumers(&r.root)?;
-                if consumers.is_empty() {
-                    let plan = j.plan(&r.root, "", 0, patterns)?;
-                    next.push(describe(plan, "any server".into(), None));
-                }
-                for (server, generation) in consumers {
-                    let plan = j.plan(&r.root, &server, generation, patterns)?;
-                    next.push(describe(plan, server, Some(&cannot)));
+impl Text for Status<'_> {
+    fn text(&self) {
+        outln!(
+            "Journal {}: daemon {}.",
+            self.path.display(),
+            if self.running { "running" } else { "not running" }
+        );
+        for r in &self.roots {
+            let state = if !self.running {
+                "stale".to_owned()
+            } else if r.valid {
+                "valid".to_owned()
+            } else {
+                format!("incomplete: {}", r.reason)
+            };
+            outln!(
+                "  {}: {state}, since {}, {} changes pending",
+                r.root,
+                format_time(r.since),
+                r.pending
+            );
+            for n in &r.next_backup {
+                match n.changes {
+                    Some(c) => outln!(
+                        "    next backup to {}: uses the journal ({c} changes): {}",
+                        n.server,
+                        n.why
+                    ),
+                    None => outln!("    next backup to {}: scans: {}", n.server, n.why),
                 }
             }
         }
-        all.push(next);
     }
-    Ok(all)
 }
