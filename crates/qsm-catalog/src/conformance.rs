@@ -535,9 +535,12 @@ pub fn large_batches_and_streaming(cat: &dyn Catalog) -> CaseResult {
 
 /// Sessions, processes and the activity log.
 pub fn sessions_processes_activity(cat: &dyn Catalog) -> CaseResult {
+    use crate::coord::Coordination;
     let d = cat.define_domain("standard", "").map_err(e)?;
     let node = cat.register_node("alpha", "h", d).map_err(e)?;
-    let s = cat.start_session(node).map_err(e)?;
+    let server = cat.register_server("conformance", 60).map_err(e)?;
+    let (number, s) = cat.open_session(server, "alpha", Some(node), "qsm", "[::1]:1").map_err(e)?;
+    let s = s.ok_or("a node's session has no record")?;
     cat.update_session(s, 1000, 3).map_err(e)?;
     cat.update_session(s, 24, 1).map_err(e)?;
     let running = cat.running_sessions().map_err(e)?;
@@ -548,9 +551,10 @@ pub fn sessions_processes_activity(cat: &dyn Catalog) -> CaseResult {
             && running[0].state == "running",
         "sessions {running:?}"
     );
-    cat.end_session(s, "cancelled").map_err(e)?;
+    cat.close_session(number, "cancelled").map_err(e)?;
     ensure!(cat.running_sessions().map_err(e)?.is_empty(), "ended session still running");
-    let p = cat.start_process("expire inventory", "starting").map_err(e)?;
+    let p = cat.start_process_on(server, "expire inventory", "starting", &[]).map_err(e)?;
+    let p = p.map_err(|x| format!("refused: {x:?}"))?;
     cat.end_process(p, "ended", "deleted 12 versions").map_err(e)?;
     let proc = cat.process(p).map_err(e)?.ok_or("process missing")?;
     ensure!(
@@ -1258,8 +1262,11 @@ pub fn deleting_filespaces_and_nodes(cat: &dyn Catalog) -> CaseResult {
         matches!(cat.delete_filespace(fx.fs, 2, &stop), Err(CatalogError::NotFound { .. })),
         "a deleted filespace deleted again"
     );
-    let session = cat.start_session(node).map_err(e)?;
-    cat.end_session(session, "ended").map_err(e)?;
+    use crate::coord::Coordination;
+    let server = cat.register_server("conformance", 60).map_err(e)?;
+    let (session, _) =
+        cat.open_session(server, "alpha", Some(node), "qsm", "[::1]:1").map_err(e)?;
+    cat.close_session(session, "ended").map_err(e)?;
     cat.delete_node(node).map_err(e)?;
     ensure!(cat.node("alpha").map_err(e)?.is_none(), "the node is still there");
     consistent(cat)

@@ -281,16 +281,10 @@ pub trait Catalog: Send + Sync + std::fmt::Debug {
     fn stats(&self) -> Result<CatalogStats>;
 
     // --- sessions, processes, activity log ---
-    /// Records a new session of `node`.
-    fn start_session(&self, node: NodeId) -> Result<SessionId>;
     /// Adds to a session's counters.
     fn update_session(&self, session: SessionId, bytes: u64, objects: u64) -> Result<()>;
-    /// Ends a session with `state` ("ended", "cancelled", "failed").
-    fn end_session(&self, session: SessionId, state: &str) -> Result<()>;
     /// Sessions still running.
     fn running_sessions(&self) -> Result<Vec<Session>>;
-    /// Records a new process.
-    fn start_process(&self, kind: &str, detail: &str) -> Result<ProcessId>;
     /// Ends a process with `state` and a final `detail`.
     fn end_process(&self, process: ProcessId, state: &str, detail: &str) -> Result<()>;
     /// A process by id.

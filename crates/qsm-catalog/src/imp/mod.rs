@@ -321,20 +321,11 @@ impl<B: Backend + std::fmt::Debug> Catalog for B {
     }
 
     // --- sessions, processes, activity log ---
-    fn start_session(&self, node: NodeId) -> Result<SessionId> {
-        sessions::start_session(self, node)
-    }
     fn update_session(&self, session: SessionId, bytes: u64, objects: u64) -> Result<()> {
         sessions::update_session(self, session, bytes, objects)
     }
-    fn end_session(&self, session: SessionId, state: &str) -> Result<()> {
-        sessions::end_session(self, session, state)
-    }
     fn running_sessions(&self) -> Result<Vec<Session>> {
         sessions::running_sessions(self)
-    }
-    fn start_process(&self, kind: &str, detail: &str) -> Result<ProcessId> {
-        sessions::start_process(self, kind, detail)
     }
     fn end_process(&self, process: ProcessId, state: &str, detail: &str) -> Result<()> {
         sessions::end_process(self, process, state, detail)

@@ -3,16 +3,6 @@
 use super::*;
 use crate::sql;
 
-pub(super) fn start_session(b: &dyn Backend, node: NodeId) -> Result<SessionId> {
-    sql::auto(b, "starting a session", |s| {
-        s.insert(
-            "INSERT INTO sessions (node_id, started, state) VALUES (?1, ?2, 'running')",
-            &[node.0.into(), crate::now().into()],
-        )
-    })
-    .map(SessionId)
-}
-
 pub(super) fn update_session(
     b: &dyn Backend,
     session: SessionId,
@@ -23,16 +13,6 @@ pub(super) fn update_session(
         s.execute(
             "UPDATE sessions SET bytes = bytes + ?1, objects = objects + ?2 WHERE id = ?3",
             &[(bytes as i64).into(), (objects as i64).into(), session.0.into()],
-        )
-    })
-    .map(|_| ())
-}
-
-pub(super) fn end_session(b: &dyn Backend, session: SessionId, state: &str) -> Result<()> {
-    sql::auto(b, "ending a session", |s| {
-        s.execute(
-            "UPDATE sessions SET ended = ?1, state = ?2 WHERE id = ?3",
-            &[crate::now().into(), state.into(), session.0.into()],
         )
     })
     .map(|_| ())
@@ -57,16 +37,6 @@ pub(super) fn running_sessions(b: &dyn Backend) -> Result<Vec<Session>> {
             },
         )
     })
-}
-
-pub(super) fn start_process(b: &dyn Backend, kind: &str, detail: &str) -> Result<ProcessId> {
-    sql::auto(b, "starting a process", |s| {
-        s.insert(
-            "INSERT INTO processes (kind, started, state, detail) VALUES (?1, ?2, 'running', ?3)",
-            &[kind.into(), crate::now().into(), detail.into()],
-        )
-    })
-    .map(ProcessId)
 }
 
 pub(super) fn end_process(
