@@ -135,14 +135,7 @@ fn new_id() -> Result<String> {
 impl Journal {
     /// Opens (creating) the journal database at `path`.
     pub fn open(path: &Path) -> Result<Journal> {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::os::unix::fs::DirBuilderExt::mode(
-                std::fs::DirBuilder::new().recursive(true),
-                0o700,
-            )
-            .create(dir)
-            .map_err(ClientError::io("creating", dir))?;
-        }
+        crate::private::make_parent(path)?;
         // Created owner-only before SQLite opens it (its WAL and shared-memory files take the
         // database's mode): the journal lists the names of changed files.
         let _ = std::os::unix::fs::OpenOptionsExt::mode(

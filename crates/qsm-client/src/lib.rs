@@ -8,6 +8,11 @@
 //! It knows no storage: it speaks to a server through the node interface
 //! ([`server::Server`]), which the server core implements in this process (the embedded
 //! default, `qsm_server::Embedded`) and [`remote::RemoteServer`] across the network.
+//!
+//! With encryption on, the node's key is [`keyring`]'s: which key file, when the server's copy
+//! is fetched, made, given or left alone, and the key commands' decisions; it asks
+//! passphrases through [`Passphrases`] and reports through [`keyring::Notice`], so that the
+//! CLI only asks and words.
 
 pub mod adaptive;
 pub mod archives;
@@ -20,7 +25,9 @@ pub mod error;
 pub mod filter;
 pub mod fsmeta;
 pub mod journal;
+pub mod keyring;
 pub mod keys;
+mod private;
 pub mod remote;
 pub mod report;
 pub mod restore;
@@ -31,4 +38,5 @@ pub mod throttle;
 pub use backup::{BackupOptions, BackupSummary, Progress, archive, backup};
 pub use error::{ClientError, Result};
 pub use filter::Filter;
+pub use keyring::{KeyUse, Keyring, Passphrases};
 pub use restore::{RestoreOptions, RestoreSummary, Selection, restore};

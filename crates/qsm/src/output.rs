@@ -160,9 +160,9 @@ impl Output {
             path.file_name().with_context(|| format!("{} is not a file name", path.display()))?;
         let tmp =
             dir.join(format!(".{}.qsm-partial-{}", name.to_string_lossy(), std::process::id()));
-        // Exclusive and owner-only until the caller sets the final permissions: never through
-        // a file or symlink already at the name, never readable by others meanwhile. A
-        // leftover of this pid's earlier run (pids are reused) is removed first.
+        // Exclusive and owner-only: never through a file or symlink already at the name, never
+        // readable by others. A leftover of this pid's earlier run (pids are reused) is
+        // removed first.
         let _ = std::fs::remove_file(&tmp);
         let file = std::os::unix::fs::OpenOptionsExt::mode(
             std::fs::OpenOptions::new().write(true).create_new(true),
@@ -175,15 +175,6 @@ impl Output {
             path: path.to_path_buf(),
             writer: BufWriter::with_capacity(1 << 20, file),
         })
-    }
-
-    /// Sets the permissions of the file being written (its temporary name, before anything
-    /// is written, so it is never readable more widely); stdout and sinks have none to set.
-    pub fn set_permissions(&self, perm: std::fs::Permissions) -> io::Result<()> {
-        match self {
-            Output::File { writer, .. } => writer.get_ref().set_permissions(perm),
-            Output::Stdout(_) | Output::Discard(_) => Ok(()),
-        }
     }
 
     /// A sink that verifies without writing (`--test`).
