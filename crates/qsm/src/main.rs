@@ -7,7 +7,6 @@ mod render;
 
 mod cmd;
 mod conn;
-mod key_cmd;
 mod usage;
 
 use std::process::ExitCode;
@@ -52,7 +51,7 @@ enum Command {
     #[command(subcommand)]
     Stand(cmd::stand::StandCommand),
     /// The node's encryption key: init, show-fingerprint, change-passphrase.
-    Key(key_cmd::KeyArgs),
+    Key(cmd::key::KeyArgs),
     /// The change journal: a daemon recording what changes, so backups need not scan.
     Journal(cmd::journal::JournalArgs),
 }
@@ -77,7 +76,7 @@ fn main() -> ExitCode {
         Command::Info(args) => cmd::codec::info(args).map(|()| true),
         Command::Codecs(args) => cmd::codec::codecs(args).map(|()| true),
         Command::Stand(cmd) => cmd::stand::stand(cmd),
-        Command::Key(args) => key_cmd::key(args),
+        Command::Key(args) => cmd::key::key(args),
         Command::Journal(args) => cmd::journal::journal(args),
     };
     if let (Ok(_), Some(why)) = (&result, output::failure()) {

@@ -95,7 +95,7 @@ pub(crate) fn filespace_arg(given: &Path) -> Result<String> {
 pub fn patterns_fingerprint(config: &ClientConfig, patterns: &Patterns) -> Result<String> {
     let filter = backup_options(config, None, None, patterns)?.filter;
     let key = match config.encryption {
-        Some(true) => crate::key_cmd::stated_fingerprint(config.key_file.clone()),
+        Some(true) => crate::cmd::key::stated_fingerprint(config.key_file.clone()),
         _ => None,
     };
     Ok(qsm_client::journal::selection(&filter, key.as_deref()))

@@ -5,6 +5,7 @@ pub mod archive;
 pub mod backup;
 pub mod codec;
 pub mod journal;
+pub mod key;
 pub mod query;
 pub mod restore;
 pub mod retrieve;

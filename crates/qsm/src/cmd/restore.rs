@@ -12,8 +12,8 @@ use qsm_types::model::ObjectId;
 use qsm_types::time::parse_time;
 use serde::Serialize;
 
+use crate::cmd::key::KeyUse;
 use crate::conn::Conn;
-use crate::key_cmd::KeyUse;
 use crate::render::{Text, emit, mb};
 
 use super::Complete;
@@ -94,7 +94,7 @@ pub(crate) fn restore_protection(
 ) -> Result<(Option<std::sync::Arc<qsm_client::keys::NodeKeys>>, bool)> {
     let config = home.config()?;
     let required = config.encryption.unwrap_or(false);
-    let keys = crate::key_cmd::node_keys(
+    let keys = crate::cmd::key::node_keys(
         key_file.or(config.key_file),
         config.cipher.as_deref(),
         server,

@@ -7,8 +7,8 @@ use anyhow::{Context, Result};
 use clap::Args;
 use qsm_client::{BackupOptions, BackupSummary};
 
+use crate::cmd::key::KeyUse;
 use crate::conn::{ClientConfig, Conn, Connected};
-use crate::key_cmd::KeyUse;
 use crate::render::mb;
 
 /// Deduplication and encryption, over the client configuration's `dedup` and `encryption`.
@@ -55,7 +55,7 @@ impl Protect {
         options.dedup_cache = connected.dedup_cache(home);
         if self.encryption.or(config.encryption).unwrap_or(false) {
             let given = self.key_file.clone().or(config.key_file.clone());
-            options.encryption = crate::key_cmd::node_keys(
+            options.encryption = crate::cmd::key::node_keys(
                 given,
                 config.cipher.as_deref(),
                 connected.server().as_ref(),
