@@ -41,8 +41,8 @@ const MAY_USE: &[(&str, &[&str])] = &[
             "qsm-crypt",
             "qsm-proto",
             "qsm-types",
-            // `qsm admin migrate-catalog` opens two catalogs directly, and the policy's
-            // NOLIMIT is the catalog's: the CLI is not yet thin (issue 25.6).
+            // `qsm admin migrate-catalog` copies one catalog into another, by themselves,
+            // with no server running (`qsm_catalog::copy::migrate`).
             "qsm-catalog",
         ],
     ),
