@@ -60,6 +60,18 @@ pub enum CatalogError {
         /// What the database said, and the space left.
         detail: String,
     },
+    /// The disk holding the catalog failed (an I/O error, not a full disk).
+    #[error(
+        "the disk holding the catalog {path} failed while {op}: {detail}; what was being done is not counted as done: check the disk (dmesg), then run `qsm admin audit stgpool`"
+    )]
+    DiskFailed {
+        /// The catalog's database file.
+        path: PathBuf,
+        /// What was being done.
+        op: &'static str,
+        /// Which I/O step failed, and what SQLite said.
+        detail: String,
+    },
     /// The database failed.
     #[error("catalog database error while {op}: {source}")]
     Db {
@@ -75,6 +87,16 @@ pub enum CatalogError {
         op: &'static str,
         /// The driver's error.
         source: tokio_postgres::Error,
+    },
+    /// A file operation around the database failed (syncing its directory).
+    #[error("catalog: {op} {path}: {source}")]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// On what.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
     },
     /// The catalog's database cannot be reached.
     #[error("the catalog database {what} is unavailable: {detail}")]

@@ -66,15 +66,38 @@ fn classify(path: &Path, op: &'static str) -> impl FnOnce(rusqlite::Error) -> Ca
         // SQLite reports ENOSPC on its shared-memory file (growing the WAL index) as a plain
         // "disk I/O error", and a write refused by a catalog opened read-only because its disk
         // was full as "readonly": either, on a disk with (almost) nothing left, is that disk.
-        Some(ErrorCode::SystemIoFailure | ErrorCode::ReadOnly) => match space_left(path) {
+        Some(code @ (ErrorCode::SystemIoFailure | ErrorCode::ReadOnly)) => match space_left(path) {
             Some(free) if free < LOW_SPACE => CatalogError::DiskFull {
                 path: path.to_path_buf(),
                 op,
                 detail: format!("{free} bytes free; SQLite: {e}"),
             },
+            _ if code == ErrorCode::SystemIoFailure => CatalogError::DiskFailed {
+                path: path.to_path_buf(),
+                op,
+                detail: format!("{} failed; SQLite: {e}", io_step(&e)),
+            },
             _ => CatalogError::Db { op, source: e },
         },
         _ => CatalogError::Db { op, source: e },
+    }
+}
+
+/// Which step of SQLite's I/O an error is (its extended code), for messages.
+fn io_step(e: &rusqlite::Error) -> &'static str {
+    let rusqlite::Error::SqliteFailure(f, _) = e else { return "an I/O call" };
+    match f.extended_code {
+        rusqlite::ffi::SQLITE_IOERR_FSYNC | rusqlite::ffi::SQLITE_IOERR_DIR_FSYNC => "a sync",
+        rusqlite::ffi::SQLITE_IOERR_WRITE => "a write",
+        rusqlite::ffi::SQLITE_IOERR_READ | rusqlite::ffi::SQLITE_IOERR_SHORT_READ => "a read",
+        rusqlite::ffi::SQLITE_IOERR_TRUNCATE => "a truncation",
+        c if c & 0xff == rusqlite::ffi::SQLITE_IOERR
+            && (rusqlite::ffi::SQLITE_IOERR_SHMOPEN..=rusqlite::ffi::SQLITE_IOERR_SHMMAP)
+                .contains(&c) =>
+        {
+            "the shared-memory (-shm) file"
+        }
+        _ => "an I/O call",
     }
 }
 
@@ -148,7 +171,18 @@ fn open_connection(path: &Path) -> Result<Connection> {
     // database file's permissions. A failure here is reported by the open below.
     if !path.exists() {
         use std::os::unix::fs::OpenOptionsExt;
-        let _ = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path);
+        let created =
+            std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path);
+        // SQLite syncs the directory when it creates a WAL, never for the database file
+        // itself: without this, a power cut could leave the pool and lose the catalog's name
+        // (found by tests/powercut.rs, issue 28).
+        if created.is_ok() {
+            qsm_types::durable::sync_parent(path).map_err(|e| CatalogError::Io {
+                op: "syncing the new catalog's directory",
+                path: path.to_path_buf(),
+                source: e,
+            })?;
+        }
     }
     let conn = Connection::open(path).map_err(classify(path, "opening the database"))?;
     conn.busy_timeout(std::time::Duration::from_millis(u64::from(BUSY_TIMEOUT_MS)))

@@ -116,6 +116,7 @@ pub fn volhist(data_dir: &Path) -> Result<Vec<VolhistEntry>, String> {
 fn record(data_dir: &Path, entry: &VolhistEntry) -> Result<(), String> {
     let path = data_dir.join(VOLHIST);
     let line = serde_json::to_string(entry).map_err(|e| e.to_string())?;
+    let new = !path.exists();
     let mut f = OpenOptions::new()
         .create(true)
         .append(true)
@@ -123,14 +124,15 @@ fn record(data_dir: &Path, entry: &VolhistEntry) -> Result<(), String> {
         .map_err(|e| format!("opening {}: {e}", path.display()))?;
     writeln!(f, "{line}")
         .and_then(|()| f.sync_all())
-        .map_err(|e| format!("writing {}: {e}", path.display()))
+        .map_err(|e| format!("writing {}: {e}", path.display()))?;
+    // A new history's name is durable only once its directory is synced (issue 28: a power
+    // cut lost the history of a catalog backup reported done).
+    if new { sync_parent(&path) } else { Ok(()) }
 }
 
 fn sync_parent(path: &Path) -> Result<(), String> {
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| format!("syncing {}: {e}", dir.display()))
+    qsm_types::durable::sync_parent(path)
+        .map_err(|e| format!("syncing the directory of {}: {e}", path.display()))
 }
 
 /// Removes a temporary file when dropped, unless disarmed.
@@ -158,7 +160,8 @@ fn destination(config: &ServerConfig, to: Option<&Path>, now: i64) -> Result<Pat
         ),
         None => (dir_default, None),
     };
-    std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    qsm_types::durable::create_dir_all(&dir, 0o700)
+        .map_err(|e| format!("creating {}: {e}", dir.display()))?;
     let path = match name {
         Some(p) => p,
         None => {

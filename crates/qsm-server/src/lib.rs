@@ -67,15 +67,10 @@ pub fn run(config: ServerConfig, ready: impl FnOnce(&Listening)) -> Result<(), S
 /// Creates `dir` owner-only if it does not exist: the pool holds every backed-up file
 /// unencrypted, including ones that were private at the source.
 pub(crate) fn create_private_dir(dir: &Path) -> Result<(), ServerError> {
-    use std::os::unix::fs::DirBuilderExt;
-    if !dir.exists() {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .map_err(|e| ServerError::Failed(format!("creating {}: {e}", dir.display())))?;
-    }
-    Ok(())
+    // Each new level is synced into its parent: the catalog and pool below it must not lose
+    // their directory to a power cut.
+    qsm_types::durable::create_dir_all(dir, 0o700)
+        .map_err(|e| ServerError::Failed(format!("creating {}: {e}", dir.display())))
 }
 
 async fn serve(config: ServerConfig, ready: impl FnOnce(&Listening)) -> Result<(), ServerError> {

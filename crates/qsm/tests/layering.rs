@@ -9,6 +9,8 @@ use std::process::Command;
 /// only: the CLI at the top, the vocabulary and the codecs at the bottom.
 const MAY_USE: &[(&str, &[&str])] = &[
     ("qsm-types", &[]),
+    // Tests only: a FUSE file system that forgets what was not synced.
+    ("qsm-powercut", &[]),
     ("qsm-codec", &[]),
     ("qsm-crypt", &["qsm-codec"]),
     ("qsm-stand", &["qsm-codec"]),
