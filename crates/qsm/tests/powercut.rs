@@ -160,6 +160,44 @@ fn versions(e: &Embedded) -> Versions {
     all
 }
 
+/// Each file version's path below its filespace.
+fn paths(e: &Embedded) -> BTreeMap<ObjectId, Vec<u8>> {
+    let catalog = e.core().store.catalog();
+    let node = catalog.node("local").unwrap().expect("the embedded node").id;
+    let mut all = BTreeMap::new();
+    for fs in catalog.filespaces(node).unwrap() {
+        catalog
+            .for_each_version(fs.id, &mut |v| {
+                if v.object_type == ObjectType::File {
+                    all.insert(v.id, v.path.clone());
+                }
+                Ok(())
+            })
+            .unwrap();
+    }
+    all
+}
+
+/// The hash and length of every file below `src`, by path relative to it.
+fn source_files(src: &Path) -> BTreeMap<Vec<u8>, (u64, usize)> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut all = BTreeMap::new();
+    let mut dirs = vec![src.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                let data = std::fs::read(&path).unwrap();
+                let rel = path.strip_prefix(src).unwrap().as_os_str().as_bytes().to_vec();
+                all.insert(rel, (xxh3_64(&data), data.len()));
+            }
+        }
+    }
+    all
+}
+
 /// Runs the scenario's steps on the store in `home`, backing up `src`, until one fails.
 /// Returns the steps that completed and the versions after each (only when `record`).
 fn run(home: &Path, src: &Path, target: &Path, record: bool) -> (usize, Vec<Versions>) {
@@ -195,7 +233,24 @@ fn run(home: &Path, src: &Path, target: &Path, record: bool) -> (usize, Vec<Vers
             return (k, seen);
         }
         if record {
-            seen.push(versions(&e));
+            let now = versions(&e);
+            // Each version a backup made holds the file as the source held it then.
+            if let Step::Backup(_) = step {
+                let source = source_files(src);
+                let before = seen.last().cloned().unwrap_or_default();
+                for (id, path) in paths(&e) {
+                    if !before.contains_key(&id) {
+                        assert_eq!(
+                            now[&id],
+                            source.get(&path).copied(),
+                            "version {} of {}",
+                            id.0,
+                            String::from_utf8_lossy(&path)
+                        );
+                    }
+                }
+            }
+            seen.push(now);
         }
     }
     (STEPS.len(), seen)
