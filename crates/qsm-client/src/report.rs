@@ -401,3 +401,54 @@ pub fn filespaces(server: &dyn Server) -> Result<Vec<FilespaceRow>> {
         .map(|f| FilespaceRow { name: f.name, id: f.id.0, created: f.created })
         .collect())
 }
+
+/// One entry a restore would write (`qsm restore --dry-run`).
+#[derive(Debug, Clone, Serialize)]
+pub struct PlannedRow {
+    #[serde(flatten)]
+    pub name: NameJson,
+    /// "file", "directory", "symlink", ...
+    pub kind: &'static str,
+    /// Bytes of data (files).
+    pub size: u64,
+    pub id: i64,
+}
+
+/// What a restore would write, nothing written (`qsm restore --dry-run`).
+#[derive(Debug, Clone, Serialize)]
+pub struct RestorePlan {
+    pub filespace: String,
+    pub target: String,
+    pub entries: Vec<PlannedRow>,
+    /// Entries, and bytes of file data.
+    pub count: u64,
+    pub bytes: u64,
+}
+
+impl RestorePlan {
+    /// The plan of `selected`, a restore of `filespace` into `target`.
+    pub fn new(selected: &crate::restore::Selected, filespace: &str, target: &Path) -> RestorePlan {
+        let entries: Vec<PlannedRow> = selected
+            .versions
+            .iter()
+            .filter(|v| !selected.ancestors.contains(&v.id))
+            .map(|v| PlannedRow {
+                name: NameJson::new(&v.path),
+                kind: v.object_type.name(),
+                size: if v.object_type == qsm_types::model::ObjectType::File {
+                    v.attrs.size
+                } else {
+                    0
+                },
+                id: v.id.0,
+            })
+            .collect();
+        RestorePlan {
+            filespace: filespace.to_owned(),
+            target: name_json(target.as_os_str().as_bytes()).0,
+            count: entries.len() as u64,
+            bytes: entries.iter().map(|e| e.size).sum(),
+            entries,
+        }
+    }
+}

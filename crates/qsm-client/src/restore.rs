@@ -80,6 +80,21 @@ pub struct RestoreOptions {
     /// that replaces an encrypted file's frames with plaintext ones of its choosing is not
     /// caught (the client cannot tell them from files backed up before encryption was on).
     pub require_sealed: bool,
+    /// Include and exclude patterns, in the backup's pattern language ([`crate::filter`]),
+    /// matched against paths relative to the filespace root and against the absolute paths
+    /// they were backed up from.
+    pub filter: crate::Filter,
+}
+
+/// What a restore would restore, chosen before anything is written.
+#[derive(Debug, Clone)]
+pub struct Selected {
+    /// The filespace.
+    pub filespace: qsm_types::model::FilespaceId,
+    /// The versions, in path order: what was asked, and the directories on the way to it.
+    pub versions: Vec<ObjectVersion>,
+    /// Those of `versions` that are only directories on the way (created, never changed).
+    pub ancestors: HashSet<ObjectId>,
 }
 
 /// What a restore did.
@@ -235,13 +250,10 @@ fn place(path: &[u8], sub: &[u8]) -> Place {
     }
 }
 
-/// Restores versions of `filespace` from `server` into `target`.
-pub fn restore(
-    server: &dyn Server,
-    filespace: &str,
-    target: &Path,
-    options: &RestoreOptions,
-) -> Result<RestoreSummary> {
+/// Chooses what a restore of `filespace` with `options` restores: the versions its
+/// selection, subpath and patterns take, and the directories on the way to them. Nothing
+/// chosen is an error saying why.
+pub fn select(server: &dyn Server, filespace: &str, options: &RestoreOptions) -> Result<Selected> {
     let fs_id = server.open_filespace(filespace, false)?.ok_or_else(|| {
         ClientError::Invalid(format!(
             "no backup of {filespace} in the {} (see `qsm query filespace`)",
@@ -323,6 +335,22 @@ pub fn restore(
             Ok(())
         })?,
     }
+    if matched > 0 && !options.filter.is_empty() {
+        matched = apply_filter(&options.filter, filespace, &mut versions, &ancestors);
+        if matched == 0 {
+            return Err(ClientError::Invalid(format!(
+                "nothing to restore: the patterns (--include, --exclude) match nothing {}",
+                match &options.subpath {
+                    Some(p) => format!(
+                        "below {}/{}",
+                        filespace.trim_end_matches('/'),
+                        String::from_utf8_lossy(p)
+                    ),
+                    None => format!("in the backup of {filespace}"),
+                }
+            )));
+        }
+    }
     if matched == 0 {
         // Said before anything is created: a restore of nothing leaves no empty target.
         let shown = match &options.subpath {
@@ -346,6 +374,92 @@ pub fn restore(
             ),
         }));
     }
+    Ok(Selected { filespace: fs_id, versions, ancestors })
+}
+
+/// Keeps of `versions` (not `ancestors`) what `filter` takes, as a backup with it would have:
+/// an excluded directory takes nothing below it; with includes, only what matches one or lies
+/// below a directory that does, and the directories on the way to those. Returns how many
+/// asked-for versions are left.
+fn apply_filter(
+    filter: &crate::Filter,
+    filespace: &str,
+    versions: &mut Vec<ObjectVersion>,
+    ancestors: &HashSet<ObjectId>,
+) -> u64 {
+    use crate::filter::Verdict;
+    let root = Path::new(filespace);
+    // Path order: a directory comes before what it holds.
+    versions.sort_by(|a, b| a.path.cmp(&b.path));
+    let mut excluded: HashSet<Vec<u8>> = HashSet::new();
+    let mut included: HashSet<Vec<u8>> = HashSet::new();
+    let parents = |path: &[u8]| -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        let mut end = path.len();
+        while let Some(i) = path[..end].iter().rposition(|&b| b == b'/') {
+            out.push(path[..i].to_vec());
+            end = i;
+        }
+        out.push(Vec::new());
+        out
+    };
+    let mut keep = vec![false; versions.len()];
+    let mut unmatched_dirs = Vec::new();
+    for (i, v) in versions.iter().enumerate() {
+        if ancestors.contains(&v.id) {
+            keep[i] = true;
+            continue;
+        }
+        let up = parents(&v.path);
+        if up.iter().any(|p| excluded.contains(p)) {
+            continue;
+        }
+        let is_dir = v.object_type == ObjectType::Directory;
+        let parent_included = up.iter().any(|p| included.contains(p));
+        let abs = root.join(OsStr::from_bytes(&v.path));
+        match filter.verdict(&v.path, &abs, is_dir, parent_included) {
+            Verdict::Excluded if is_dir => {
+                excluded.insert(v.path.clone());
+            }
+            Verdict::Excluded => {}
+            Verdict::Included => {
+                keep[i] = true;
+                if is_dir {
+                    included.insert(v.path.clone());
+                }
+            }
+            Verdict::Unmatched if is_dir => unmatched_dirs.push(i),
+            Verdict::Unmatched => {}
+        }
+    }
+    // A directory no include matched is restored only on the way to something that is.
+    let kept_paths: Vec<Vec<u8>> =
+        versions.iter().zip(&keep).filter(|(_, k)| **k).map(|(v, _)| v.path.clone()).collect();
+    for i in unmatched_dirs {
+        let dir = &versions[i].path;
+        if kept_paths.iter().any(|p| p != dir && crate::scan::within(p, dir)) {
+            keep[i] = true;
+        }
+    }
+    let mut asked = 0;
+    let mut k = keep.iter();
+    versions.retain(|v| {
+        let kept = *k.next().unwrap_or(&false);
+        asked += u64::from(kept && !ancestors.contains(&v.id) && !v.path.is_empty());
+        kept
+    });
+    asked
+}
+
+/// Restores versions of `filespace` from `server` into `target`.
+pub fn restore(
+    server: &dyn Server,
+    filespace: &str,
+    target: &Path,
+    options: &RestoreOptions,
+) -> Result<RestoreSummary> {
+    let Selected { filespace: fs_id, mut versions, ancestors } =
+        select(server, filespace, options)?;
     resolve_outside_links(server, fs_id, &mut versions)?;
     // A filespace whose root is a file (a single file was backed up) restores like `cp`: into
     // the target if it is a directory, as the target otherwise.

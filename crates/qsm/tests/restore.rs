@@ -766,3 +766,110 @@ fn names_that_are_not_utf8_are_named_on_the_command_line_and_exact_in_json() {
         "{report}"
     );
 }
+
+/// Issue 24.3: a restore takes only what `--include` and `--exclude` select (the backup's
+/// pattern language), `--dry-run` lists it and writes nothing, and `qsm query backup` says
+/// so when a path lists nothing.
+#[test]
+fn restore_selects_with_patterns_and_dry_run_writes_nothing() {
+    let dir = TempDir::new().unwrap();
+    let home = dir.path().join("home");
+    let src = dir.path().join("src");
+    fs::create_dir_all(src.join("etc/ssh")).unwrap();
+    fs::create_dir_all(src.join("cache")).unwrap();
+    fs::write(src.join("etc/ssh/sshd.conf"), b"port 22\n").unwrap();
+    fs::write(src.join("etc/hosts"), b"127.0.0.1 localhost\n").unwrap();
+    fs::write(src.join("cache/big.bin"), vec![7u8; 10_000]).unwrap();
+    fs::write(src.join("notes.conf"), b"x\n").unwrap();
+    qsm(&home).arg("backup").arg(&src).assert().success();
+
+    // Names at any depth; the directories on the way come too, nothing else.
+    let to = dir.path().join("conf");
+    qsm(&home)
+        .arg("restore")
+        .arg(&src)
+        .arg("--to")
+        .arg(&to)
+        .args(["--include", "*.conf"])
+        .assert()
+        .success();
+    assert_eq!(fs::read(to.join("etc/ssh/sshd.conf")).unwrap(), b"port 22\n");
+    assert_eq!(fs::read(to.join("notes.conf")).unwrap(), b"x\n");
+    assert!(!to.join("etc/hosts").exists() && !to.join("cache").exists());
+
+    // An excluded directory takes everything below it; an exclude beats an include.
+    let to = dir.path().join("most");
+    qsm(&home)
+        .arg("restore")
+        .arg(&src)
+        .arg("--to")
+        .arg(&to)
+        .args(["--exclude", "cache/", "--exclude", "notes.conf", "--include", "*.conf"])
+        .assert()
+        .success();
+    assert!(to.join("etc/ssh/sshd.conf").exists());
+    assert!(!to.join("cache").exists() && !to.join("notes.conf").exists());
+
+    // A dry run lists with sizes, as text and JSON, and writes nothing.
+    let to = dir.path().join("dry");
+    let out = qsm(&home)
+        .arg("restore")
+        .arg(&src)
+        .arg("--to")
+        .arg(&to)
+        .args(["--exclude", "etc/", "--dry-run", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let paths: Vec<&str> =
+        plan["entries"].as_array().unwrap().iter().map(|e| e["path"].as_str().unwrap()).collect();
+    assert!(paths.contains(&"cache/big.bin") && !paths.iter().any(|p| p.starts_with("etc")));
+    assert_eq!(plan["bytes"], 10_002, "{plan}");
+    assert!(!to.exists(), "a dry run wrote {}", to.display());
+    qsm(&home)
+        .arg("restore")
+        .arg(&src)
+        .arg("--to")
+        .arg(&to)
+        .arg("--dry-run")
+        .assert()
+        .success()
+        .stdout(
+            predicate::str::contains("cache/big.bin")
+                .and(predicate::str::contains("nothing was written")),
+        );
+    assert!(!to.exists());
+
+    // Patterns that match nothing fail (exit 1), saying so; a bad pattern is bad usage.
+    qsm(&home)
+        .arg("restore")
+        .arg(&src)
+        .arg("--to")
+        .arg(&to)
+        .args(["--include", "*.md"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("match nothing"));
+    assert!(!to.exists());
+    qsm(&home)
+        .arg("restore")
+        .arg(&src)
+        .args(["--include", "[", "--dry-run"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("include pattern"));
+
+    // `query backup` of a file lists it; of a path nothing was backed up at, says so.
+    let out =
+        qsm(&home).args(["query", "backup", "--json"]).arg(src.join("etc/hosts")).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(rows.as_array().unwrap().len(), 1, "{rows}");
+    qsm(&home)
+        .args(["query", "backup"])
+        .arg(src.join("etc/nope"))
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("no active backup version"));
+}

@@ -2,9 +2,9 @@
 
 use std::path::PathBuf;
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 use clap::Subcommand;
-use qsm_client::report::{self, FilespaceRow, VersionRow};
+use qsm_client::report::{self, FilespaceRow, VersionRow, absolute};
 use qsm_types::model::{ObjectKind, ObjectVersion};
 use qsm_types::time::format_time;
 
@@ -56,12 +56,18 @@ pub fn query(what: QueryWhat) -> Result<Complete> {
             emit(&report::filespaces(connected.server().as_ref())?[..], json)?;
         }
         QueryWhat::Backup { filespace, inactive, json, home } => {
-            list_versions(home, filespace, json, false, &|v| {
+            let none = if inactive {
+                "no backup version"
+            } else {
+                "no active backup version (`--inactive` lists the others)"
+            };
+            list_versions(home, filespace, json, false, none, &|v| {
                 v.kind == ObjectKind::Backup && (inactive || v.active)
             })?;
         }
         QueryWhat::Archive { filespace, json, home } => {
-            list_versions(home, filespace, json, true, &|v| v.kind == ObjectKind::Archive)?;
+            let keep = |v: &ObjectVersion| v.kind == ObjectKind::Archive;
+            list_versions(home, filespace, json, true, "no archive", &keep)?;
         }
     }
     Ok(true)
@@ -72,10 +78,15 @@ pub(crate) fn list_versions(
     path: Option<PathBuf>,
     json: bool,
     archives: bool,
+    none: &str,
     keep: &dyn Fn(&ObjectVersion) -> bool,
 ) -> Result<()> {
     let connected = home.open()?;
     let rows = report::versions(connected.server().as_ref(), path.as_deref(), archives, keep)?;
+    // A path that lists nothing says so: a typo must not look like an empty directory.
+    if let (Some(path), true) = (&path, rows.is_empty()) {
+        bail!("{none} at or below {}", absolute(path)?.display());
+    }
     emit(&rows[..], json)
 }
 

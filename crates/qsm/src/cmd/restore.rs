@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use qsm_client::report::{RestoreReport, absolute, locate};
+use qsm_client::report::{RestorePlan, RestoreReport, absolute, locate};
 use qsm_client::restore::Existing;
 use qsm_client::server::Server;
 use qsm_client::{RestoreOptions, Selection};
@@ -64,6 +64,19 @@ pub struct RestoreArgs {
     /// backed up before encryption was turned on fail too.
     #[arg(long)]
     require_encryption: bool,
+    /// Restore only what matches (repeatable), in the backup's pattern language: a name at
+    /// any depth (`*.conf`), a path below the filespace root (`etc/ssh`), an absolute path
+    /// (`/home/*/.ssh`); a trailing `/` matches directories only. Directories on the way are
+    /// restored too.
+    #[arg(long, value_name = "PATTERN")]
+    include: Vec<String>,
+    /// Leave out what matches (repeatable; same patterns); an excluded directory takes
+    /// everything below it. An exclude beats an include.
+    #[arg(long, value_name = "PATTERN")]
+    exclude: Vec<String>,
+    /// List what would be restored, with sizes; write nothing.
+    #[arg(long)]
+    dry_run: bool,
     /// Machine-readable summary.
     #[arg(long)]
     json: bool,
@@ -80,6 +93,10 @@ pub(crate) struct RestoreRequest<'a> {
     pub(crate) verb: &'static str,
     pub(crate) keys: Option<std::sync::Arc<qsm_client::keys::NodeKeys>>,
     pub(crate) require_sealed: bool,
+    /// `--include` and `--exclude`.
+    pub(crate) filter: qsm_client::Filter,
+    /// `--dry-run`.
+    pub(crate) dry_run: bool,
 }
 
 /// The node's keys for a restore or retrieve: opened when there is a key (here or on the
@@ -159,7 +176,14 @@ pub(crate) fn restore_with(server: &dyn Server, r: RestoreRequest<'_>) -> Result
         threads: None,
         keys: r.keys,
         require_sealed: r.require_sealed,
+        filter: r.filter,
     };
+    if r.dry_run {
+        let selected = qsm_client::restore::select(server, &filespace, &options)
+            .with_context(|| format!("{} {}", r.verb, r.path.display()))?;
+        emit(&RestorePlan::new(&selected, &filespace, &target), r.json)?;
+        return Ok(true);
+    }
     let started = std::time::Instant::now();
     let s = qsm_client::restore(server, &filespace, &target, &options)
         .with_context(|| format!("{} {}", r.verb, r.path.display()))?;
@@ -181,13 +205,20 @@ pub(crate) fn restore_with(server: &dyn Server, r: RestoreRequest<'_>) -> Result
 }
 
 pub fn restore(args: RestoreArgs) -> Result<Complete> {
+    // Patterns that cannot work are refused before anything is asked or opened.
+    let filter = qsm_client::Filter::new(&args.include, &args.exclude)?;
     let connected = args.home.open()?;
-    let (keys, require_sealed) = restore_protection(
-        &args.home,
-        args.key_file.clone(),
-        args.require_encryption,
-        connected.server().as_ref(),
-    )?;
+    // A dry run reads no data: it needs no key.
+    let (keys, require_sealed) = if args.dry_run {
+        (None, false)
+    } else {
+        restore_protection(
+            &args.home,
+            args.key_file.clone(),
+            args.require_encryption,
+            connected.server().as_ref(),
+        )?
+    };
     let select = match (args.pit, args.id) {
         (Some(t), _) => Selection::AsOf(t),
         (None, Some(id)) => Selection::Version(ObjectId(id)),
@@ -204,6 +235,24 @@ pub fn restore(args: RestoreArgs) -> Result<Complete> {
             verb: "restoring",
             keys,
             require_sealed,
+            filter,
+            dry_run: args.dry_run,
         },
     )
+}
+
+impl Text for RestorePlan {
+    fn text(&self) {
+        for e in &self.entries {
+            let path = if e.name.path.is_empty() { "." } else { e.name.path.as_str() };
+            outln!("{:<10} {:>12}  {path}", e.kind, e.size);
+        }
+        outln!(
+            "Would restore {} entries ({:.1} MB of file data) of {} into {}; nothing was written.",
+            self.count,
+            mb(self.bytes),
+            self.filespace,
+            self.target
+        );
+    }
 }

@@ -91,6 +91,8 @@ pub fn retrieve(args: RetrieveArgs) -> Result<Complete> {
             verb: "retrieving",
             keys,
             require_sealed,
+            filter: qsm_client::Filter::default(),
+            dry_run: false,
         },
     )
 }
