@@ -122,8 +122,20 @@ pub(crate) fn write_data(
     extents: Option<&[(u64, u64)]>,
 ) -> std::io::Result<()> {
     use std::os::unix::fs::FileExt;
+    map_data(data, stream_offset, extents, &mut |bytes, at| file.write_all_at(bytes, at))
+}
+
+/// Calls `write` with each part of `data` (at `stream_offset` of a file's data stream) and
+/// the file offset it belongs at: the same, or, for a sparse file, within its `extents`
+/// (file offset, length), which the data stream runs through one after the other.
+pub(crate) fn map_data(
+    data: &[u8],
+    stream_offset: u64,
+    extents: Option<&[(u64, u64)]>,
+    write: &mut dyn FnMut(&[u8], u64) -> std::io::Result<()>,
+) -> std::io::Result<()> {
     let Some(extents) = extents else {
-        return file.write_all_at(data, stream_offset);
+        return write(data, stream_offset);
     };
     let (mut data, mut at) = (data, stream_offset);
     let mut start = 0u64; // where the current extent starts in the stream
@@ -135,7 +147,7 @@ pub(crate) fn write_data(
         if at < end {
             let skip = at - start;
             let n = (len - skip).min(data.len() as u64) as usize;
-            file.write_all_at(&data[..n], offset + skip)?;
+            write(&data[..n], offset + skip)?;
             data = &data[n..];
             at += n as u64;
         }

@@ -33,6 +33,7 @@ pub mod report;
 pub mod restore;
 pub mod scan;
 pub mod server;
+pub mod tar;
 pub mod throttle;
 
 pub use backup::{BackupOptions, BackupSummary, Progress, archive, backup};

@@ -803,7 +803,8 @@ struct FrameSource<'a> {
     /// Each job's index by object id, to tell a frame of a later file (the current one was
     /// cut short) from one nobody asked for.
     index: HashMap<ObjectId, usize>,
-    dirs: &'a Dirs,
+    /// Where temporary files are made; `None` when the data is streamed ([`stream`]).
+    dirs: Option<&'a Dirs>,
     next_job: usize,
     current: Option<OpenFile>,
     /// A frame read ahead (to see that nothing follows a file's last frame, or because it
@@ -874,8 +875,11 @@ impl FrameSource<'_> {
         if self.ended && self.ahead.is_none() {
             return failed("the server's data ended before this file's began".into());
         }
+        let Some(dirs) = self.dirs else {
+            return OpenFile { file: None, parent: None, next_offset: 0, expected, failed: None };
+        };
         let parents: Vec<&OsStr> = job.parents.iter().map(|c| c.as_os_str()).collect();
-        let opened = self.dirs.get(&parents, false).and_then(|p| {
+        let opened = dirs.get(&parents, false).and_then(|p| {
             let flags =
                 OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
             rustix::fs::openat(&*p, job.tmp.as_str(), flags, Mode::from_raw_mode(0o600))
@@ -1047,7 +1051,7 @@ fn restore_files(
         fetch,
         jobs,
         index: jobs.iter().enumerate().map(|(i, j)| (j.version.id, i)).collect(),
-        dirs,
+        dirs: Some(dirs),
         next_job: 0,
         current: None,
         ahead: None,
@@ -1061,61 +1065,7 @@ fn restore_files(
         |_, piece: &mut Piece| source.next(piece),
         || Ok(qsm_codec::FrameDecoder::new()),
         |decoder, _, piece| {
-            if !piece.has_frame || piece.failed.is_some() {
-                return Ok(());
-            }
-            let sealer = keys.map(|k| &k.frames as &dyn qsm_codec::PayloadSealer);
-            let context = piece.chunk_id.as_ref().map_or(&[][..], |id| &id[..]);
-            let decoded = decoder.decode_sealed(&piece.frame, &mut piece.raw, sealer, context);
-            match decoded {
-                Ok(header) if require_sealed && !header.is_sealed() => {
-                    piece.failed = Some(format!(
-                        "the data at byte {} of the file is not encrypted, and encryption is \
-                         required: it was backed up before encryption was on, or replaced",
-                        piece.offset
-                    ));
-                }
-                Ok(header) if header.raw_len != piece.expected_len => {
-                    piece.failed = Some(format!(
-                        "the catalog says {} bytes at byte {} of the file, the stored frame holds {}",
-                        piece.expected_len, piece.offset, header.raw_len
-                    ));
-                }
-                // A sealed frame opened under its id; the data must also hash to that id
-                // (the catalog's id is what deduplication trusts).
-                Ok(header)
-                    if header.is_sealed()
-                        && keys.map(|k| k.ids.id(&piece.raw[..header.raw_len as usize]).0)
-                            != piece.chunk_id =>
-                {
-                    piece.failed = Some(format!(
-                        "the data at byte {} of the file does not match its chunk id: the \
-                         frame belongs elsewhere",
-                        piece.offset
-                    ));
-                }
-                Ok(header) => {
-                    let n = header.raw_len as usize;
-                    let written = piece.file.as_ref().map(|f| {
-                        let extents = jobs[piece.job].version.attrs.extents.as_deref();
-                        fsmeta::write_data(f, &piece.raw[..n], piece.offset, extents)
-                    });
-                    if let Some(Err(e)) = written {
-                        piece.failed = Some(format!("writing: {e}"));
-                    }
-                }
-                Err(qsm_codec::FrameError::Encrypted) => {
-                    piece.failed = Some(
-                        "it is encrypted, and no key was opened: give the passphrase \
-                         (QSM_PASSPHRASE_FILE, or run on a terminal)"
-                            .into(),
-                    )
-                }
-                Err(e) => {
-                    piece.failed =
-                        Some(format!("damaged data at byte {} of the file: {e}", piece.offset))
-                }
-            }
+            decode_piece(decoder, piece, keys, require_sealed, jobs);
             Ok(())
         },
         |_, piece| {
@@ -1168,6 +1118,72 @@ fn restore_files(
     }
     result.map_err(|e| ClientError::Invalid(format!("restore of {filespace}: {e}")))?;
     Ok(())
+}
+
+/// Decodes and checks a piece's frame (decryption, length, chunk id, encryption required)
+/// and writes its data to its temporary file, if it has one; a piece that fails says why.
+/// Restoring to files and streaming share it, so both check alike.
+fn decode_piece(
+    decoder: &mut qsm_codec::FrameDecoder,
+    piece: &mut Piece,
+    keys: Option<&crate::keys::NodeKeys>,
+    require_sealed: bool,
+    jobs: &[FileJob],
+) {
+    if !piece.has_frame || piece.failed.is_some() {
+        return;
+    }
+    let sealer = keys.map(|k| &k.frames as &dyn qsm_codec::PayloadSealer);
+    let context = piece.chunk_id.as_ref().map_or(&[][..], |id| &id[..]);
+    let decoded = decoder.decode_sealed(&piece.frame, &mut piece.raw, sealer, context);
+    match decoded {
+        Ok(header) if require_sealed && !header.is_sealed() => {
+            piece.failed = Some(format!(
+                "the data at byte {} of the file is not encrypted, and encryption is \
+                 required: it was backed up before encryption was on, or replaced",
+                piece.offset
+            ));
+        }
+        Ok(header) if header.raw_len != piece.expected_len => {
+            piece.failed = Some(format!(
+                "the catalog says {} bytes at byte {} of the file, the stored frame holds {}",
+                piece.expected_len, piece.offset, header.raw_len
+            ));
+        }
+        // A sealed frame opened under its id; the data must also hash to that id
+        // (the catalog's id is what deduplication trusts).
+        Ok(header)
+            if header.is_sealed()
+                && keys.map(|k| k.ids.id(&piece.raw[..header.raw_len as usize]).0)
+                    != piece.chunk_id =>
+        {
+            piece.failed = Some(format!(
+                "the data at byte {} of the file does not match its chunk id: the \
+                 frame belongs elsewhere",
+                piece.offset
+            ));
+        }
+        Ok(header) => {
+            let n = header.raw_len as usize;
+            let written = piece.file.as_ref().map(|f| {
+                let extents = jobs[piece.job].version.attrs.extents.as_deref();
+                fsmeta::write_data(f, &piece.raw[..n], piece.offset, extents)
+            });
+            if let Some(Err(e)) = written {
+                piece.failed = Some(format!("writing: {e}"));
+            }
+        }
+        Err(qsm_codec::FrameError::Encrypted) => {
+            piece.failed = Some(
+                "it is encrypted, and no key was opened: give the passphrase \
+                 (QSM_PASSPHRASE_FILE, or run on a terminal)"
+                    .into(),
+            )
+        }
+        Err(e) => {
+            piece.failed = Some(format!("damaged data at byte {} of the file: {e}", piece.offset))
+        }
+    }
 }
 
 /// Links the later names of link groups (`Hardlink` versions) to their group's file once it is
@@ -1302,6 +1318,148 @@ fn resolve_outside_links(
         }
     }
     Ok(())
+}
+
+/// Where [`stream`] writes what it restores: a tar stream, or one file's bytes.
+pub trait Sink {
+    /// An entry starts. A regular file's bytes follow through [`Sink::data`], all of them
+    /// (holes as zeros), then [`Sink::end`]; other entries end at once.
+    fn begin(&mut self, v: &ObjectVersion) -> std::io::Result<()>;
+    /// The next bytes of the current file.
+    fn data(&mut self, bytes: &[u8]) -> std::io::Result<()>;
+    /// The entry is complete.
+    fn end(&mut self, v: &ObjectVersion) -> std::io::Result<()>;
+}
+
+/// Restores what `options` select of `filespace` into `sink` instead of files: directories,
+/// links and special files first (in path order), then every file's data in order, decoded
+/// and checked on all cores exactly as a restore to files checks it, then hard links (after
+/// the files they name). A file that fails stops the stream, naming it: a stream cannot leave
+/// a hole for one file as a restore to files can. Returns the entries written.
+pub fn stream(
+    server: &dyn Server,
+    filespace: &str,
+    options: &RestoreOptions,
+    sink: &mut dyn Sink,
+) -> Result<u64> {
+    let Selected { filespace: fs_id, mut versions, .. } = select(server, filespace, options)?;
+    resolve_outside_links(server, fs_id, &mut versions)?;
+    let out = |source: std::io::Error| ClientError::Io {
+        op: "writing the restored stream to",
+        path: PathBuf::from("the output"),
+        source,
+    };
+    let mut count = 0u64;
+    let data_less = |t: ObjectType| t != ObjectType::File && t != ObjectType::Hardlink;
+    for v in versions.iter().filter(|v| data_less(v.object_type)) {
+        sink.begin(v).and_then(|()| sink.end(v)).map_err(out)?;
+        count += 1;
+    }
+    let jobs: Vec<FileJob> = versions
+        .iter()
+        .filter(|v| v.object_type == ObjectType::File)
+        .map(|v| FileJob {
+            version: v.clone(),
+            parents: Vec::new(),
+            name: OsString::new(),
+            renamed: false,
+            tmp: String::new(),
+            path: PathBuf::from(OsStr::from_bytes(&v.path)),
+            done: std::sync::atomic::AtomicBool::new(false),
+        })
+        .collect();
+    if !jobs.is_empty() {
+        let keys = options.keys.as_deref();
+        let mut source = FrameSource {
+            fetch: server.fetch(jobs.iter().map(|j| j.version.id).collect())?,
+            jobs: &jobs,
+            index: jobs.iter().enumerate().map(|(i, j)| (j.version.id, i)).collect(),
+            dirs: None,
+            next_job: 0,
+            current: None,
+            ahead: None,
+            spare: Vec::new(),
+            ended: false,
+            broken: None,
+        };
+        // The file being written, and how far (a file offset: holes are filled with zeros).
+        let mut current: Option<usize> = None;
+        let mut pos = 0u64;
+        let mut failure: Option<ClientError> = None;
+        let zeros = [0u8; 64 * 1024];
+        let fill = |sink: &mut dyn Sink, from: u64, to: u64| -> std::io::Result<()> {
+            let mut left = to.saturating_sub(from);
+            while left > 0 {
+                let n = left.min(zeros.len() as u64) as usize;
+                sink.data(&zeros[..n])?;
+                left -= n as u64;
+            }
+            Ok(())
+        };
+        let result = qsm_codec::pipeline::run(
+            options.threads.unwrap_or_else(qsm_codec::engine::default_threads),
+            |_, piece: &mut Piece| source.next(piece),
+            || Ok(qsm_codec::FrameDecoder::new()),
+            |decoder, _, piece| {
+                decode_piece(decoder, piece, keys, options.require_sealed, &jobs);
+                Ok(())
+            },
+            |_, piece| {
+                let job = &jobs[piece.job];
+                let v = &job.version;
+                let stop = |e: ClientError, failure: &mut Option<ClientError>| {
+                    *failure = Some(e);
+                    qsm_codec::Error::Invalid("the stream stopped".into())
+                };
+                if let Some(why) = &piece.failed {
+                    let e = ClientError::Invalid(format!(
+                        "{}/{}: {why}",
+                        filespace.trim_end_matches('/'),
+                        job.path.display()
+                    ));
+                    return Err(stop(e, &mut failure));
+                }
+                let written = (|| -> std::io::Result<()> {
+                    if current != Some(piece.job) {
+                        sink.begin(v)?;
+                        current = Some(piece.job);
+                        pos = 0;
+                    }
+                    if piece.has_frame {
+                        let n = piece.expected_len as usize;
+                        let extents = v.attrs.extents.as_deref();
+                        fsmeta::map_data(&piece.raw[..n], piece.offset, extents, &mut |b, at| {
+                            fill(sink, pos, at)?;
+                            sink.data(b)?;
+                            pos = at + b.len() as u64;
+                            Ok(())
+                        })?;
+                    }
+                    if piece.last {
+                        fill(sink, pos, v.attrs.size)?;
+                        sink.end(v)?;
+                    }
+                    Ok(())
+                })();
+                match written {
+                    Ok(()) => {
+                        count += u64::from(piece.last);
+                        Ok(())
+                    }
+                    Err(e) => Err(stop(out(e), &mut failure)),
+                }
+            },
+        );
+        if let Some(e) = source.broken.or(failure) {
+            return Err(e);
+        }
+        result.map_err(|e| ClientError::Invalid(format!("restore of {filespace}: {e}")))?;
+    }
+    for v in versions.iter().filter(|v| v.object_type == ObjectType::Hardlink) {
+        sink.begin(v).and_then(|()| sink.end(v)).map_err(out)?;
+        count += 1;
+    }
+    Ok(count)
 }
 
 #[cfg(test)]

@@ -873,3 +873,90 @@ fn restore_selects_with_patterns_and_dry_run_writes_nothing() {
         .code(1)
         .stderr(predicate::str::contains("no active backup version"));
 }
+
+/// Issue 24.3: `--tar` streams the selection as a tar that GNU tar extracts with its content,
+/// links, long names and extended attributes; `--to -` writes one file's bytes to stdout.
+#[test]
+fn restore_streams_a_tar_and_one_file_to_stdout() {
+    let dir = TempDir::new().unwrap();
+    let home = dir.path().join("home");
+    let src = dir.path().join("src");
+    let long = "n".repeat(120);
+    fs::create_dir_all(src.join("d").join(&long)).unwrap();
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    fs::write(src.join("d/big.bin"), &data).unwrap();
+    fs::write(src.join("d").join(&long).join("deep.txt"), b"deep\n").unwrap();
+    fs::hard_link(src.join("d/big.bin"), src.join("d/big.link")).unwrap();
+    std::os::unix::fs::symlink("big.bin", src.join("d/sym")).unwrap();
+    let sparse = fs::File::create(src.join("d/sparse")).unwrap();
+    sparse.set_len(5 << 20).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&sparse, b"middle", 2 << 20).unwrap();
+    drop(sparse);
+    let xattr_ok = rustix::fs::setxattr(
+        src.join("d/big.bin"),
+        "user.qsm",
+        b"tagged",
+        rustix::fs::XattrFlags::empty(),
+    )
+    .is_ok();
+    qsm(&home).arg("backup").arg(&src).assert().success();
+
+    let tarball = dir.path().join("out.tar");
+    qsm(&home).arg("restore").arg(src.join("d")).arg("--tar").arg(&tarball).assert().success();
+    let out = dir.path().join("x");
+    fs::create_dir(&out).unwrap();
+    let untar = StdCommand::new("tar")
+        .args(["--xattrs", "--xattrs-include=*", "-xpf"])
+        .arg(&tarball)
+        .arg("-C")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(untar.status.success(), "{untar:?}");
+    let got = out.join("d");
+    assert_eq!(fs::read(got.join("big.bin")).unwrap(), data);
+    assert_eq!(fs::read(got.join(&long).join("deep.txt")).unwrap(), b"deep\n");
+    assert_eq!(fs::read_link(got.join("sym")).unwrap(), Path::new("big.bin"));
+    let ino = |p: &Path| fs::metadata(p).unwrap().ino();
+    assert_eq!(ino(&got.join("big.bin")), ino(&got.join("big.link")), "one inode");
+    let sparse = fs::read(got.join("sparse")).unwrap();
+    assert_eq!(sparse.len(), 5 << 20);
+    assert_eq!(&sparse[2 << 20..(2 << 20) + 6], b"middle");
+    assert!(sparse[..2 << 20].iter().all(|&b| b == 0));
+    if xattr_ok {
+        let mut value = [0u8; 16];
+        let n = rustix::fs::getxattr(got.join("big.bin"), "user.qsm", &mut value).unwrap();
+        assert_eq!(&value[..n], b"tagged");
+    }
+
+    // An existing file is not written over; a stream is not combined with --replace.
+    qsm(&home)
+        .arg("restore")
+        .arg(src.join("d"))
+        .arg("--tar")
+        .arg(&tarball)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("already exists"));
+    qsm(&home).arg("restore").arg(&src).args(["--tar", "-", "--replace"]).assert().code(2);
+
+    // One file to stdout; a directory is refused; a reader that goes early is no failure.
+    let bytes = qsm(&home).arg("restore").arg(src.join("d/big.bin")).args(["--to", "-"]).output();
+    let bytes = bytes.unwrap();
+    assert!(bytes.status.success(), "{bytes:?}");
+    assert_eq!(bytes.stdout, data);
+    qsm(&home).arg("restore").arg(src.join("d")).args(["--to", "-"]).assert().code(2);
+    let piped = StdCommand::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "{} restore {} --tar - | head -c 100 >/dev/null; echo ${{PIPESTATUS[0]}}",
+            assert_cmd::cargo::cargo_bin("qsm").display(),
+            src.display()
+        ))
+        .env("QSM_HOME", &home)
+        .output()
+        .unwrap();
+    let status = String::from_utf8_lossy(&piped.stdout).trim().to_owned();
+    assert!(status == "0" || status == "141", "{piped:?}");
+    assert!(!String::from_utf8_lossy(&piped.stderr).contains("panicked"), "{piped:?}");
+}

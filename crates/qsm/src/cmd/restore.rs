@@ -14,6 +14,7 @@ use serde::Serialize;
 
 use crate::cmd::key::KeyUse;
 use crate::conn::Conn;
+use crate::output::Output;
 use crate::render::{Text, emit, mb};
 
 use super::Complete;
@@ -43,7 +44,8 @@ impl ExistingArgs {
 pub struct RestoreArgs {
     /// A backed-up directory or file (its absolute path at backup time, or relative to here).
     path: PathBuf,
-    /// Restore into this directory instead of the original location.
+    /// Restore into this directory instead of the original location; `-` writes the one
+    /// file PATH names to stdout.
     #[arg(long)]
     to: Option<PathBuf>,
     #[command(flatten)]
@@ -77,6 +79,11 @@ pub struct RestoreArgs {
     /// List what would be restored, with sizes; write nothing.
     #[arg(long)]
     dry_run: bool,
+    /// Write what is selected as a tar stream (pax, with owners, modes, times, links,
+    /// devices and extended attributes) to FILE, or to stdout with `-`, instead of restoring
+    /// files: `qsm restore ~/docs --tar - | ssh host tar -xpf - --xattrs`.
+    #[arg(long, value_name = "FILE|-", conflicts_with_all = ["to", "replace", "rename", "dry_run"])]
+    tar: Option<PathBuf>,
     /// Machine-readable summary.
     #[arg(long)]
     json: bool,
@@ -97,6 +104,8 @@ pub(crate) struct RestoreRequest<'a> {
     pub(crate) filter: qsm_client::Filter,
     /// `--dry-run`.
     pub(crate) dry_run: bool,
+    /// `--tar FILE|-`.
+    pub(crate) tar: Option<&'a Path>,
 }
 
 /// The node's keys for a restore or retrieve: opened when there is a key (here or on the
@@ -165,6 +174,18 @@ impl Text for Restored<'_> {
 
 pub(crate) fn restore_with(server: &dyn Server, r: RestoreRequest<'_>) -> Result<Complete> {
     let (filespace, subpath) = locate(server, r.path)?;
+    let to_stdout = r.to == Some(Path::new("-"));
+    if !r.dry_run && (to_stdout || r.tar.is_some()) {
+        let options = RestoreOptions {
+            subpath,
+            select: r.select,
+            keys: r.keys,
+            require_sealed: r.require_sealed,
+            filter: r.filter,
+            ..RestoreOptions::default()
+        };
+        return stream_out(server, &filespace, &options, r.path, r.tar, r.verb);
+    }
     let target = match r.to {
         Some(t) => absolute(t)?,
         None => PathBuf::from(&filespace),
@@ -237,8 +258,81 @@ pub fn restore(args: RestoreArgs) -> Result<Complete> {
             require_sealed,
             filter,
             dry_run: args.dry_run,
+            tar: args.tar.as_deref(),
         },
     )
+}
+
+/// `--to -` (one file's bytes) or `--tar FILE|-`: the selection streamed, checked as a
+/// restore to files is, through an output that appears under its name only when complete.
+fn stream_out(
+    server: &dyn Server,
+    filespace: &str,
+    options: &RestoreOptions,
+    path: &Path,
+    tar: Option<&Path>,
+    verb: &str,
+) -> Result<Complete> {
+    let file = tar.filter(|t| *t != Path::new("-"));
+    if let Some(f) = file
+        && f.exists()
+        && std::fs::metadata(f).is_ok_and(|m| m.is_file())
+    {
+        return Err(crate::usage::usage(format!(
+            "{} already exists: the tar is not written over it",
+            f.display()
+        )));
+    }
+    if file.is_none() && std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+        return Err(crate::usage::usage(
+            "refusing to write restored data to a terminal: redirect stdout or pipe it",
+        ));
+    }
+    let what = || format!("{verb} {}", path.display());
+    let mut out = Output::open(file, false, false)?;
+    let entries = if tar.is_some() {
+        let mut sink = qsm_client::tar::TarSink::new(&mut out);
+        let n = qsm_client::restore::stream(server, filespace, options, &mut sink)
+            .with_context(what)?;
+        sink.finish().context("writing the tar stream")?;
+        n
+    } else {
+        // One file: what PATH names must be a file, checked before any byte is written.
+        let selected =
+            qsm_client::restore::select(server, filespace, options).with_context(what)?;
+        let asked: Vec<_> =
+            selected.versions.iter().filter(|v| !selected.ancestors.contains(&v.id)).collect();
+        if !matches!(asked[..], [v] if v.object_type == qsm_types::model::ObjectType::File) {
+            return Err(crate::usage::usage(format!(
+                "--to - writes one file's content, and {} is not a file: use --tar - for a tree",
+                path.display()
+            )));
+        }
+        let mut sink = OneFile(&mut out);
+        qsm_client::restore::stream(server, filespace, options, &mut sink).with_context(what)?
+    };
+    out.commit()?;
+    if let Some(f) = file {
+        errln!("qsm: {entries} entries of {} written to {}", path.display(), f.display());
+    }
+    Ok(true)
+}
+
+/// `--to -`: the file's bytes, nothing else.
+struct OneFile<'a>(&'a mut Output);
+
+impl qsm_client::restore::Sink for OneFile<'_> {
+    fn begin(&mut self, _: &qsm_types::model::ObjectVersion) -> std::io::Result<()> {
+        Ok(())
+    }
+
+    fn data(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        std::io::Write::write_all(self.0, bytes)
+    }
+
+    fn end(&mut self, _: &qsm_types::model::ObjectVersion) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 impl Text for RestorePlan {

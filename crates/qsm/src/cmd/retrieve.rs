@@ -93,6 +93,7 @@ pub fn retrieve(args: RetrieveArgs) -> Result<Complete> {
             require_sealed,
             filter: qsm_client::Filter::default(),
             dry_run: false,
+            tar: None,
         },
     )
 }
