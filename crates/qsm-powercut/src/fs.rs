@@ -405,7 +405,7 @@ impl Filesystem for Fs {
         reply: ReplyData,
     ) {
         let mut st = self.lock();
-        match st.alive().and_then(|()| st.read(fh.0, offset, size)) {
+        match st.readable().and_then(|()| st.read(fh.0, offset, size)) {
             Ok(data) => reply.data(&data),
             Err(e) => reply.error(e),
         }

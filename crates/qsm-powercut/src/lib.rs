@@ -52,7 +52,9 @@
 //!
 //! **The power cut.** [`Forgetful::cut_at_sync`] chooses the n-th sync call from now
 //! (fsync, fdatasync or directory fsync): that call fails with `EIO` and makes nothing
-//! durable, and from then on every request fails with `EIO`, reads included.
+//! durable, and from then on every request fails with `EIO`, except reads of files already
+//! open: they return what the backing holds, since a failed read of a mapped file (SQLite's
+//! `-shm`) would kill the test process with SIGBUS while its own file system is mounted.
 //! [`Forgetful::cut_now`] cuts at once. [`Forgetful::syncs`] counts sync calls so a
 //! harness can run a scenario once, count its syncs, then cut at each in turn.
 //!
