@@ -405,6 +405,15 @@ impl Store {
                 writer.finish()?;
                 moved
             };
+            // The copies are sealed: recorded at their whole size, index and trailer
+            // included, as a batch records the containers it seals (else every audit reports
+            // the index as bytes past the catalog's record).
+            let mut ends = container_ends(&moved);
+            for (id, end) in ends.iter_mut() {
+                if let Some(info) = self.pool.container(*id)?.filter(|i| i.sealed) {
+                    *end = info.size;
+                }
+            }
             let committed = (|| -> Result<()> {
                 let mut t = self.catalog.begin()?;
                 for new in &moved {
@@ -417,7 +426,7 @@ impl Store {
                 for dead in chunks.iter().filter(|c| c.refcount == 0) {
                     t.delete_chunk(dead.id)?;
                 }
-                for (id, end) in container_ends(&moved) {
+                for (&id, &end) in &ends {
                     t.set_container(ContainerId(id), end, true)?;
                 }
                 t.delete_container(container.id)?;

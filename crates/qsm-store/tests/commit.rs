@@ -456,11 +456,22 @@ fn containers_sealed_on_the_way_are_recorded_whole() {
     for i in 0..20 {
         add(&mut batch, fs, &format!("/f{i:02}"), &data(100_000, i));
     }
-    batch.finish(7).unwrap();
+    let ids = batch.finish(7).unwrap().objects;
     let containers = store.catalog().containers(store.catalog().pools().unwrap()[0].id).unwrap();
     assert!(containers.len() >= 4, "{containers:?}");
     let report = store.audit(&qsm_store::AuditOptions::default()).unwrap();
     assert!(report.unrecorded_tails.is_empty(), "{:?}", report.unrecorded_tails);
     assert!(report.damaged.is_empty() && report.unknown_containers.is_empty());
     assert!(containers.iter().all(|c| c.sealed), "{containers:?}");
+
+    // The containers reclamation writes are recorded whole too.
+    let mut t = store.catalog().begin().unwrap();
+    for &id in ids.iter().step_by(2) {
+        t.delete_object(id).unwrap();
+    }
+    t.commit().unwrap();
+    assert!(!store.reclaim(0.99).unwrap().is_empty());
+    let report = store.audit(&qsm_store::AuditOptions::default()).unwrap();
+    assert!(report.unrecorded_tails.is_empty(), "after reclaim: {:?}", report.unrecorded_tails);
+    assert!(report.damaged.is_empty() && report.unknown_containers.is_empty());
 }
