@@ -12,9 +12,7 @@ use crate::error::{ClientError, Result, chain};
 /// name a password file). An existing directory is left as it is.
 pub(crate) fn make_parent(path: &Path) -> Result<()> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
-            .create(dir)
-            .map_err(ClientError::io("creating", dir))?;
+        qsm_types::durable::create_dir_all(dir, 0o700).map_err(ClientError::io("creating", dir))?;
     }
     Ok(())
 }
@@ -73,9 +71,7 @@ pub(crate) fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
     }
     written?;
     // The rename is durable only once the directory is synced.
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(ClientError::io("syncing directory", dir))
+    qsm_types::durable::sync_dir(dir).map_err(ClientError::io("syncing directory", dir))
 }
 
 #[cfg(test)]

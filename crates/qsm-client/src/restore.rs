@@ -432,14 +432,14 @@ fn apply_filter(
             Verdict::Unmatched => {}
         }
     }
-    // A directory no include matched is restored only on the way to something that is.
-    let kept_paths: Vec<Vec<u8>> =
-        versions.iter().zip(&keep).filter(|(_, k)| **k).map(|(v, _)| v.path.clone()).collect();
+    // A directory no include matched is restored only on the way to something that is: the
+    // parents of what is kept, each found once (linear in the entries, not their product).
+    let mut on_the_way: HashSet<Vec<u8>> = HashSet::new();
+    for (v, _) in versions.iter().zip(&keep).filter(|(_, k)| **k) {
+        on_the_way.extend(parents(&v.path));
+    }
     for i in unmatched_dirs {
-        let dir = &versions[i].path;
-        if kept_paths.iter().any(|p| p != dir && crate::scan::within(p, dir)) {
-            keep[i] = true;
-        }
+        keep[i] = on_the_way.contains(&versions[i].path);
     }
     let mut asked = 0;
     let mut k = keep.iter();

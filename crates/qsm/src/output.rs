@@ -198,13 +198,8 @@ impl Output {
                     format!("renaming {} to {}", tmp_path.display(), path.display())
                 })?;
                 // The rename is durable only once the directory is synced.
-                let dir = match path.parent() {
-                    Some(p) if !p.as_os_str().is_empty() => p,
-                    _ => Path::new("."),
-                };
-                File::open(dir)
-                    .and_then(|d| d.sync_all())
-                    .with_context(|| format!("syncing directory {}", dir.display()))?;
+                qsm_types::durable::sync_parent(path)
+                    .with_context(|| format!("syncing the directory of {}", path.display()))?;
                 Ok(())
             }
             Output::Stdout(w) => w.flush().context("writing stdout"),
