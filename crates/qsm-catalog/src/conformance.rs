@@ -427,6 +427,15 @@ pub fn chunks_and_reference_counts(cat: &dyn Catalog) -> CaseResult {
         "unknown chunk referenced"
     );
     t.commit().map_err(e)?;
+    // In batches, in the order asked, an unknown object as `None` among the others.
+    let batch = cat.objects_chunks(&[b, ObjectId(999_999), a]).map_err(e)?;
+    let ids = |c: &[ChunkRef]| c.iter().map(|c| c.id).collect::<Vec<_>>();
+    ensure!(
+        matches!(&batch[..], [Some((f1, b1)), None, Some((f2, a1))]
+            if *f1 == fx.fs && *f2 == fx.fs && ids(b1) == [c0, c0, c1] && ids(a1) == [c0, c1]),
+        "objects_chunks {batch:?}"
+    );
+    ensure!(cat.objects_chunks(&[]).map_err(e)?.is_empty(), "an empty batch");
     let refcounts = |cat: &dyn Catalog| -> std::result::Result<Vec<u64>, String> {
         Ok(cat.chunks_in_container(fx.container).map_err(e)?.iter().map(|c| c.refcount).collect())
     };

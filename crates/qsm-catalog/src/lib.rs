@@ -93,6 +93,9 @@ impl AnyCatalog {
     }
 }
 
+/// An object's filespace and its chunks in order ([`Catalog::objects_chunks`]).
+pub type ObjectChunks = (FilespaceId, Vec<ChunkRef>);
+
 /// The catalog interface. Implementations are shared between threads; each call is its own
 /// transaction unless made through a [`Txn`].
 pub trait Catalog: Send + Sync + std::fmt::Debug {
@@ -246,6 +249,9 @@ pub trait Catalog: Send + Sync + std::fmt::Debug {
     fn object(&self, id: ObjectId) -> Result<Option<ObjectVersion>>;
     /// The chunks of `object` in order, with their locations.
     fn object_chunks(&self, object: ObjectId) -> Result<Vec<ChunkRef>>;
+    /// For each of `objects`, in order, its filespace and chunks ([`Catalog::object_chunks`]),
+    /// or `None` if there is no such object; read in one transaction.
+    fn objects_chunks(&self, objects: &[ObjectId]) -> Result<Vec<Option<ObjectChunks>>>;
 
     // --- integrity, audit and size ---
     /// The versions (id, filespace, path) whose chunk lists hold any of `chunks`: the objects

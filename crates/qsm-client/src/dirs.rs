@@ -78,6 +78,11 @@ impl Dirs {
         }
     }
 
+    /// The target's path, for messages.
+    pub(crate) fn shown(&self) -> &Path {
+        &self.shown
+    }
+
     /// The directory `components` below the target (checked by the caller with
     /// `restore::safe_components`); with `create`, missing ones are made.
     pub(crate) fn get(

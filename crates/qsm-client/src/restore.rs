@@ -16,7 +16,7 @@
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::ffi::OsString;
-use std::fs::{self, File};
+use std::fs;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
@@ -32,6 +32,9 @@ use crate::dirs::Dirs;
 use crate::error::{ClientError, Result};
 use crate::fsmeta::{self, At};
 use crate::server::{Fetch, Fetched, Scope, Server};
+
+mod target;
+use target::{Finished, Target};
 
 /// What to do with a file that already exists at the restore location.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -374,6 +377,8 @@ pub fn select(server: &dyn Server, filespace: &str, options: &RestoreOptions) ->
             ),
         }));
     }
+    // Held for the whole restore: not with a growing vector's spare room, up to half again.
+    versions.shrink_to_fit();
     Ok(Selected { filespace: fs_id, versions, ancestors })
 }
 
@@ -516,7 +521,8 @@ pub fn restore(
     })?;
     let tree = Dirs::new(target_fd, target);
     let mut dirs = Vec::new();
-    let mut jobs = Vec::new();
+    let mut jobs =
+        Vec::with_capacity(versions.iter().filter(|v| v.object_type == ObjectType::File).count());
     let me = current_uid();
     let mut swept = HashSet::new();
     for v in &versions {
@@ -566,13 +572,16 @@ pub fn restore(
                     summary.dirs += u64::from(!ancestor);
                 }
             }
-            Ok(Outcome::File(job)) => jobs.push(*job),
+            Ok(Outcome::File(job)) => jobs.push(job),
             Err(Refusal::Warn(why)) => summary.fail(filespace, &v.path, &why),
         }
     }
     // Container order: chunk ids grow in the order frames were appended to the pool, so the
     // server reads its containers front to back instead of seeking between them.
-    jobs.sort_by_key(|j| j.version.chunks.first().map_or(i64::MIN, |c| c.0));
+    // In place: a stable sort's buffer would be half the job list again.
+    jobs.sort_unstable_by_key(|j| {
+        (j.version.chunks.first().map_or(i64::MIN, |c| c.0), j.version.id.0)
+    });
     restore_files(
         server,
         &jobs,
@@ -602,27 +611,61 @@ pub fn restore(
     Ok(summary)
 }
 
-enum Outcome {
+enum Outcome<'v> {
     /// Restored (bytes written), under a new name or not.
     Restored(u64, bool),
     Skipped,
     /// A file to restore through the pipeline.
-    File(Box<FileJob>),
+    File(FileJob<'v>),
 }
 
-/// A file whose data the pipeline writes: into `tmp` in its parent directory (reached again
-/// from the target's descriptor, never by path), renamed to `name` when complete.
-struct FileJob {
-    version: ObjectVersion,
-    parents: Vec<OsString>,
-    name: OsString,
-    /// Restored beside an existing file: never replace what is at `name`.
-    renamed: bool,
-    tmp: String,
-    /// For messages only.
-    path: PathBuf,
-    /// Its data and metadata are in place under `name` (hard links may point at it).
+/// A file whose data the pipeline writes: into [`FileJob::tmp`] in its parent directory
+/// (reached again from the target's descriptor, never by path), renamed to
+/// [`FileJob::name`] when complete. Kept small, its names derived from the version when
+/// needed: a restore holds one per file (issue 24's memory bound).
+struct FileJob<'v> {
+    version: &'v ObjectVersion,
+    /// Restored beside an existing file, under this name: never replace what is there.
+    renamed: Option<OsString>,
+    /// Its data and metadata are in place under its name (hard links may point at it).
     done: std::sync::atomic::AtomicBool,
+    /// Its temporary file and progress, shared by the workers that write it.
+    target: Target,
+}
+
+impl<'v> FileJob<'v> {
+    fn new(version: &'v ObjectVersion, renamed: Option<OsString>) -> FileJob<'v> {
+        FileJob { version, renamed, done: false.into(), target: Target::default() }
+    }
+
+    /// The directories from the target to the file (its path was checked when the job was
+    /// made).
+    fn parents(&self) -> Vec<&'v OsStr> {
+        let mut c = safe_components(&self.version.path).unwrap_or_default();
+        c.pop();
+        c
+    }
+
+    /// The name it is restored under.
+    fn name(&self) -> &OsStr {
+        match &self.renamed {
+            Some(name) => name,
+            None => {
+                Path::new(OsStr::from_bytes(&self.version.path)).file_name().unwrap_or_default()
+            }
+        }
+    }
+
+    fn tmp(&self) -> String {
+        temp_name(self.version.id)
+    }
+
+    /// Its path below `target`, for messages.
+    fn shown(&self, target: &Path) -> PathBuf {
+        let mut p = self.parents().iter().fold(target.to_path_buf(), |p, c| p.join(c));
+        p.push(self.name());
+        p
+    }
 }
 
 /// Why one object was not restored (the restore goes on with the others).
@@ -630,13 +673,13 @@ enum Refusal {
     Warn(String),
 }
 
-fn restore_one(
-    v: &ObjectVersion,
+fn restore_one<'v>(
+    v: &'v ObjectVersion,
     target: &Path,
     dirs: &Dirs,
     existing: Existing,
     meta: &fsmeta::Context,
-) -> std::result::Result<Outcome, Refusal> {
+) -> std::result::Result<Outcome<'v>, Refusal> {
     let components = safe_components(&v.path)
         .map_err(|why| Refusal::Warn(format!("unsafe name in the catalog ({why})")))?;
     let Some((last, parents)) = components.split_last() else {
@@ -681,18 +724,10 @@ fn restore_one(
             {
                 return Err(Refusal::Warn(format!("{} is a directory", path.display())));
             }
-            let tmp = temp_name(v.id);
             if v.object_type == ObjectType::File {
-                return Ok(Outcome::File(Box::new(FileJob {
-                    version: v.clone(),
-                    parents: parents.iter().map(|c| c.to_os_string()).collect(),
-                    name: last.to_os_string(),
-                    renamed,
-                    tmp,
-                    path,
-                    done: false.into(),
-                })));
+                return Ok(Outcome::File(FileJob::new(v, renamed.then(|| last.to_os_string()))));
             }
+            let tmp = temp_name(v.id);
             if v.object_type == ObjectType::Symlink {
                 let link = v.attrs.link_target.as_deref().unwrap_or_default();
                 rustix::fs::symlinkat(OsStr::from_bytes(link), &parent, tmp.as_str())
@@ -746,10 +781,6 @@ fn free_name(parent: &OwnedFd, name: &OsStr) -> std::result::Result<OsString, St
 struct Piece {
     /// Index of the file in the job list.
     job: usize,
-    /// The file's temporary file, shared by its pieces (written with `pwrite`).
-    file: Option<Arc<File>>,
-    /// Its directory, where it is renamed into place.
-    parent: Option<Arc<OwnedFd>>,
     /// The frame as read from the pool.
     frame: Vec<u8>,
     has_frame: bool,
@@ -765,6 +796,8 @@ struct Piece {
     last: bool,
     /// The file cannot be restored, and why.
     failed: Option<String>,
+    /// What became of the file, if this piece was the last a worker wrote of it.
+    finished: Option<Finished>,
 }
 
 /// The length of a version's data as its frames carry it, which the frames must cover exactly:
@@ -774,11 +807,8 @@ pub(crate) fn expected_data_len(v: &ObjectVersion) -> u64 {
     v.attrs.data_len()
 }
 
-/// The file the reader is on: its temporary file and its directory (unless they could not be
-/// made: its frames are then read and dropped), and how far its data has come.
+/// The file the reader is on: how far its data has come.
 struct OpenFile {
-    file: Option<Arc<File>>,
-    parent: Option<Arc<OwnedFd>>,
     /// Where the next frame must start: frames must run on from byte 0 without gap, overlap
     /// or reordering, so each one's offset is exactly the end of the one before.
     next_offset: u64,
@@ -789,8 +819,8 @@ struct OpenFile {
     failed: Option<String>,
 }
 
-/// The reader side: walks the jobs, creates each temporary file, and takes their frames from
-/// the server's stream, which brings them job by job in the order asked.
+/// The reader side: walks the jobs and takes their frames from the server's stream, which
+/// brings them job by job in the order asked.
 ///
 /// The server is not trusted to bring them whole: a file is written only if its frames run
 /// from byte 0 to its expected length, each starting where the one before ended, each holding
@@ -799,12 +829,10 @@ struct OpenFile {
 /// after the end) fails that file by name, and the restore goes on with the others.
 struct FrameSource<'a> {
     fetch: Box<dyn Fetch + 'a>,
-    jobs: &'a [FileJob],
+    jobs: &'a [FileJob<'a>],
     /// Each job's index by object id, to tell a frame of a later file (the current one was
     /// cut short) from one nobody asked for.
     index: HashMap<ObjectId, usize>,
-    /// Where temporary files are made; `None` when the data is streamed ([`stream`]).
-    dirs: Option<&'a Dirs>,
     next_job: usize,
     current: Option<OpenFile>,
     /// A frame read ahead (to see that nothing follows a file's last frame, or because it
@@ -859,52 +887,33 @@ impl FrameSource<'_> {
         Ok(self.ahead.as_ref().map(|(f, _)| f))
     }
 
-    /// Starts `job`: its temporary file, created in its directory reached again from the
-    /// target's descriptor (it was checked in the pre-pass, but could have been swapped since),
-    /// with O_EXCL | O_NOFOLLOW: never an existing file, never through a symlink, and nothing
-    /// already there is removed. Not when the stream has ended: it would only be removed.
+    /// Starts `job` (its file is made by the worker with its first data: [`Target`]). Not
+    /// when the stream has ended: the file fails without being made.
     fn open(&self, job: &FileJob) -> OpenFile {
-        let expected = expected_data_len(&job.version);
-        let failed = |why| OpenFile {
-            file: None,
-            parent: None,
-            next_offset: 0,
-            expected,
-            failed: Some(why),
-        };
-        if self.ended && self.ahead.is_none() {
-            return failed("the server's data ended before this file's began".into());
-        }
-        let Some(dirs) = self.dirs else {
-            return OpenFile { file: None, parent: None, next_offset: 0, expected, failed: None };
-        };
-        let parents: Vec<&OsStr> = job.parents.iter().map(|c| c.as_os_str()).collect();
-        let opened = dirs.get(&parents, false).and_then(|p| {
-            let flags =
-                OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-            rustix::fs::openat(&*p, job.tmp.as_str(), flags, Mode::from_raw_mode(0o600))
-                .map(|fd| (Arc::clone(&p), Arc::new(File::from(fd))))
-                .map_err(|e| format!("cannot create {}: {e}", job.tmp))
-        });
-        match opened {
-            Ok((parent, file)) => OpenFile {
-                file: Some(file),
-                parent: Some(parent),
-                next_offset: 0,
-                expected,
-                failed: None,
-            },
-            Err(why) => failed(why),
-        }
+        let expected = expected_data_len(job.version);
+        let failed = (self.ended && self.ahead.is_none())
+            .then(|| "the server's data ended before this file's began".to_owned());
+        OpenFile { next_offset: 0, expected, failed }
     }
 
+    /// The next piece, counted on its file's [`Target`] (whose last piece the workers must
+    /// know).
     fn next(&mut self, piece: &mut Piece) -> std::result::Result<bool, qsm_codec::Error> {
+        let more = self.fill(piece)?;
+        if more {
+            self.jobs[piece.job].target.sent(piece.last);
+        }
+        Ok(more)
+    }
+
+    fn fill(&mut self, piece: &mut Piece) -> std::result::Result<bool, qsm_codec::Error> {
         piece.has_frame = false;
         piece.last = false;
         piece.failed = None;
         piece.offset = 0;
         piece.expected_len = 0;
         piece.chunk_id = None;
+        piece.finished = None;
         if self.current.is_none() {
             let Some(job) = self.jobs.get(self.next_job) else { return Ok(false) };
             self.current = Some(self.open(job));
@@ -915,8 +924,6 @@ impl FrameSource<'_> {
         let job = &jobs[piece.job];
         let fetched = self.take(&mut piece.frame)?;
         let Some(cur) = self.current.as_mut() else { return Ok(false) };
-        piece.file = cur.file.clone();
-        piece.parent = cur.parent.clone();
         let short = |cur: &OpenFile| {
             format!(
                 "the server's data for it ended at byte {} of {}: the rest is missing",
@@ -1030,9 +1037,10 @@ impl FrameSource<'_> {
     }
 }
 
-/// Restores the files' data on all cores: frames are read in order by one thread, decoded by
-/// every worker and written at their offsets (`pwrite`), and each file is finished (mode,
-/// times, owner, rename into place) once its last quantum is written.
+/// Restores the files' data on all cores: frames are read in order by one thread; the
+/// workers decode them, make each file, write its quanta at their offsets (`pwrite`) and
+/// finish it (metadata, rename into place) once its last quantum is written ([`Target`]);
+/// the in-order writer only counts.
 #[allow(clippy::too_many_arguments)] // one call site; a struct would only rename them
 fn restore_files(
     server: &dyn Server,
@@ -1051,7 +1059,6 @@ fn restore_files(
         fetch,
         jobs,
         index: jobs.iter().enumerate().map(|(i, j)| (j.version.id, i)).collect(),
-        dirs: Some(dirs),
         next_job: 0,
         current: None,
         ahead: None,
@@ -1059,60 +1066,34 @@ fn restore_files(
         ended: false,
         broken: None,
     };
-    let mut failed_job = None;
     let result = qsm_codec::pipeline::run(
         threads.unwrap_or_else(qsm_codec::engine::default_threads),
         |_, piece: &mut Piece| source.next(piece),
         || Ok(qsm_codec::FrameDecoder::new()),
         |decoder, _, piece| {
-            decode_piece(decoder, piece, keys, require_sealed, jobs);
+            decode_piece(decoder, piece, keys, require_sealed, jobs, Some(dirs));
+            let job = &jobs[piece.job];
+            piece.finished = job.target.written(piece.failed.as_deref(), job, dirs, meta);
             Ok(())
         },
         |_, piece| {
             let job = &jobs[piece.job];
-            if let Some(why) = piece.failed.as_ref().filter(|_| failed_job != Some(piece.job)) {
-                failed_job = Some(piece.job);
-                summary.fail(filespace, &job.version.path, why);
-            }
-            if !piece.last {
-                return Ok(());
-            }
-            let Some(parent) = &piece.parent else {
-                return Ok(()); // failed before its file existed
-            };
-            if failed_job == Some(piece.job) {
-                let _ = rustix::fs::unlinkat(&**parent, job.tmp.as_str(), AtFlags::empty());
-                return Ok(());
-            }
-            let v = &job.version;
-            if let Some(file) = &piece.file {
-                // A sparse file's length: its data ends before it when it ends in a hole.
-                let mut problems = Vec::new();
-                if v.attrs.extents.is_some()
-                    && let Err(e) = file.set_len(v.attrs.size)
-                {
-                    problems.push(format!("length {} not set: {e}", v.attrs.size));
-                }
-                // Through the file handle, never the path (see `fsmeta::apply` for the order).
-                problems.extend(fsmeta::apply(At::Fd(file.as_fd()), v.object_type, &v.attrs, meta));
-                meta.note(&job.path.display().to_string(), problems);
-            }
-            match into_place(parent, &job.tmp, &job.name, job.renamed) {
-                Ok(()) => {
-                    job.done.store(true, std::sync::atomic::Ordering::Relaxed);
+            match &piece.finished {
+                None => {}
+                Some(Finished::Restored) => {
                     summary.restored += 1;
-                    summary.renamed += u64::from(job.renamed);
-                    summary.bytes += v.attrs.data_len();
+                    summary.renamed += u64::from(job.renamed.is_some());
+                    summary.bytes += job.version.attrs.data_len();
                 }
-                Err(e) => {
-                    let _ = rustix::fs::unlinkat(&**parent, job.tmp.as_str(), AtFlags::empty());
-                    let why = format!("cannot rename into place: {e}");
-                    summary.fail(filespace, &job.version.path, &why);
-                }
+                Some(Finished::Failed(why)) => summary.fail(filespace, &job.version.path, why),
             }
             Ok(())
         },
     );
+    // A restore that stopped leaves no temporaries of the files it was writing.
+    for job in jobs {
+        job.target.abandon(job);
+    }
     if let Some(e) = source.broken {
         return Err(e);
     }
@@ -1129,6 +1110,7 @@ fn decode_piece(
     keys: Option<&crate::keys::NodeKeys>,
     require_sealed: bool,
     jobs: &[FileJob],
+    dirs: Option<&Dirs>,
 ) {
     if !piece.has_frame || piece.failed.is_some() {
         return;
@@ -1165,12 +1147,15 @@ fn decode_piece(
         }
         Ok(header) => {
             let n = header.raw_len as usize;
-            let written = piece.file.as_ref().map(|f| {
-                let extents = jobs[piece.job].version.attrs.extents.as_deref();
-                fsmeta::write_data(f, &piece.raw[..n], piece.offset, extents)
+            let job = &jobs[piece.job];
+            let written = dirs.map(|dirs| {
+                let file = job.target.file(job, dirs)?;
+                let extents = job.version.attrs.extents.as_deref();
+                fsmeta::write_data(&file, &piece.raw[..n], piece.offset, extents)
+                    .map_err(|e| format!("writing: {e}"))
             });
-            if let Some(Err(e)) = written {
-                piece.failed = Some(format!("writing: {e}"));
+            if let Some(Err(why)) = written {
+                piece.failed = Some(why);
             }
         }
         Err(qsm_codec::FrameError::Encrypted) => {
@@ -1220,7 +1205,7 @@ fn link_one(
     existing: Existing,
     by_path: &HashMap<&[u8], &FileJob>,
     dirs: &Dirs,
-) -> std::result::Result<Outcome, Refusal> {
+) -> std::result::Result<Outcome<'static>, Refusal> {
     let components = safe_components(&v.path)
         .map_err(|why| Refusal::Warn(format!("unsafe name in the catalog ({why})")))?;
     let Some((last, parents)) = components.split_last() else {
@@ -1241,8 +1226,7 @@ fn link_one(
                 String::from_utf8_lossy(first)
             ))
         })?;
-    let from_parents: Vec<&OsStr> = job.parents.iter().map(|c| c.as_os_str()).collect();
-    let from = dirs.get(&from_parents, false).map_err(Refusal::Warn)?;
+    let from = dirs.get(&job.parents(), false).map_err(Refusal::Warn)?;
     let renamed = present.is_some() && existing == Existing::Rename;
     if !renamed
         && present.is_some_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Directory)
@@ -1257,8 +1241,9 @@ fn link_one(
     let tmp = temp_name(v.id);
     // Without AT_SYMLINK_FOLLOW: whatever is at the file's name is linked itself, never
     // followed out of the target.
-    rustix::fs::linkat(&from, job.name.as_os_str(), &parent, tmp.as_str(), AtFlags::empty())
-        .map_err(|e| Refusal::Warn(format!("cannot link to {}: {e}", job.path.display())))?;
+    rustix::fs::linkat(&from, job.name(), &parent, tmp.as_str(), AtFlags::empty()).map_err(
+        |e| Refusal::Warn(format!("cannot link to {}: {e}", job.shown(dirs.shown()).display())),
+    )?;
     into_place(&parent, &tmp, &name, renamed).map_err(|e| {
         let _ = rustix::fs::unlinkat(&parent, tmp.as_str(), AtFlags::empty());
         Refusal::Warn(format!("cannot rename into place: {e}"))
@@ -1358,15 +1343,7 @@ pub fn stream(
     let jobs: Vec<FileJob> = versions
         .iter()
         .filter(|v| v.object_type == ObjectType::File)
-        .map(|v| FileJob {
-            version: v.clone(),
-            parents: Vec::new(),
-            name: OsString::new(),
-            renamed: false,
-            tmp: String::new(),
-            path: PathBuf::from(OsStr::from_bytes(&v.path)),
-            done: std::sync::atomic::AtomicBool::new(false),
-        })
+        .map(|v| FileJob::new(v, None))
         .collect();
     if !jobs.is_empty() {
         let keys = options.keys.as_deref();
@@ -1374,7 +1351,6 @@ pub fn stream(
             fetch: server.fetch(jobs.iter().map(|j| j.version.id).collect())?,
             jobs: &jobs,
             index: jobs.iter().enumerate().map(|(i, j)| (j.version.id, i)).collect(),
-            dirs: None,
             next_job: 0,
             current: None,
             ahead: None,
@@ -1401,7 +1377,7 @@ pub fn stream(
             |_, piece: &mut Piece| source.next(piece),
             || Ok(qsm_codec::FrameDecoder::new()),
             |decoder, _, piece| {
-                decode_piece(decoder, piece, keys, options.require_sealed, &jobs);
+                decode_piece(decoder, piece, keys, options.require_sealed, &jobs, None);
                 Ok(())
             },
             |_, piece| {
@@ -1415,7 +1391,7 @@ pub fn stream(
                     let e = ClientError::Invalid(format!(
                         "{}/{}: {why}",
                         filespace.trim_end_matches('/'),
-                        job.path.display()
+                        String::from_utf8_lossy(&v.path)
                     ));
                     return Err(stop(e, &mut failure));
                 }

@@ -458,6 +458,8 @@ pub fn delete_container(f: &mut dyn PoolFactory) -> Result<(), Failure> {
     let kept = w.container();
     let kept_locs = append_all(&mut *w, &frames[3..6])?;
     w.finish()?;
+    // Read before it is deleted, so a pool that keeps containers open for reading has it open.
+    check_reads(&*p, &frames[..3], &gone_locs)?;
     p.delete(gone)?;
     let listed: Vec<ContainerId> = p.containers()?.iter().map(|c| c.id).collect();
     ensure!(listed == vec![kept], "after deleting {gone:016x} the pool lists {listed:?}");

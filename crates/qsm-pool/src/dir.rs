@@ -21,8 +21,8 @@
 
 use std::collections::HashSet;
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, BufWriter, ErrorKind, Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::io::{self, BufWriter, ErrorKind, Read, Write};
+use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -64,6 +64,10 @@ const EXTENSION: &str = "qsmc";
 const WRITE_BUFFER: usize = 128 << 10;
 /// Container ids whose header was verified by `read_frame`, before the cache starts over.
 const MAX_CHECKED: usize = 1 << 16;
+/// Containers kept open for `read_frame`. A restore reads a container's frames file after
+/// file: opening, sizing and closing it for every frame cost three system calls per restored
+/// file. A handful is enough, as restores read containers in order.
+const READERS: usize = 16;
 
 /// Options of a [`DirPool`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -105,6 +109,8 @@ struct Inner {
     open: Mutex<HashSet<ContainerId>>,
     /// Containers whose header `read_frame` has verified, so that most reads are one read.
     checked: Mutex<HashSet<ContainerId>>,
+    /// Containers open for reading frames ([`READERS`] at most, the oldest dropped first).
+    readers: Mutex<Vec<(ContainerId, Arc<File>)>>,
     /// Checksum verification, its decoders reused between reads.
     verifier: Verifier,
 }
@@ -248,6 +254,7 @@ impl DirPool {
                 fsync: options.fsync,
                 open: Mutex::default(),
                 checked: Mutex::default(),
+                readers: Mutex::default(),
                 verifier: Verifier::default(),
             }),
         })
@@ -271,7 +278,7 @@ impl DirPool {
 
 /// One container file opened for reading.
 struct ContainerFile {
-    file: File,
+    file: Arc<File>,
     path: PathBuf,
     size: u64,
 }
@@ -283,8 +290,7 @@ impl ReadAt for ContainerFile {
 
     fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> Result<(), PoolError> {
         self.file
-            .seek(SeekFrom::Start(offset))
-            .and_then(|_| self.file.read_exact(buf))
+            .read_exact_at(buf, offset)
             .map_err(|e| read_error("reading container", &self.path, e))
     }
 }
@@ -333,7 +339,38 @@ impl Inner {
             Err(e) => return Err(read_error("opening container", &path, e)),
         };
         let size = file.metadata().map_err(|e| read_error("opening container", &path, e))?.len();
-        Ok(ContainerFile { file, path, size })
+        Ok(ContainerFile { file: Arc::new(file), path, size })
+    }
+
+    /// Container `id` for reading a frame: kept open from an earlier read if it can be.
+    /// A kept handle costs one `fstat`, which gives the size now (a container may still be
+    /// growing) and tells whether the file was unlinked since (deleted, or replaced by a copy):
+    /// then it is opened again by name, so a read never sees a file the pool no longer holds.
+    fn reader(&self, id: ContainerId) -> Result<ContainerFile, PoolError> {
+        let kept = lock(&self.readers).iter().find(|(c, _)| *c == id).map(|(_, f)| Arc::clone(f));
+        if let Some(file) = kept {
+            match file.metadata() {
+                Ok(m) if m.nlink() > 0 => {
+                    return Ok(ContainerFile {
+                        file,
+                        path: self.container_path(id),
+                        size: m.len(),
+                    });
+                }
+                _ => self.forget_reader(id),
+            }
+        }
+        let c = self.open_container(id)?;
+        let mut readers = lock(&self.readers);
+        if readers.len() >= READERS {
+            readers.remove(0);
+        }
+        readers.push((id, Arc::clone(&c.file)));
+        Ok(c)
+    }
+
+    fn forget_reader(&self, id: ContainerId) {
+        lock(&self.readers).retain(|(c, _)| *c != id);
     }
 
     /// Verifies the container header: a container of this pool, with this id. A file too
@@ -398,7 +435,7 @@ impl Inner {
         if loc.offset < CONTAINER_HEADER_LEN as u64 {
             return Err(corrupt("the location points into the container header".into()));
         }
-        let mut c = self.open_container(loc.container)?;
+        let mut c = self.reader(loc.container)?;
         if !lock(&self.checked).contains(&loc.container) {
             if self.check_header(&mut c, loc.container, chunk)?.is_none() {
                 return Err(corrupt("the container has no complete header".into()));
@@ -417,7 +454,7 @@ impl Inner {
             )));
         }
         out.resize(len as usize, 0);
-        c.read_at(loc.offset, out)?;
+        c.read_at(loc.offset, out).inspect_err(|_| self.forget_reader(loc.container))?;
         let header = if decode { self.verifier.verify(out) } else { check_frame(out) };
         header.map_err(|e| corrupt(e.to_string()))
     }
@@ -614,6 +651,7 @@ impl Pool for DirPool {
             Err(e) => return Err(write_error("deleting container", &path, e)),
         }
         lock(&inner.checked).remove(&id);
+        inner.forget_reader(id);
         if inner.fsync
             && let Some(dir) = path.parent()
         {

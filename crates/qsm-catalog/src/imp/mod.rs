@@ -291,6 +291,9 @@ impl<B: Backend + std::fmt::Debug> Catalog for B {
     fn object_chunks(&self, object: ObjectId) -> Result<Vec<ChunkRef>> {
         inventory::object_chunks(self, object)
     }
+    fn objects_chunks(&self, objects: &[ObjectId]) -> Result<Vec<Option<crate::ObjectChunks>>> {
+        inventory::objects_chunks(self, objects)
+    }
 
     // --- integrity, audit and size ---
     fn objects_using(&self, chunks: &HashSet<ChunkRowId>) -> Result<(Vec<VersionRef>, ObjectId)> {

@@ -113,6 +113,9 @@ fn truncated_containers_give_their_valid_prefix() -> TestResult {
     for seal in [true, false] {
         for (cut, what) in [(10, "incomplete frame header"), (40, "incomplete frame")] {
             let (id, locs) = write_container(&pool, &frames, seal)?;
+            // Read once whole first: the pool keeps the container open, and must still see
+            // the cut.
+            read_ok(&pool, &frames, &locs)?;
             let path = pool.container_path(id);
             truncate(&path, locs[3].offset + cut)?;
             let (scanned, end) = scan_all(&pool, id)?;
@@ -214,8 +217,18 @@ fn missing_container_file_is_not_found() -> TestResult {
     let pool = new_pool(dir.path(), None)?;
     let frames = text_frames(2, 8)?;
     let (id, locs) = write_container(&pool, &frames, true)?;
-    std::fs::remove_file(pool.container_path(id))?;
-    match pool.read_frame(&locs[0], Some(5), &mut Vec::new()) {
+    // Read first, so the pool keeps the container open: a kept handle must not outlive the
+    // file's name, whether the file is replaced by a (here damaged) copy or removed.
+    read_ok(&pool, &frames, &locs)?;
+    let path = pool.container_path(id);
+    let copy = path.with_extension("copy");
+    std::fs::copy(&path, &copy)?;
+    flip(&copy, locs[0].offset + u64::from(locs[0].len) - 1, 0x40)?;
+    std::fs::rename(&copy, &path)?;
+    expect_corrupt(pool.read_frame(&locs[0], Some(5), &mut Vec::new()), id, locs[0].offset, "");
+    read_ok(&pool, &frames[1..], &locs[1..])?;
+    std::fs::remove_file(&path)?;
+    match pool.read_frame(&locs[1], Some(5), &mut Vec::new()) {
         Err(e @ PoolError::NotFound { .. }) => {
             assert!(e.to_string().contains(&format!("{id:016x}")), "{e}");
         }
