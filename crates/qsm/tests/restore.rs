@@ -960,3 +960,35 @@ fn restore_streams_a_tar_and_one_file_to_stdout() {
     assert!(status == "0" || status == "141", "{piped:?}");
     assert!(!String::from_utf8_lossy(&piped.stderr).contains("panicked"), "{piped:?}");
 }
+
+/// Issue 24: a restore onto a disk too small for it names each file that did not fit, leaves
+/// no temporary behind (a file of several quanta is allocated whole before it is written, so
+/// it fails at once instead of filling the disk), and what fit is whole: a partial success,
+/// exit 4. Needs root to mount the small disk.
+#[test]
+fn a_restore_to_a_full_disk_names_what_did_not_fit_and_leaves_no_temporaries() {
+    let Some(disk) = qsm_catalog::testing::Tmpfs::mount("restore_full_disk", "2m").unwrap() else {
+        return;
+    };
+    let (home, dir) = (TempDir::new().unwrap(), TempDir::new().unwrap());
+    let src = dir.path().join("src");
+    fs::create_dir_all(src.join("small")).unwrap();
+    let big: Vec<u8> =
+        (0..(6u32 << 20)).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    fs::write(src.join("big.bin"), &big).unwrap();
+    for i in 0..20 {
+        fs::write(src.join(format!("small/{i}.txt")), format!("{i}\n").repeat(200)).unwrap();
+    }
+    qsm(home.path()).arg("backup").arg(&src).assert().success();
+    let out = disk.path().join("out");
+    qsm(home.path()).arg("restore").arg(&src).arg("--to").arg(&out).assert().code(4).stderr(
+        predicates::str::contains("big.bin: not restored")
+            .and(predicates::str::contains("No space left on device")),
+    );
+    assert!(!out.join("big.bin").exists());
+    assert_eq!(temporaries(&out), Vec::<PathBuf>::new());
+    for i in 0..20 {
+        let back = fs::read(out.join(format!("small/{i}.txt"))).unwrap();
+        assert_eq!(back, format!("{i}\n").repeat(200).into_bytes());
+    }
+}

@@ -13,11 +13,15 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use rustix::fs::{AtFlags, Mode, OFlags};
+use rustix::fs::{AtFlags, FallocateFlags, Mode, OFlags};
+use rustix::io::Errno;
 
 use super::{FileJob, into_place};
 use crate::dirs::Dirs;
 use crate::fsmeta::{self, At};
+
+/// Files of at least this size are allocated whole before their quanta are written.
+const PREALLOCATE_FROM: u64 = 1 << 20;
 
 /// The worker side of one file of a restore (see the module comment).
 #[derive(Debug, Default)]
@@ -153,5 +157,21 @@ fn make(job: &FileJob, dirs: &Dirs) -> Result<Made, String> {
     let tmp = job.tmp();
     let fd = rustix::fs::openat(&*parent, tmp.as_str(), flags, Mode::from_raw_mode(0o600))
         .map_err(|e| format!("cannot create {tmp}: {e}"))?;
+    // A file of several quanta is written by all workers out of order: reserved whole first,
+    // the file system lays it out in one piece instead of in the order the quanta land, and a
+    // full disk is found before any of it is written. Not sparse files (their holes stay
+    // holes), nor small ones (one write already allocates them at once).
+    let size = job.version.attrs.size;
+    if size >= PREALLOCATE_FROM && job.version.attrs.extents.is_none() {
+        match rustix::fs::fallocate(&fd, FallocateFlags::empty(), 0, size) {
+            Ok(()) => {}
+            Err(e) if e == Errno::NOSPC || e == Errno::FBIG || e == Errno::DQUOT => {
+                let _ = rustix::fs::unlinkat(&*parent, tmp.as_str(), AtFlags::empty());
+                return Err(format!("cannot make room for {size} bytes: {e}"));
+            }
+            // Not every file system can (EOPNOTSUPP): then the writes allocate.
+            Err(_) => {}
+        }
+    }
     Ok((parent, Arc::new(File::from(fd))))
 }
