@@ -70,12 +70,8 @@ pub(crate) struct Dirs {
 
 impl Dirs {
     /// The directories below `target` (an open directory), shown as `shown` in messages.
-    pub(crate) fn new(target: OwnedFd, shown: &Path) -> Dirs {
-        Dirs {
-            target: Arc::new(target),
-            shown: shown.to_path_buf(),
-            open: Mutex::new(HashMap::new()),
-        }
+    pub(crate) fn new(target: Arc<OwnedFd>, shown: &Path) -> Dirs {
+        Dirs { target, shown: shown.to_path_buf(), open: Mutex::new(HashMap::new()) }
     }
 
     /// The target's path, for messages.
@@ -140,7 +136,7 @@ mod tests {
         std::os::unix::fs::symlink("/", dir.path().join("a/link")).unwrap();
         std::fs::write(dir.path().join("a/file"), b"x").unwrap();
         let target = rustix::fs::open(dir.path(), OFlags::DIRECTORY, Mode::empty()).unwrap();
-        let dirs = Dirs::new(target, dir.path());
+        let dirs = Dirs::new(Arc::new(target), dir.path());
         let c = |s: &'static str| -> Vec<&'static OsStr> { s.split('/').map(OsStr::new).collect() };
         let b = dirs.get(&c("a/b"), false).unwrap();
         assert!(Arc::ptr_eq(&b, &dirs.get(&c("a/b"), false).unwrap()), "opened again");

@@ -87,6 +87,10 @@ pub struct RestoreOptions {
     /// matched against paths relative to the filespace root and against the absolute paths
     /// they were backed up from.
     pub filter: crate::Filter,
+    /// Make what was restored durable before returning (`syncfs` of the target's file
+    /// system). Without it a restore returns, as `cp` and `tar -x` do, once the data is in
+    /// the page cache; the kernel writes it back within about 30 s.
+    pub sync: bool,
 }
 
 /// What a restore would restore, chosen before anything is written.
@@ -519,7 +523,8 @@ pub fn restore(
         path: target.to_path_buf(),
         source: e.into(),
     })?;
-    let tree = Dirs::new(target_fd, target);
+    let target_fd = Arc::new(target_fd);
+    let tree = Dirs::new(Arc::clone(&target_fd), target);
     let mut dirs = Vec::new();
     let mut jobs =
         Vec::with_capacity(versions.iter().filter(|v| v.object_type == ObjectType::File).count());
@@ -604,6 +609,13 @@ pub fn restore(
             let problems = fsmeta::apply(At::Fd(fd.as_fd()), v.object_type, &v.attrs, &meta);
             meta.note(&format!("{filespace}/{}", String::from_utf8_lossy(&v.path)), problems);
         }
+    }
+    if options.sync {
+        rustix::fs::syncfs(&*target_fd).map_err(|e| ClientError::Io {
+            op: "writing the restored files to disk (syncfs)",
+            path: target.to_path_buf(),
+            source: e.into(),
+        })?;
     }
     summary.incomplete += meta.incomplete.load(std::sync::atomic::Ordering::Relaxed);
     summary.warnings.append(&mut meta.take_notes());

@@ -992,3 +992,31 @@ fn a_restore_to_a_full_disk_names_what_did_not_fit_and_leaves_no_temporaries() {
         assert_eq!(back, format!("{i}\n").repeat(200).into_bytes());
     }
 }
+
+/// Issue 24: `--sync` makes a restore durable before it reports success (`syncfs` of the
+/// target's file system); it means nothing for a stream, and says so.
+#[test]
+fn restore_sync_waits_for_the_disk_and_is_refused_with_a_stream() {
+    let (home, dir) = (TempDir::new().unwrap(), TempDir::new().unwrap());
+    let src = dir.path().join("src");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("a.txt"), b"synced\n").unwrap();
+    qsm(home.path()).arg("backup").arg(&src).assert().success();
+    let out = dir.path().join("out");
+    qsm(home.path())
+        .arg("restore")
+        .arg(&src)
+        .arg("--to")
+        .arg(&out)
+        .arg("--sync")
+        .assert()
+        .success();
+    assert_eq!(fs::read(out.join("a.txt")).unwrap(), b"synced\n");
+    qsm(home.path())
+        .arg("restore")
+        .arg(&src)
+        .args(["--tar", "-", "--sync"])
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("--sync"));
+}

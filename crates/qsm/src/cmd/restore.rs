@@ -79,6 +79,11 @@ pub struct RestoreArgs {
     /// List what would be restored, with sizes; write nothing.
     #[arg(long)]
     dry_run: bool,
+    /// Wait until what was restored is on disk before reporting success (`syncfs` of the
+    /// target's file system). Without it the restore ends, as `cp` and `tar -x` do, with the
+    /// last data still in the page cache: a power cut in the next half-minute can lose it.
+    #[arg(long, conflicts_with_all = ["dry_run", "tar"])]
+    sync: bool,
     /// Write what is selected as a tar stream (pax, with owners, modes, times, links,
     /// devices and extended attributes) to FILE, or to stdout with `-`, instead of restoring
     /// files: `qsm restore ~/docs --tar - | ssh host tar -xpf - --xattrs`.
@@ -106,6 +111,8 @@ pub(crate) struct RestoreRequest<'a> {
     pub(crate) dry_run: bool,
     /// `--tar FILE|-`.
     pub(crate) tar: Option<&'a Path>,
+    /// `--sync`.
+    pub(crate) sync: bool,
 }
 
 /// The node's keys for a restore or retrieve: opened when there is a key (here or on the
@@ -198,6 +205,7 @@ pub(crate) fn restore_with(server: &dyn Server, r: RestoreRequest<'_>) -> Result
         keys: r.keys,
         require_sealed: r.require_sealed,
         filter: r.filter,
+        sync: r.sync,
     };
     if r.dry_run {
         let selected = qsm_client::restore::select(server, &filespace, &options)
@@ -259,6 +267,7 @@ pub fn restore(args: RestoreArgs) -> Result<Complete> {
             filter,
             dry_run: args.dry_run,
             tar: args.tar.as_deref(),
+            sync: args.sync,
         },
     )
 }

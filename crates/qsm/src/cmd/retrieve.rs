@@ -35,6 +35,9 @@ pub struct RetrieveArgs {
     require_encryption: bool,
     #[command(flatten)]
     existing: ExistingArgs,
+    /// Wait until what was retrieved is on disk before reporting success (`syncfs`).
+    #[arg(long)]
+    sync: bool,
     /// Machine-readable summary.
     #[arg(long)]
     json: bool,
@@ -94,6 +97,7 @@ pub fn retrieve(args: RetrieveArgs) -> Result<Complete> {
             filter: qsm_client::Filter::default(),
             dry_run: false,
             tar: None,
+            sync: args.sync,
         },
     )
 }
