@@ -2,9 +2,11 @@
 # bench/restore-disk.sh: restores of a many-file tree to the disk that holds bench/out (never a
 # tmpfs), the measurements issue 24 asks for. QSM from its embedded store and through a real
 # `qsm server` (plaintext TCP on 127.0.0.1) beside restic, rustic, Borg, bupstash, `cp -a` and
-# `tar -x` of the same tree, run round-robin (each tool once per round, the target removed and
-# `sync` run before each), every round and the best round of each tool reported: this machine's
-# shared disk swings several-fold from minute to minute. Also the peak memory of each tool's
+# `tar -x` of the same tree, run round-robin (each tool once per round into a new directory,
+# `sync` run before each; the order rotated each round; the round's trees removed only after
+# it: on this disk, creating files just after removing a large tree is several times slower
+# than after creating one, docs/PERFORMANCE.md section 17), every round and the best round of
+# each tool reported: this machine's shared disk swings several-fold from minute to minute. Also the peak memory of each tool's
 # restore, the ratios of QSM's best rounds to `cp -a`'s and restic's, and the system calls of one
 # QSM restore of each kind (strace -c -f), the per-file cost a tmpfs would hide.
 #
@@ -155,10 +157,13 @@ if [ -n "${QSM_BIN:-}" ]; then QSM_FROM="$QSM, built $(date -u -r "$QSM" '+%Y-%m
 	echo "Command: \`$CMDLINE\`"
 	echo
 	echo "Machine: $(uname -n), $(nproc) cores, $(free -g | awk '/^Mem:/ { print $2 }') GiB RAM, $(uname -r); $(date -u '+%Y-%m-%d %H:%M UTC')."
-	echo "Restores go to \`${DEST#"$REPO"/}\` on $(df --output=source "$OUT" | tail -1) ($(findmnt -no FSTYPE -T "$OUT"), $(findmnt -no OPTIONS -T "$OUT")),"
+	echo "Restores go to new directories under \`${OUT#"$REPO"/}\` on $(df --output=source "$OUT" | tail -1) ($(findmnt -no FSTYPE -T "$OUT"), $(findmnt -no OPTIONS -T "$OUT")),"
 	echo "the disk that also holds the sources, repositories and stores. Each time includes the \`sync\`"
-	echo "after the restore; before it the target is removed, \`sync\` run, and what the restore reads"
-	echo "(repository, store, source or tarball) read once into the page cache, untimed."
+	echo "after the restore; before it \`sync\` is run and what the restore reads (repository, store,"
+	echo "source or tarball) read once into the page cache, untimed. Each restore goes to a new"
+	echo "directory; a round's trees are removed after the round (untimed), since creating files just"
+	echo "after removing a large tree is several times slower on this disk; the order of the tools"
+	echo "is rotated each round, so the first restore after a removal is a different tool's each time."
 	echo
 	echo "- QSM: $(first_line "$QSM" --version) ($QSM_FROM)"
 } >>"$REPORT"
@@ -293,10 +298,15 @@ if [ "$TREE" = 1 ]; then
 	}
 
 	declare -A SECS RSS BEST BESTR MAXRSS
+	DESTS="$OUT/dests"
+	rm -rf "$DESTS" && sync
 	for r in $(seq 1 "$ROUNDS"); do
-		for t in "${TOOLS[@]}"; do
+		n=${#TOOLS[@]}
+		for i in $(seq 0 $((n - 1))); do
+			t=${TOOLS[$(((i + r - 1) % n))]}
 			warm "$(inputs "$t")"
-			rm -rf "$DEST" && sync
+			DEST="$DESTS/$r-$t"
+			sync
 			s=$(date +%s.%N)
 			restore "$t" || fail "$t: the restore failed" "$LOGS/$t.log"
 			sync
@@ -309,7 +319,9 @@ if [ "$TREE" = 1 ]; then
 			if [ -z "${MAXRSS[$t]:-}" ] || [ "${RSS[$t,$r]}" -gt "${MAXRSS[$t]}" ]; then MAXRSS[$t]=${RSS[$t,$r]}; fi
 			if [ "$r" = 1 ]; then check "$t" "$SRC" "$(restored "$t")"; fi
 		done
+		rm -rf "$DESTS" && sync
 	done
+	DEST="$OUT/dest"
 
 	# System calls of one restore of each kind (for the server, of the client process).
 	rm -rf "$DEST" && sync
@@ -337,7 +349,7 @@ if [ "$TREE" = 1 ]; then
 		echo "client on this machine; both backed up with \`qsm backup SRC\` at its defaults. Peers at their"
 		echo "defaults as bench/suite/peers.py runs them (restic, rustic, Borg and bupstash encrypt and"
 		echo "deduplicate; QSM does neither by default); \`cp -a SRC DEST\`; \`tar -xf\` of an uncompressed"
-		echo "tarball of SRC. $ROUNDS $ROUNDS_WORD, round-robin in the order of the columns; the best round of each"
+		echo "tarball of SRC. $ROUNDS $ROUNDS_WORD, round-robin (round r starts with the r-th column); the best round of each"
 		echo "tool in bold."
 		echo
 		printf '| round |'; for t in "${TOOLS[@]}"; do printf ' %s |' "$(name "$t")"; done; echo
