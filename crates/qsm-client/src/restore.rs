@@ -157,7 +157,9 @@ impl RestoreSummary {
 /// NAME_MAX whatever the file's name), and unique per version id and process, so two files
 /// in one directory never share one. [`sweep_leftovers`] recognises the pattern.
 fn temp_name(id: ObjectId) -> String {
-    format!("{TEMP_PREFIX}{}-{}", std::process::id(), id.0)
+    // `std::process::id` is a system call each time, and this runs twice per restored file.
+    static PID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    format!("{TEMP_PREFIX}{}-{}", PID.get_or_init(std::process::id), id.0)
 }
 
 const TEMP_PREFIX: &str = ".qsm-restore-";
