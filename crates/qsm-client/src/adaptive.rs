@@ -23,6 +23,26 @@
 //!
 //! Frames are self-describing, so quanta of one file may use different settings at no cost to
 //! restore. Every compressing rung probes for incompressible data first and stores it raw.
+//!
+//! # What `auto` optimises
+//!
+//! A backup's time is paid once; what it stores is paid for every day each version is kept.
+//! So the default objective ([`Objective::Balanced`], `--compression auto`) does not trade
+//! storage for a little speed:
+//! - it starts at zstd:3, the default setting, and moves only on evidence;
+//! - it goes below zstd:3 (lighter, larger) only when that is predicted to make the backup at
+//!   least [`BELOW_DEFAULT`] times as fast, and keeps the move only when a trial of it
+//!   confirms that factor;
+//! - otherwise it takes, among the rungs predicted within 5% of the fastest, the one that
+//!   stores least.
+//!
+//! `auto:fast` ([`Objective::Fast`]) weighs throughput only (the smallest rung within 2% of
+//! the fastest); `auto:small` ([`Objective::Small`]) the smallest rung that keeps the backup
+//! within 1.1 times the fastest's time. Every move that the model cannot be sure of is tried
+//! before it is kept: a lighter one (its frames may cost what no stage shows), and a heavier
+//! one made to store less (its speed is predicted, not measured). A lighter rung kept is
+//! checked again later, at growing intervals: raw frames that the page cache absorbed during
+//! the trial may cost more once writeback starts.
 
 use std::sync::Mutex;
 use std::time::Instant;
@@ -71,6 +91,14 @@ pub const LADDER: [Rung; 9] = [
 
 /// Where the ladder starts: zstd-3, the static `auto`.
 pub const START: usize = 4;
+/// Under the balanced objective, a rung lighter than [`START`] must make the backup this many
+/// times as fast, predicted and then measured.
+pub const BELOW_DEFAULT: f64 = 1.25;
+/// A lighter rung kept after its trial is tried again this long after, seconds, then at
+/// three times the interval each time, up to [`RECHECK_MAX`].
+pub const RECHECK: f64 = 1.0;
+/// See [`RECHECK`].
+pub const RECHECK_MAX: f64 = 30.0;
 /// Time constant of the measurements' decay, seconds.
 pub const TAU: f64 = 0.5;
 /// Decisions are taken at most this often, seconds.
@@ -86,6 +114,11 @@ pub const EVIDENCE_WAIT: f64 = 0.15;
 /// How long workers wait at most for the first frame to leave, seconds: a safety net only,
 /// since the frame they wait for is never one of theirs (see [`Controller::choose`]).
 pub const FIRST_FRAME_WAIT: f64 = 10.0;
+/// Before the backup has run this long, seconds, the only move is to a heavier rung predicted
+/// faster (a slow link, where every second at the default sends too many bytes): a short
+/// backup stays at the default, at no cost, and a longer one has shown its stages' rates
+/// (and a pool's page cache has taken its first writes) before anything else is tried.
+pub const SETTLE: f64 = 0.3;
 /// A move needs a predicted gain of this factor (hysteresis).
 pub const GAIN: f64 = 1.05;
 /// One quantum in this many at most tries a neighbouring rung, to learn its profile...
@@ -106,6 +139,50 @@ pub const LIGHTER_BUSY: f64 = 0.6;
 pub const BAN: f64 = 8.0;
 /// ...doubling on every further failure, up to this.
 pub const BAN_MAX: f64 = 60.0;
+
+/// What `auto` weighs: the backup's time, what it stores, or both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Objective {
+    /// `auto`: zstd:3 unless a lighter rung is much faster; the smallest within 5% of the
+    /// fastest.
+    #[default]
+    Balanced,
+    /// `auto:fast`: throughput only (the smallest within 2% of the fastest).
+    Fast,
+    /// `auto:small`: the smallest that keeps the backup within 1.1 times the fastest's time.
+    Small,
+}
+
+impl Objective {
+    /// `auto`, `auto:fast` or `auto:small`, in any case; `None` for any other setting.
+    pub fn parse(text: &str) -> Option<Objective> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "auto" => Some(Objective::Balanced),
+            "auto:fast" => Some(Objective::Fast),
+            "auto:small" => Some(Objective::Small),
+            _ => None,
+        }
+    }
+
+    /// As `--compression` takes it.
+    pub fn setting(self) -> &'static str {
+        match self {
+            Objective::Balanced => "auto",
+            Objective::Fast => "auto:fast",
+            Objective::Small => "auto:small",
+        }
+    }
+
+    /// Rungs predicted within this factor of the fastest count as fast; the one of them
+    /// that stores least is taken.
+    fn slack(self) -> f64 {
+        match self {
+            Objective::Fast => 1.02,
+            Objective::Balanced => 1.05,
+            Objective::Small => 1.10,
+        }
+    }
+}
 
 /// A decaying sum of bytes over seconds of busy time: a rate that follows changes within
 /// about [`TAU`].
@@ -148,14 +225,19 @@ pub enum Bottleneck {
     Network,
     /// The server, which said so: it spends nearly all its time storing what arrives.
     Server,
+    /// Storing into the embedded store's pool: this process writing the pool's disk.
+    Pool,
 }
+
+const BOTTLENECKS: [Bottleneck; 5] =
+    [Bottleneck::Read, Bottleneck::Cpu, Bottleneck::Network, Bottleneck::Server, Bottleneck::Pool];
 
 pub use qsm_types::node::ServerLoad;
 
 /// The server's utilisation above which it is the bottleneck.
 const SERVER_BUSY: f64 = 0.85;
 
-/// A move to a lighter rung on trial: kept if the backup goes as fast as before, or faster.
+/// A move on trial: kept if the backup achieves `need` times the throughput it had before.
 #[derive(Debug, Clone, Copy)]
 struct Trial {
     from: usize,
@@ -164,6 +246,10 @@ struct Trial {
     seq: Option<u64>,
     /// Throughput before the move, input bytes per second.
     before: f64,
+    /// The share of `before` the move must achieve to be kept.
+    need: f64,
+    /// Seconds until a kept lighter move is tried again (see [`RECHECK`]).
+    recheck: f64,
     /// When the trial's first frame left; the window runs from there.
     started: Option<f64>,
     bytes: f64,
@@ -234,6 +320,10 @@ impl Report {
                 Some(rate) => format!("server-bound at {:.0} MB/s", rate / 1e6),
                 None => "server-bound".to_owned(),
             },
+            (Some(Bottleneck::Pool), Some(rate)) => {
+                format!("pool-disk-bound at {:.0} MB/s", rate / 1e6)
+            }
+            (Some(Bottleneck::Pool), None) => "pool-disk-bound".to_owned(),
             (Some(Bottleneck::Cpu), _) => "CPU-bound".to_owned(),
             (Some(Bottleneck::Read), _) => "read-bound".to_owned(),
             (None, _) => "too short to measure".to_owned(),
@@ -269,7 +359,7 @@ struct State {
     last_explore: f64,
     uses: Vec<RungUse>,
     /// Bytes read while each stage was the predicted bottleneck.
-    limited: [f64; 4],
+    limited: [f64; BOTTLENECKS.len()],
     /// Bytes compressed since the last decision.
     unaccounted: f64,
     /// Seconds the sender has been busy, in all.
@@ -286,6 +376,8 @@ struct State {
     last_sent: f64,
     /// A lighter move being checked, and per rung how long it may not be tried again.
     trial: Option<Trial>,
+    /// A kept lighter move to try again at the time given.
+    recheck: Option<(f64, Trial)>,
     banned_until: Vec<f64>,
     ban: Vec<f64>,
     /// When a trial was last undone, and the throughput it was judged against: for a while
@@ -305,8 +397,15 @@ struct State {
 #[derive(Debug)]
 pub struct Controller {
     ladder: Vec<Rung>,
+    /// The default rung, where an adaptive backup starts.
+    start: usize,
     workers: f64,
     adaptive: bool,
+    objective: Objective,
+    /// The data is stored by this process (the embedded store): sending is writing the pool.
+    stores_here: bool,
+    /// `QSM_ADAPTIVE_RECORD` set: every stage's measurement is written there, for traces.
+    record: Option<Mutex<std::io::BufWriter<std::fs::File>>>,
     started: Instant,
     state: Mutex<State>,
     /// `QSM_ADAPTIVE_TRACE` set: every decision is printed to stderr.
@@ -316,9 +415,9 @@ pub struct Controller {
 }
 
 impl Controller {
-    /// Adaptive over [`LADDER`], with `workers` compressing threads.
-    pub fn adaptive(workers: usize) -> Controller {
-        Controller::new(LADDER.to_vec(), START, workers, true)
+    /// Adaptive over [`LADDER`] for `objective`, with `workers` compressing threads.
+    pub fn adaptive(workers: usize, objective: Objective) -> Controller {
+        Controller { objective, ..Controller::new(LADDER.to_vec(), START, workers, true) }
     }
 
     /// Always `setting` (a fixed `--compression`), reporting its use the same way.
@@ -349,7 +448,7 @@ impl Controller {
             explore_up: true,
             last_explore: 0.0,
             uses,
-            limited: [0.0; 4],
+            limited: [0.0; BOTTLENECKS.len()],
             unaccounted: 0.0,
             send_busy: 0.0,
             compressed: 0,
@@ -359,6 +458,7 @@ impl Controller {
             throughput: Rate::default(),
             last_sent: 0.0,
             trial: None,
+            recheck: None,
             banned_until: vec![f64::NEG_INFINITY; ladder.len()],
             ban: vec![BAN; ladder.len()],
             undone: f64::NEG_INFINITY,
@@ -368,13 +468,33 @@ impl Controller {
             server_last: None,
         };
         Controller {
+            start: start.min(ladder.len() - 1),
             ladder,
             workers: workers.max(1) as f64,
             adaptive,
+            objective: Objective::default(),
+            stores_here: false,
+            record: recorder(),
             started: Instant::now(),
             state: Mutex::new(state),
             trace: std::env::var_os("QSM_ADAPTIVE_TRACE").is_some(),
             link_limit: f64::INFINITY,
+        }
+    }
+
+    /// The data is stored by this process (the embedded store): what limits sending is the
+    /// pool's disk, unless a `--limit-upload` emulates a link.
+    pub fn storing_here(mut self, here: bool) -> Controller {
+        self.stores_here = here;
+        self
+    }
+
+    fn write_record(&self, line: std::fmt::Arguments<'_>) {
+        use std::io::Write;
+        if let Some(r) = &self.record {
+            let mut w = r.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            // A trace for benchmarks: a failed write loses the trace, never the backup.
+            let _ = w.write_fmt(line).and_then(|()| w.write_all(b"\n"));
         }
     }
 
@@ -451,6 +571,7 @@ impl Controller {
 
     /// The reader spent `seconds` producing `bytes` of input.
     pub fn read(&self, now: f64, bytes: usize, seconds: f64) {
+        self.write_record(format_args!("read {now:.6} {bytes} {seconds:.9}"));
         if !self.adaptive {
             return;
         }
@@ -470,6 +591,15 @@ impl Controller {
         raw: bool,
         seconds: f64,
     ) {
+        if self.record.is_some()
+            && let Some(r) = self.ladder.get(rung)
+        {
+            let setting = r.compression.setting();
+            self.write_record(format_args!(
+                "compressed {now:.6} {seq} {setting} {bytes} {frame} {} {seconds:.9}",
+                u8::from(raw)
+            ));
+        }
         let mut s = self.lock();
         let Some(u) = s.uses.get_mut(rung) else { return };
         u.quanta += 1;
@@ -491,6 +621,7 @@ impl Controller {
     /// The sender spent `seconds` sending the pipeline's `seq`-th piece, `bytes` of input in a
     /// frame of `frame` bytes (and committing what it ends).
     pub fn sent(&self, now: f64, seq: u64, bytes: usize, frame: usize, seconds: f64) {
+        self.write_record(format_args!("sent {now:.6} {seq} {bytes} {frame} {seconds:.9}"));
         if !self.adaptive {
             return;
         }
@@ -506,6 +637,10 @@ impl Controller {
 
     /// The server's account of its work on the stream (cumulative; see [`ServerLoad`]).
     pub fn server(&self, now: f64, load: ServerLoad) {
+        self.write_record(format_args!(
+            "server {now:.6} {:.6} {} {:.6}",
+            load.busy, load.bytes, load.elapsed
+        ));
         if !self.adaptive {
             return;
         }
@@ -547,12 +682,14 @@ impl Controller {
         }
         let Some(t) = s.trial.take() else { return };
         let achieved = t.bytes / window;
-        let undo = achieved * GAIN < t.before;
+        let undo = achieved < t.before * t.need;
         if self.trace {
             eprintln!(
-                "adaptive {now:.3}s: trial of {} achieved {:.0} MB/s against {:.0} MB/s at {}: {}",
+                "adaptive {now:.3}s: trial of {} achieved {:.0} MB/s, needed {:.0} MB/s ({:.2} of {:.0} at {}): {}",
                 self.ladder[t.to].compression.setting(),
                 achieved / 1e6,
+                t.before * t.need / 1e6,
+                t.need,
                 t.before / 1e6,
                 self.ladder[t.from].compression.setting(),
                 if undo { "undone" } else { "kept" }
@@ -568,6 +705,15 @@ impl Controller {
             s.undone_before = t.before;
         } else {
             s.ban[t.to] = BAN;
+            // Raw frames the page cache absorbed during the trial may cost more once
+            // writeback starts: a lighter rung is tried again, ever less often.
+            if t.to < t.from {
+                let again = Trial { seq: None, started: None, bytes: 0.0, frames: 0, ..t };
+                s.recheck = Some((
+                    now + t.recheck,
+                    Trial { recheck: (t.recheck * 3.0).min(RECHECK_MAX), ..again },
+                ));
+            }
         }
     }
 
@@ -575,8 +721,10 @@ impl Controller {
     pub fn report(&self) -> Report {
         let s = self.lock();
         let bottleneck = if self.adaptive && s.limited.iter().any(|&b| b > 0.0) {
-            let i = (0..4).max_by(|&a, &b| s.limited[a].total_cmp(&s.limited[b])).unwrap_or(1);
-            Some([Bottleneck::Read, Bottleneck::Cpu, Bottleneck::Network, Bottleneck::Server][i])
+            let i = (0..BOTTLENECKS.len())
+                .max_by(|&a, &b| s.limited[a].total_cmp(&s.limited[b]))
+                .unwrap_or(1);
+            Some(BOTTLENECKS[i])
         } else {
             None
         };
@@ -668,6 +816,7 @@ impl Controller {
                 let saturated = Self::server_utilisation(s) >= SERVER_BUSY;
                 (server, if saturated { Bottleneck::Server } else { Bottleneck::Network })
             }
+            _ if self.stores_here && self.link_limit.is_infinite() => (link, Bottleneck::Pool),
             _ => (link, Bottleneck::Network),
         };
         let send = limit * ratio;
@@ -691,29 +840,75 @@ impl Controller {
         if now - s.last_move < DWELL || s.trial.is_some() {
             return;
         }
+        // A lighter rung kept earlier is due to be tried again.
+        if let Some((at, again)) = s.recheck
+            && now >= at
+        {
+            s.recheck = None;
+            if again.to == s.current
+                && let Some(rate) = s.throughput.rate()
+            {
+                // Judged against what its first trial was judged against, or what the
+                // heavier rung would achieve now, whichever is less: the data may have
+                // changed since.
+                let heavier = self.predict(s, again.from, speed, gain, 1.0).0 / here.max(1e-9);
+                s.trial = Some(Trial { before: again.before.min(rate * heavier), ..again });
+                return;
+            }
+        }
         let n = self.ladder.len();
         // A rung whose trial made the backup slower is left alone for a while.
         let allowed = |i: usize| i == s.current || now >= s.banned_until[i];
         let rates: Vec<f64> = (0..n)
             .map(|i| if allowed(i) { self.predict(s, i, speed, gain, 1.0).0 } else { 0.0 })
             .collect();
-        let best = rates.iter().copied().fold(0.0, f64::max);
-        // Where several rungs tie (reading or the link limits them all), the one that stores
-        // least, as long as it keeps a sixth of the cores spare: an estimate that is a little
-        // off must not make the cores the bottleneck.
+        let compressible = gain > 0.05;
+        // The balanced objective leaves the default rung for a lighter, larger one only for a
+        // large gain: what is stored is paid for as long as the version is kept. The rung in
+        // use keeps its place while it holds most of that gain (hysteresis).
+        let default = (self.objective == Objective::Balanced && compressible)
+            .then(|| self.predict(s, self.start, speed, gain, 1.0).0);
+        let eligible = |i: usize| {
+            allowed(i)
+                && match default {
+                    Some(d) if i < self.start => {
+                        let need =
+                            if i == s.current { BELOW_DEFAULT / GAIN } else { BELOW_DEFAULT };
+                        rates[i] >= d * need
+                    }
+                    _ => true,
+                }
+        };
+        let best = (0..n).filter(|&i| eligible(i)).map(|i| rates[i]).fold(0.0, f64::max);
+        // Where several rungs are about as fast (reading or the link limits them all), the
+        // one that stores least, as long as it keeps a sixth of the cores spare: an estimate
+        // that is a little off must not make the cores the bottleneck.
         // Data that does not compress gains nothing from a heavier rung: among tied rungs
         // keep the current one, or take the lightest.
-        let compressible = gain > 0.05;
+        let slack = self.objective.slack();
         let mut tied = (0..n)
-            .filter(|&i| allowed(i) && self.predict(s, i, speed, gain, 0.85).0 >= best / 1.02);
+            .filter(|&i| eligible(i) && self.predict(s, i, speed, gain, 0.85).0 >= best / slack);
         let tied = if compressible {
             tied.max_by(|&a, &b| s.gain_factor[a].total_cmp(&s.gain_factor[b]))
         } else {
             let all: Vec<usize> = tied.by_ref().collect();
             all.contains(&s.current).then_some(s.current).or(all.first().copied())
         };
-        let fastest = (0..n).max_by(|&a, &b| rates[a].total_cmp(&rates[b]));
-        let Some(pick) = tied.or(fastest) else { return };
+        let fastest =
+            (0..n).filter(|&i| eligible(i)).max_by(|&a, &b| rates[a].total_cmp(&rates[b]));
+        let Some(mut pick) = tied.or(fastest) else { return };
+        // Whether the rung aimed at is predicted faster: a step towards it is a step on the
+        // way, though a step alone may gain less than [`GAIN`].
+        let faster = rates[pick] > here * GAIN;
+        // Heavier one rung at a time: the neighbours' profiles are learned by exploring, a
+        // farther rung's is only the prior, which on data unlike Silesia can be far off.
+        pick = pick.min(s.current + 1);
+        // And, where storage counts, lighter one rung at a time too: each step is tried, and
+        // the first that gives the speed is the one that stores least.
+        if self.objective != Objective::Fast {
+            pick = pick.max(s.current.saturating_sub(1));
+        }
+
         // A lighter rung only helps when the cores are the limit. Early on the link can look
         // far faster than it is (its first bytes fill buffers), so do not trust a prediction
         // to go lighter unless the workers are seen busy. Not all the time: a server on the
@@ -724,10 +919,13 @@ impl Controller {
         {
             return;
         }
-        let faster = rates[pick] > here * GAIN;
+        if now < SETTLE && !(pick > s.current && faster) {
+            return;
+        }
+        // Smaller and about as fast; or the rung in use lost what made it worth its size.
         let smaller = compressible
-            && rates[pick] >= here / 1.02
-            && s.gain_factor[pick] > s.gain_factor[s.current] * 1.02 + 1e-9;
+            && s.gain_factor[pick] > s.gain_factor[s.current] * 1.02 + 1e-9
+            && (rates[pick] >= here / slack || !eligible(s.current));
         if self.trace {
             eprintln!(
                 "adaptive {now:.3}s: at {} read {:.0} MB/s send {:.0} MB/s server {:.0} MB/s ({:.0}% busy) speed {:.0} MB/s gain {:.2}; predicted {}; pick {}",
@@ -743,7 +941,17 @@ impl Controller {
             );
         }
         if pick != s.current && (faster || smaller) {
-            if pick < s.current
+            let lighter = pick < s.current;
+            // A lighter move may cost what no stage shows; a heavier one made to store less
+            // is only predicted to keep the speed. Both are tried before they are kept. A
+            // heavier move predicted faster (a slow link) is not: the throughput before it
+            // was measured while buffers filled, and would make it look slower than it is.
+            let need = match (lighter, default) {
+                (true, Some(_)) if pick < self.start && s.current >= self.start => BELOW_DEFAULT,
+                (true, _) => 1.0 / GAIN,
+                (false, _) => 1.0 / slack,
+            };
+            if (lighter || !faster)
                 && let Some(mut before) = s.throughput.rate()
             {
                 if now - s.undone < 2.0 * TAU {
@@ -754,13 +962,31 @@ impl Controller {
                     to: pick,
                     seq: None,
                     before,
+                    need,
+                    recheck: RECHECK,
                     started: None,
                     bytes: 0.0,
                     frames: 0,
                 });
             }
+            s.recheck = None;
             s.current = pick;
             s.last_move = now;
+        }
+    }
+}
+
+/// The file `QSM_ADAPTIVE_RECORD` names, created, if it is set.
+fn recorder() -> Option<Mutex<std::io::BufWriter<std::fs::File>>> {
+    let path = std::env::var_os("QSM_ADAPTIVE_RECORD")?;
+    match std::fs::File::create(&path) {
+        Ok(f) => Some(Mutex::new(std::io::BufWriter::new(f))),
+        Err(e) => {
+            eprintln!(
+                "QSM_ADAPTIVE_RECORD {}: {e}: not recording",
+                std::path::Path::new(&path).display()
+            );
+            None
         }
     }
 }
@@ -773,6 +999,7 @@ impl Bottleneck {
             Bottleneck::Cpu => "cpu",
             Bottleneck::Network => "network",
             Bottleneck::Server => "server",
+            Bottleneck::Pool => "pool",
         }
     }
 }
@@ -918,7 +1145,7 @@ mod tests {
             (125.0 * MB, 3.0), // 1 Gbit/s on a fast machine
         ] {
             let sim = Sim::silesia(cpu, link);
-            let c = Controller::adaptive(sim.workers);
+            let c = Controller::adaptive(sim.workers, Objective::Fast);
             let (t, _) = sim.run(&c, 0.0, 64.0 * Q.max(sim.best().1 * 3.0));
             let (_, chosen) = sim.run(&c, t, 200.0 * Q);
             assert_settled_near_best(&sim, &chosen, &format!("link {link}, cpu {cpu}: "));
@@ -929,7 +1156,7 @@ mod tests {
     fn does_not_oscillate_once_settled() {
         for link in [1.25 * MB, 12.5 * MB, 40.0 * MB, 125.0 * MB, 1e12] {
             let sim = Sim::silesia(1.0, link);
-            let c = Controller::adaptive(sim.workers);
+            let c = Controller::adaptive(sim.workers, Objective::Fast);
             let (t, _) = sim.run(&c, 0.0, 64.0 * Q);
             let (_, chosen) = sim.run(&c, t, 400.0 * Q);
             assert!(
@@ -944,7 +1171,7 @@ mod tests {
     fn follows_a_change_of_link_mid_backup() {
         let slow = Sim::silesia(1.0, 1.25 * MB);
         let fast = Sim { link: 1e12, ..slow.clone() };
-        let c = Controller::adaptive(2);
+        let c = Controller::adaptive(2, Objective::Fast);
         let (t, _) = slow.run(&c, 0.0, 40.0 * Q);
         let heavy = c.current();
         assert!(heavy >= 6, "on 10 Mbit/s a heavy rung, got {}", name(heavy));
@@ -962,7 +1189,7 @@ mod tests {
         // Executables: zstd gains less over lz4 than on Silesia, and every codec is slower.
         let mut sim = Sim::silesia(0.5, 25.0 * MB);
         sim.ratio = vec![1.0, 2.0, 2.2, 2.4, 2.5, 2.6, 2.65, 2.7, 2.8];
-        let c = Controller::adaptive(sim.workers);
+        let c = Controller::adaptive(sim.workers, Objective::Fast);
         let (t, _) = sim.run(&c, 0.0, 200.0 * Q);
         let (_, chosen) = sim.run(&c, t, 200.0 * Q);
         assert_settled_near_best(&sim, &chosen, "");
@@ -977,7 +1204,7 @@ mod tests {
             ratio: vec![1.0; LADDER.len()],
             ..Sim::silesia(1.0, 12.5 * MB)
         };
-        let c = Controller::adaptive(2);
+        let c = Controller::adaptive(2, Objective::Fast);
         let (t, _) = sim.run(&c, 0.0, 64.0 * Q);
         let (end, _) = sim.run(&c, t, 100.0 * Q);
         let rate = 100.0 * Q / (end - t);
@@ -996,7 +1223,7 @@ mod tests {
             // At least 8 s of backup: the first [`EVIDENCE_WAIT`] and a few decisions are
             // spent finding the rung, a fixed cost (measured: docs/PERFORMANCE.md §13).
             let bytes = (256.0 * Q).max(8.0 * sim.best().1);
-            let c = Controller::adaptive(sim.workers);
+            let c = Controller::adaptive(sim.workers, Objective::Fast);
             let (auto, _) = sim.run(&c, 0.0, bytes);
             let best_fixed = bytes / sim.best().1;
             assert!(
@@ -1013,7 +1240,7 @@ mod tests {
         // the slowest.
         let sim = Sim { unseen: 1.0 / (300.0 * MB), ..Sim::silesia(1.0, 1e12) };
         let bytes = 8.0 * sim.best().1;
-        let c = Controller::adaptive(sim.workers);
+        let c = Controller::adaptive(sim.workers, Objective::Fast);
         let (t, chosen) = sim.run(&c, 0.0, bytes);
         let none = chosen.iter().filter(|&&i| i == 0).count();
         assert!(
@@ -1030,7 +1257,7 @@ mod tests {
         // The link is free but the server stores 100 MB/s: zstd:3's ratio carries the
         // most through it, and only the server's report shows it before buffers fill.
         let sim = Sim { server: 100.0 * MB, signal: true, ..Sim::silesia(1.0, 1e12) };
-        let c = Controller::adaptive(sim.workers);
+        let c = Controller::adaptive(sim.workers, Objective::Fast);
         let (t, _) = sim.run(&c, 0.0, 8.0 * sim.best().1);
         let (_, chosen) = sim.run(&c, t, 200.0 * Q);
         assert_settled_near_best(&sim, &chosen, "");
@@ -1043,13 +1270,44 @@ mod tests {
         // 1 Gbit/s and a CPU that compresses zstd:3 below it: the sender never waits, so its
         // measured rate is the loopback's, but `none` would be capped by the limit.
         let sim = Sim { bucket: true, ..Sim::silesia(1.0, 125.0 * MB) };
-        let c = Controller::adaptive(sim.workers).with_link_limit(Some(125_000_000));
+        let c =
+            Controller::adaptive(sim.workers, Objective::Fast).with_link_limit(Some(125_000_000));
         let (t, _) = sim.run(&c, 0.0, 0.35 * sim.best().1);
         let (_, chosen) = sim.run(&c, t, 2.0 * sim.best().1);
         assert!(!chosen.contains(&0), "`none` tried on a link that halves the rate: {chosen:?}");
         // Reported as the link's rate, not the loopback's.
         let rate = c.report().send_rate.unwrap_or(0.0);
         assert!(rate > 0.0 && rate <= 125e6, "{rate}");
+    }
+
+    #[test]
+    fn objectives_parse_and_nothing_else_does() {
+        assert_eq!(Objective::parse("auto"), Some(Objective::Balanced));
+        assert_eq!(Objective::parse(" AUTO:fast "), Some(Objective::Fast));
+        assert_eq!(Objective::parse("auto:small"), Some(Objective::Small));
+        for other in ["auto:3", "auto:quick", "zstd:3", "", "autofast"] {
+            assert_eq!(Objective::parse(other), None, "{other}");
+        }
+        for o in [Objective::Balanced, Objective::Fast, Objective::Small] {
+            assert_eq!(Objective::parse(o.setting()), Some(o));
+        }
+    }
+
+    #[test]
+    fn the_embedded_store_is_named_as_its_pool_disk_not_a_network() {
+        // The pool's disk takes 50 MB/s of frames: the send stage limits.
+        let sim = Sim::silesia(1.0, 50.0 * MB);
+        let c = Controller::adaptive(2, Objective::Balanced).storing_here(true);
+        sim.run(&c, 0.0, 64.0 * Q);
+        let r = c.report();
+        assert_eq!(r.bottleneck, Some(Bottleneck::Pool));
+        assert!(r.describe().starts_with("pool-disk-bound at 50 MB/s: "), "{}", r.describe());
+        // A --limit-upload on the embedded store emulates a link, and is named as one.
+        let c = Controller::adaptive(2, Objective::Balanced)
+            .storing_here(true)
+            .with_link_limit(Some(50_000_000));
+        sim.run(&c, 0.0, 64.0 * Q);
+        assert_eq!(c.report().bottleneck, Some(Bottleneck::Network));
     }
 
     #[test]
@@ -1066,7 +1324,7 @@ mod tests {
     #[test]
     fn the_report_names_the_bottleneck_and_the_mix() {
         let sim = Sim::silesia(1.0, 1.25 * MB);
-        let c = Controller::adaptive(2);
+        let c = Controller::adaptive(2, Objective::Fast);
         sim.run(&c, 0.0, 64.0 * Q);
         let text = c.report().describe();
         assert!(text.starts_with("network-bound at 10.0 Mbit/s: zstd:"), "{text}");

@@ -26,7 +26,7 @@ use qsm_types::ServerError;
 use qsm_types::TxnLimits;
 use qsm_types::model::{Attributes, FilespaceId, NewObject, ObjectKind, ObjectType};
 
-use crate::adaptive::Controller;
+use crate::adaptive::{Controller, Objective};
 use crate::chunker::ChunkSizes;
 use crate::dedup::DedupCache;
 use crate::error::{ClientError, Result};
@@ -41,9 +41,10 @@ use crate::throttle::Throttle;
 pub struct BackupOptions {
     /// Codec setting for every quantum (the starting one when `adaptive`).
     pub compression: Compression,
-    /// Choose the setting per quantum from the pipeline's bottleneck (`--compression auto`,
-    /// see [`crate::adaptive`]); otherwise every quantum uses `compression`.
-    pub adaptive: bool,
+    /// Choose the setting per quantum from the pipeline's bottleneck, for this objective
+    /// (`--compression auto`, `auto:fast`, `auto:small`; see [`crate::adaptive`]); `None`:
+    /// every quantum uses `compression`.
+    pub adaptive: Option<Objective>,
     /// Worker threads (`None`: one per core).
     pub threads: Option<usize>,
     /// Transaction limits.
@@ -93,7 +94,7 @@ impl Default for BackupOptions {
     fn default() -> Self {
         BackupOptions {
             compression: Compression::AUTO,
-            adaptive: true,
+            adaptive: Some(Objective::Balanced),
             threads: None,
             limits: TxnLimits::default(),
             full: false,
@@ -460,9 +461,12 @@ fn run(
     let stop = AtomicBool::new(false);
     let stop = &stop;
     let threads = options.threads.unwrap_or_else(qsm_codec::engine::default_threads);
-    let controller =
-        if options.adaptive { Controller::adaptive(threads) } else { Controller::fixed(setting) }
-            .with_link_limit(options.limit_upload);
+    let controller = match options.adaptive {
+        Some(objective) => Controller::adaptive(threads, objective),
+        None => Controller::fixed(setting),
+    }
+    .with_link_limit(options.limit_upload)
+    .storing_here(server.stores_here());
     let controller = &controller;
     let is_archive = archive.is_some();
     let scan = ScanProgress::default();

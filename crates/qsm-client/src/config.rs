@@ -12,6 +12,7 @@ use qsm_codec::Compression;
 use qsm_types::{ServerError, TxnLimits};
 use serde::Deserialize;
 
+use crate::adaptive::Objective;
 use crate::backup::{BackupOptions, MAX_CHANGING_RETRIES};
 use crate::filter::{Bindings, Filter};
 
@@ -108,10 +109,14 @@ impl ClientConfig {
             (None, Some(c)) => (c, "compression in the client configuration"),
             (None, None) => ("auto", "--compression"),
         };
-        options.compression = Compression::parse(compression)
-            .map_err(|e| ClientError::Usage(format!("{from} {compression:?}: {e}")))?;
-        // Bare `auto` adapts per quantum; `auto:LEVEL` or a codec is a fixed setting.
-        options.adaptive = compression.trim().eq_ignore_ascii_case("auto");
+        // `auto`, `auto:fast` and `auto:small` adapt per quantum; `auto:LEVEL` or a codec is a
+        // fixed setting.
+        options.adaptive = Objective::parse(compression);
+        options.compression = match options.adaptive {
+            Some(_) => Compression::AUTO,
+            None => Compression::parse(compression)
+                .map_err(|e| ClientError::Usage(format!("{from} {compression:?}: {e}")))?,
+        };
         options.threads = given.threads.or(self.threads);
         let configured = |name: &'static str| {
             move |why: String| {
@@ -345,6 +350,24 @@ mod tests {
         std::fs::write(&file, "servr = \"x\"\n").unwrap();
         let e = reach.config().unwrap_err();
         assert!(matches!(&e, ClientError::Usage(m) if m.contains("client.toml")), "{e}");
+    }
+
+    #[test]
+    fn compression_objectives_and_fixed_settings() {
+        let config = ClientConfig::default();
+        let options =
+            |c: &str| config.backup_options(&Given { compression: Some(c), ..Given::default() });
+        assert_eq!(options("auto").unwrap().adaptive, Some(Objective::Balanced));
+        assert_eq!(options("auto:fast").unwrap().adaptive, Some(Objective::Fast));
+        assert_eq!(options("auto:small").unwrap().adaptive, Some(Objective::Small));
+        let fixed = options("auto:9").unwrap();
+        assert_eq!((fixed.adaptive, fixed.compression.setting()), (None, "zstd:9".to_owned()));
+        assert_eq!(
+            config.backup_options(&Given::default()).unwrap().adaptive,
+            Some(Objective::Balanced)
+        );
+        let e = options("auto:quick").unwrap_err();
+        assert!(matches!(&e, ClientError::Usage(m) if m.contains("auto:quick")), "{e}");
     }
 
     #[test]

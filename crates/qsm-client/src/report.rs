@@ -59,7 +59,8 @@ pub struct BackupReport {
     /// "network-bound at 9.8 Mbit/s: zstd:9 on 71% of quanta, ...".
     pub compression: String,
     pub compression_mix: Vec<CompressionUse>,
-    /// read, cpu, network or server (adaptive compression only).
+    /// read, cpu, network, server or pool (the embedded store's disk; adaptive compression
+    /// only).
     pub bottleneck: Option<&'static str>,
     /// Frame bytes per second of the server's storing time, as a remote server reported it
     /// (adaptive compression only).

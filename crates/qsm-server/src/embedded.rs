@@ -177,6 +177,10 @@ impl node::Server for EmbeddedNode<'_> {
         self.place.to_owned()
     }
 
+    fn stores_here(&self) -> bool {
+        true
+    }
+
     fn filespaces(&self) -> Result<Vec<Filespace>> {
         self.session.filespaces()
     }

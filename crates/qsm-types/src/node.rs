@@ -37,6 +37,11 @@ pub enum Scope {
 pub trait Server: Send + Sync {
     /// Where the data goes, for messages ("embedded store in ~/.local/share/qsm").
     fn describe(&self) -> String;
+    /// Whether this process stores what it sends (the embedded store): sending is then
+    /// writing the pool's disk, not a network.
+    fn stores_here(&self) -> bool {
+        false
+    }
     /// The node's filespaces.
     fn filespaces(&self) -> Result<Vec<Filespace>>;
     /// The node's filespace `name`, created when `create` is set and it does not exist.
@@ -124,6 +129,9 @@ impl std::fmt::Debug for DedupInfo {
 impl<T: Server + ?Sized> Server for &T {
     fn describe(&self) -> String {
         (**self).describe()
+    }
+    fn stores_here(&self) -> bool {
+        (**self).stores_here()
     }
     fn filespaces(&self) -> Result<Vec<Filespace>> {
         (**self).filespaces()

@@ -31,8 +31,8 @@ pub struct ArchiveArgs {
     /// domain's default class); its archive copy group's retention applies.
     #[arg(long, value_name = "CLASS")]
     archmc: Option<String>,
-    /// Compression: auto (the default: adaptive per quantum, as for backup), off, or
-    /// CODEC[:LEVEL].
+    /// Compression: auto (the default: adaptive per quantum, as for backup), auto:fast,
+    /// auto:small, off, or CODEC[:LEVEL].
     #[arg(long)]
     compression: Option<String>,
     #[command(flatten)]
