@@ -10,6 +10,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import adaptive  # noqa: E402
 import adsm  # noqa: E402
+import objective  # noqa: E402
 import ceph  # noqa: E402
 import peers  # noqa: E402
 import ts7700  # noqa: E402
@@ -26,6 +27,9 @@ EXPERIMENTS = {
     "peers": peers.peers,
     # Issue 10's benchmark, not one of the papers': run by name only (about 20 minutes).
     "adaptive": adaptive.adaptive,
+    # Issue 33's: time and stored bytes of auto's objectives and the fixed settings (about
+    # 25 minutes).
+    "objective": objective.objective,
 }
 DEFAULT = ["adsm-fig1", "adsm-fig23", "tsm-ssd", "ts7700", "ceph", "peers"]
 

@@ -135,6 +135,9 @@ pub const VERIFY_FRAMES: u32 = 6;
 /// Workers busy less than this share of the time cannot be what limits the backup: no
 /// lighter rung is tried.
 pub const LIGHTER_BUSY: f64 = 0.6;
+/// A banned rung may be tried again at once when the data's compressibility has changed by
+/// more than this factor since its trial.
+pub const DATA_CHANGED: f64 = 1.5;
 /// An undone rung is not tried again for this long, seconds, at first...
 pub const BAN: f64 = 8.0;
 /// ...doubling on every further failure, up to this.
@@ -379,6 +382,9 @@ struct State {
     /// A kept lighter move to try again at the time given.
     recheck: Option<(f64, Trial)>,
     banned_until: Vec<f64>,
+    /// The data's compressibility (the gain of [`Controller::reference`]) when each rung was
+    /// banned: a verdict holds for the data it was reached on.
+    banned_gain: Vec<f64>,
     ban: Vec<f64>,
     /// When a trial was last undone, and the throughput it was judged against: for a while
     /// the measured throughput still holds the trial's slow frames.
@@ -460,6 +466,7 @@ impl Controller {
             trial: None,
             recheck: None,
             banned_until: vec![f64::NEG_INFINITY; ladder.len()],
+            banned_gain: vec![0.0; ladder.len()],
             ban: vec![BAN; ladder.len()],
             undone: f64::NEG_INFINITY,
             undone_before: 0.0,
@@ -697,6 +704,7 @@ impl Controller {
         }
         if undo {
             s.banned_until[t.to] = now + s.ban[t.to];
+            s.banned_gain[t.to] = self.reference(s).map_or(0.0, |(_, gain)| gain);
             s.ban[t.to] = (s.ban[t.to] * 2.0).min(BAN_MAX);
             // Back where it was measured, with no dwell: the next decision may try another
             // rung at once.
@@ -857,8 +865,13 @@ impl Controller {
             }
         }
         let n = self.ladder.len();
-        // A rung whose trial made the backup slower is left alone for a while.
-        let allowed = |i: usize| i == s.current || now >= s.banned_until[i];
+        // A rung whose trial made the backup slower is left alone for a while, unless the
+        // data has changed since (a trial on incompressible data says nothing of text).
+        let changed = |i: usize| {
+            let (a, b) = (gain.max(0.0) + 0.05, s.banned_gain[i].max(0.0) + 0.05);
+            a / b > DATA_CHANGED || b / a > DATA_CHANGED
+        };
+        let allowed = |i: usize| i == s.current || now >= s.banned_until[i] || changed(i);
         let rates: Vec<f64> = (0..n)
             .map(|i| if allowed(i) { self.predict(s, i, speed, gain, 1.0).0 } else { 0.0 })
             .collect();

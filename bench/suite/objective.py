@@ -1,0 +1,138 @@
+"""Issue 33's benchmark: `auto`, `auto:fast` and `auto:small` against the fixed settings,
+time and stored bytes side by side, on the embedded store and through a `qsm server`, for
+the data users back up (a mixed set of large files, and the whole kernel tree of many small
+files), with the link unlimited and at 1 Gbit/s."""
+
+import json
+import os
+
+import data
+from common import (OUT, QSM, Commands, Document, Stat, disk_usage, fresh, log, mib, repeat,
+                    run)
+from servers import Served
+
+FIXED = ["off", "lz4", "zstd:1", "zstd:3", "zstd:9"]
+AUTO = ["auto", "auto:fast", "auto:small"]
+SETTINGS = FIXED + AUTO
+LINKS = ["unlimited", "1Gbit"]
+
+
+def _mixed():
+    """One 128 MiB file of each kind, backed up in turn (the issue's 384 MB set)."""
+    d = os.path.join(data.DATA, "mixed-384")
+    if not os.path.isdir(d):
+        os.makedirs(d + ".tmp", exist_ok=True)
+        for kind in data.KINDS:
+            target = os.path.join(d + ".tmp", kind)
+            if not os.path.exists(target):
+                os.link(data.large_file(kind, mib(128)), target)
+        os.rename(d + ".tmp", d)
+    return d
+
+
+class Embedded:
+    """A fresh embedded store per run: the client's QSM_HOME."""
+
+    def __init__(self, root):
+        self.root = root
+
+    def backup(self, cmds, args, shape):
+        home = fresh(os.path.join(self.root, "home"))
+        argv = [QSM, *args]
+        cmds.note(argv, {"QSM_HOME": "$OUT/objective/home"}, shape=shape)
+        r = run(argv, env={"QSM_HOME": home})
+        return r, disk_usage(home)
+
+
+class Server:
+    """A fresh `qsm server` on 127.0.0.1 per run."""
+
+    def __init__(self, root):
+        self.root = root
+
+    def backup(self, cmds, args, shape):
+        with Served(fresh(os.path.join(self.root, "server"))) as srv:
+            r = srv.client(cmds, *args, shape=shape)
+            return r, disk_usage(os.path.join(srv.root, "pool"))
+
+
+def _measure(settings, cmds, place, link, path, setting):
+    lim = [] if link == "unlimited" else ["--limit-upload", link]
+    args = ["backup", "--selective", "--json", "--compression", setting, *lim, path]
+    shape = f"target/release/qsm {' '.join(args[:-1])} $OUT/data/DATA"
+
+    def once():
+        r, stored = place.backup(cmds, args, shape)
+        report = json.loads(r.stdout)[0]
+        return r.wall, stored, report.get("compression", "")
+    return repeat(settings, once, warmup=False)
+
+
+def objective(settings):
+    cmds = Commands()
+    work = os.path.join(OUT, "objective")
+    doc = Document("objective", "Adaptive compression: time and what it stores (issue 33)",
+                   settings, "bench/run.sh objective")
+    sets = [("mixed", _mixed()), ("kernel", data.kernel_tree())]
+    places = [("embedded", Embedded(work)), ("server", Server(work))]
+    results = {}
+    # The page cache holds the data before the first timed run.
+    for _, path in sets:
+        run(["tar", "-cf", "/dev/null", path])
+    for place_name, place in places:
+        for link in LINKS:
+            for set_name, path in sets:
+                # Settings interleaved run by run, so a slow minute of the disk falls on all.
+                runs = {s: [] for s in SETTINGS}
+                for _ in range(settings.runs):
+                    for s in SETTINGS:
+                        runs[s] += _measure(_One(), cmds, place, link, path, s)
+                results[place_name, link, set_name] = runs
+                log(f"objective {place_name} {link} {set_name}: " + ", ".join(
+                    f"{s} {Stat(w for w, _, _ in runs[s]).median:.2f} s "
+                    f"{Stat(b for _, b, _ in runs[s]).median / 1e6:.0f} MB" for s in SETTINGS))
+    doc.text(f"""
+Each cell backs up one data set with `qsm backup --selective` (every file sent) to a fresh
+store: the embedded one (`QSM_HOME`), or a fresh `qsm server` on 127.0.0.1 (plaintext TCP),
+with the link unlimited or limited to 1 Gbit/s (`--limit-upload`). Data: "mixed" is one
+128 MiB file each of text (the kernel tarball), executables (ELF files) and compressed data
+(the kernel's .tar.xz), backed up in turn; "kernel" is the whole Linux source tree (the
+many-small-files case). Each figure is the median of {settings.runs} runs, the settings run
+in turn within each round so that a slow minute of this machine's disk falls on all of
+them. "stored" is the pool's size on disk after the backup (`du`). The goal (issue 33):
+auto's time at most 1.05x the best fixed setting's (or that plus 0.1 s), and its store at
+most 1.03x zstd:3's unless its time is at most 0.8x zstd:3's.
+""")
+    rows, verdicts = [], []
+    for (place_name, link, set_name), runs in results.items():
+        t = {s: Stat(w for w, _, _ in runs[s]).median for s in SETTINGS}
+        b = {s: Stat(x for _, x, _ in runs[s]).median for s in SETTINGS}
+        best = min(FIXED, key=lambda s: t[s])
+        row = [place_name, link, set_name]
+        for s in SETTINGS:
+            cell = f"{t[s]:.2f} s, {b[s] / 1e6:.0f} MB"
+            row.append(f"**{cell}**" if s == best else cell)
+        ok_time = t["auto"] <= max(1.05 * t[best], t[best] + 0.1)
+        ok_store = b["auto"] <= 1.03 * b["zstd:3"] or t["auto"] <= 0.8 * t["zstd:3"]
+        row.append(f"{t['auto'] / t[best]:.2f}")
+        row.append(f"{b['auto'] / b['zstd:3']:.2f}")
+        row.append("yes" if ok_time and ok_store else "**no**")
+        median_run = sorted(runs["auto"], key=lambda x: x[0])[len(runs["auto"]) // 2]
+        row.append(median_run[2])
+        rows.append(row)
+        verdicts.append(ok_time and ok_store)
+    doc.table(["store", "link", "data"] + SETTINGS
+              + ["auto / best time", "auto / zstd:3 stored", "goal met", "auto's summary"],
+              rows, "lll" + "r" * (len(SETTINGS) + 2) + "ll")
+    doc.text(f"Goal met in {sum(verdicts)} of {len(verdicts)} cells.")
+    doc.write("""
+- A fresh store (embedded home, or server with empty catalog and pool) for every run,
+  removed after; every backup is selective (sends every file).
+- `auto`, `auto:fast` and `auto:small` are the adaptive controller's three objectives
+  (crates/qsm-client/src/adaptive.rs); `off|lz4|zstd:1|zstd:3|zstd:9` are fixed settings.
+""", cmds.seen)
+
+
+class _One:
+    """One timed run per call of `_measure` (the rounds are this experiment's own loop)."""
+    runs = 1
