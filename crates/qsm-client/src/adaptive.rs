@@ -117,8 +117,15 @@ pub const FIRST_FRAME_WAIT: f64 = 10.0;
 /// Before the backup has run this long, seconds, the only move is to a heavier rung predicted
 /// faster (a slow link, where every second at the default sends too many bytes): a short
 /// backup stays at the default, at no cost, and a longer one has shown its stages' rates
-/// (and a pool's page cache has taken its first writes) before anything else is tried.
-pub const SETTLE: f64 = 0.3;
+/// (and a pool's page cache has taken its first writes) before anything else is tried. A
+/// lighter rung taken near the end of a short backup would store more for the rest of the
+/// version's life and have no time to pay for it.
+pub const SETTLE: f64 = 0.5;
+/// [`SETTLE`] for `auto:fast`, which weighs time only.
+pub const SETTLE_FAST: f64 = 0.3;
+/// Frame bytes sent after which the link's buffers (the sockets', a `--limit-upload`'s
+/// bucket) are full, and the throughput measured is the link's own.
+pub const BUFFERS_FULL: f64 = 16.0 * 1048576.0;
 /// A move needs a predicted gain of this factor (hysteresis).
 pub const GAIN: f64 = 1.05;
 /// One quantum in this many at most tries a neighbouring rung, to learn its profile...
@@ -174,6 +181,11 @@ impl Objective {
             Objective::Fast => "auto:fast",
             Objective::Small => "auto:small",
         }
+    }
+
+    /// See [`SETTLE`].
+    fn settle(self) -> f64 {
+        if self == Objective::Fast { SETTLE_FAST } else { SETTLE }
     }
 
     /// Rungs predicted within this factor of the fastest count as fast; the one of them
@@ -367,6 +379,8 @@ struct State {
     unaccounted: f64,
     /// Seconds the sender has been busy, in all.
     send_busy: f64,
+    /// Frame bytes sent, in all.
+    sent_bytes: f64,
     /// Frames compressed and frames sent, in all.
     compressed: u64,
     sent: u64,
@@ -457,6 +471,7 @@ impl Controller {
             limited: [0.0; BOTTLENECKS.len()],
             unaccounted: 0.0,
             send_busy: 0.0,
+            sent_bytes: 0.0,
             compressed: 0,
             sent: 0,
             first_compressed: u64::MAX,
@@ -635,6 +650,7 @@ impl Controller {
         let mut s = self.lock();
         s.send.add(now, frame as f64, 0.0, seconds);
         s.send_busy += seconds;
+        s.sent_bytes += frame as f64;
         s.sent += 1;
         let since = (now - s.last_sent).max(0.0);
         s.last_sent = now;
@@ -916,10 +932,11 @@ impl Controller {
         // Heavier one rung at a time: the neighbours' profiles are learned by exploring, a
         // farther rung's is only the prior, which on data unlike Silesia can be far off.
         pick = pick.min(s.current + 1);
-        // And, where storage counts, lighter one rung at a time too: each step is tried, and
-        // the first that gives the speed is the one that stores least.
-        if self.objective != Objective::Fast {
-            pick = pick.max(s.current.saturating_sub(1));
+        // And, where storage counts, lighter to the heaviest rung that qualifies, not
+        // straight to the one predicted fastest (whose prediction rests on the prior): each
+        // step is tried, and the first that gives the speed is the one that stores least.
+        if self.objective != Objective::Fast && pick < s.current {
+            pick = (pick..s.current).rev().find(|&i| eligible(i)).unwrap_or(pick);
         }
 
         // A lighter rung only helps when the cores are the limit. Early on the link can look
@@ -932,7 +949,7 @@ impl Controller {
         {
             return;
         }
-        if now < SETTLE && !(pick > s.current && faster) {
+        if now < self.objective.settle() && !(pick > s.current && faster) {
             return;
         }
         // Smaller and about as fast; or the rung in use lost what made it worth its size.
@@ -956,19 +973,26 @@ impl Controller {
         if pick != s.current && (faster || smaller) {
             let lighter = pick < s.current;
             // A lighter move may cost what no stage shows; a heavier one made to store less
-            // is only predicted to keep the speed. Both are tried before they are kept. A
-            // heavier move predicted faster (a slow link) is not: the throughput before it
-            // was measured while buffers filled, and would make it look slower than it is.
+            // is only predicted to keep the speed. Both are tried before they are kept. So is a
+            // heavier move predicted faster (a slow link), once [`BUFFERS_FULL`] has been
+            // sent: before, the throughput it would be judged against was measured while the
+            // link's buffers filled, and would make it look slower than it is.
             let need = match (lighter, default) {
                 (true, Some(_)) if pick < self.start && s.current >= self.start => BELOW_DEFAULT,
                 (true, _) => 1.0 / GAIN,
                 (false, _) => 1.0 / slack,
             };
-            if (lighter || !faster)
+            if (lighter || !faster || s.sent_bytes >= BUFFERS_FULL)
                 && let Some(mut before) = s.throughput.rate()
             {
                 if now - s.undone < 2.0 * TAU {
                     before = before.max(s.undone_before);
+                }
+                // A heavier move is judged against what the rung in use achieves now, as the
+                // model sees it: the throughput measured may still hold a faster past (the
+                // link just slowed, which is why the move is made).
+                if !lighter {
+                    before = before.min(here);
                 }
                 s.trial = Some(Trial {
                     from: s.current,

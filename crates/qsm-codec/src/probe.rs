@@ -15,8 +15,18 @@ pub const SAMPLE_LEN: usize = 4096;
 /// Entropy (bits per byte) above which an entropy coder saves less than 1/32: 8 × 31/32.
 pub const MAX_ENTROPY_BITS: f64 = 7.75;
 
+/// Quanta smaller than this are not probed: the samples would be a large share of them (all
+/// of one under 16 KiB), so the probe would cost about what the codec costs, and a codec that
+/// saves nothing stores the frame raw anyway. Measured: probing every file of the kernel
+/// tree (most are under 16 KiB) made an embedded backup at zstd:3 9% slower (4.79 s against
+/// 4.38-4.43 s).
+pub const PROBE_FROM: usize = 128 * 1024;
+
 /// Whether `data` looks incompressible. `scratch` is reused between calls.
 pub fn looks_incompressible(data: &[u8], scratch: &mut Vec<u8>) -> bool {
+    if data.len() < PROBE_FROM {
+        return false;
+    }
     let (mut sampled, mut packed) = (0usize, 0usize);
     let mut histogram = [0u32; 256];
     let need = lz4_flex::block::get_maximum_output_size(SAMPLE_LEN.min(data.len()));
@@ -80,6 +90,17 @@ mod tests {
         assert!(!looks_incompressible(&text, &mut scratch));
         assert!(!looks_incompressible(&vec![0u8; 1 << 20], &mut scratch));
         assert!(!looks_incompressible(&[], &mut scratch));
+    }
+
+    #[test]
+    fn small_quanta_are_not_probed_and_still_stored_raw_when_nothing_is_saved() {
+        let small = random(PROBE_FROM - 1, 5);
+        assert!(!looks_incompressible(&small, &mut Vec::new()));
+        assert!(looks_incompressible(&random(PROBE_FROM, 5), &mut Vec::new()));
+        // The codec runs on it, saves nothing, and the frame is raw all the same.
+        let mut encoder = crate::frame::FrameEncoder::new(crate::Compression::AUTO).unwrap();
+        let header = encoder.encode(&small, &mut Vec::new()).unwrap();
+        assert!(header.is_raw());
     }
 
     #[test]
