@@ -89,6 +89,8 @@ pub const LADDER: [Rung; 9] = [
     zstd(19, 4.0, 4.96),
 ];
 
+/// The ladder's first zstd rung; the zstd rungs run from it to the end, lightest first.
+const ZSTD_FIRST: usize = 2;
 /// Where the ladder starts: zstd-3, the static `auto`.
 pub const START: usize = 4;
 /// Under the balanced objective, a rung lighter than [`START`] must make the backup this many
@@ -123,9 +125,6 @@ pub const FIRST_FRAME_WAIT: f64 = 10.0;
 pub const SETTLE: f64 = 0.5;
 /// [`SETTLE`] for `auto:fast`, which weighs time only.
 pub const SETTLE_FAST: f64 = 0.3;
-/// Frame bytes sent after which the link's buffers (the sockets', a `--limit-upload`'s
-/// bucket) are full, and the throughput measured is the link's own.
-pub const BUFFERS_FULL: f64 = 16.0 * 1048576.0;
 /// A move needs a predicted gain of this factor (hysteresis).
 pub const GAIN: f64 = 1.05;
 /// One quantum in this many at most tries a neighbouring rung, to learn its profile...
@@ -379,8 +378,6 @@ struct State {
     unaccounted: f64,
     /// Seconds the sender has been busy, in all.
     send_busy: f64,
-    /// Frame bytes sent, in all.
-    sent_bytes: f64,
     /// Frames compressed and frames sent, in all.
     compressed: u64,
     sent: u64,
@@ -419,6 +416,8 @@ pub struct Controller {
     ladder: Vec<Rung>,
     /// The default rung, where an adaptive backup starts.
     start: usize,
+    /// Per rung, `(ratio - 1)` relative to the default rung's, from the ladder's priors.
+    prior_gain: Vec<f64>,
     workers: f64,
     adaptive: bool,
     objective: Objective,
@@ -471,7 +470,6 @@ impl Controller {
             limited: [0.0; BOTTLENECKS.len()],
             unaccounted: 0.0,
             send_busy: 0.0,
-            sent_bytes: 0.0,
             compressed: 0,
             sent: 0,
             first_compressed: u64::MAX,
@@ -490,6 +488,7 @@ impl Controller {
             server_last: None,
         };
         Controller {
+            prior_gain: state.gain_factor.clone(),
             start: start.min(ladder.len() - 1),
             ladder,
             workers: workers.max(1) as f64,
@@ -634,7 +633,9 @@ impl Controller {
         s.unaccounted += bytes as f64;
         if self.adaptive {
             s.measured[rung].add(now, bytes as f64, frame as f64, seconds);
-            if rung != s.current {
+            // A quantum the probe stored raw took the probe's time, not the codec's: it says
+            // nothing of the rung's profile.
+            if rung != s.current && !raw {
                 self.learn(&mut s, rung);
             }
         }
@@ -650,7 +651,6 @@ impl Controller {
         let mut s = self.lock();
         s.send.add(now, frame as f64, 0.0, seconds);
         s.send_busy += seconds;
-        s.sent_bytes += frame as f64;
         s.sent += 1;
         let since = (now - s.last_sent).max(0.0);
         s.last_sent = now;
@@ -813,7 +813,11 @@ impl Controller {
             && gain > 0.05
         {
             let f = (ratio - 1.0) / gain;
-            s.gain_factor[rung] = 0.7 * s.gain_factor[rung] + 0.3 * f;
+            // Within half of the prior either way: no real data makes zstd:6 save twice what
+            // zstd:3 saves, and a quantum explored across a change of data can say so.
+            let prior = self.prior_gain[rung];
+            s.gain_factor[rung] =
+                (0.7 * s.gain_factor[rung] + 0.3 * f).clamp(prior / 1.5, prior * 1.5);
         }
     }
 
@@ -828,7 +832,21 @@ impl Controller {
         headroom: f64,
     ) -> (f64, Bottleneck) {
         let read = s.read.rate().unwrap_or(f64::INFINITY);
-        let cpu = headroom * self.workers * speed * s.speed_factor[i];
+        // zstd's levels are ordered: a level is no faster than a lighter one. A profile
+        // learned across a change of data can say otherwise, and would send the backup to a
+        // heavy level on a wrong promise.
+        // The rung in use is measured, so it is the anchor.
+        let c = s.current;
+        let factor = match (i >= ZSTD_FIRST && c >= ZSTD_FIRST, i.cmp(&c)) {
+            (true, std::cmp::Ordering::Greater) => {
+                (c..=i).map(|j| s.speed_factor[j]).fold(f64::INFINITY, f64::min)
+            }
+            (true, std::cmp::Ordering::Less) => {
+                (i..=c).map(|j| s.speed_factor[j]).fold(0.0, f64::max)
+            }
+            _ => s.speed_factor[i],
+        };
+        let cpu = headroom * self.workers * speed * factor;
         let ratio = 1.0 + gain * s.gain_factor[i];
         let link = s.send.rate().unwrap_or(f64::INFINITY).min(self.link_limit);
         // The server stores frame bytes at its own rate (per second of its busy time: the
@@ -883,11 +901,9 @@ impl Controller {
         let n = self.ladder.len();
         // A rung whose trial made the backup slower is left alone for a while, unless the
         // data has changed since (a trial on incompressible data says nothing of text).
-        let changed = |i: usize| {
-            let (a, b) = (gain.max(0.0) + 0.05, s.banned_gain[i].max(0.0) + 0.05);
-            a / b > DATA_CHANGED || b / a > DATA_CHANGED
+        let allowed = |i: usize| {
+            i == s.current || now >= s.banned_until[i] || changed(gain, s.banned_gain[i])
         };
-        let allowed = |i: usize| i == s.current || now >= s.banned_until[i] || changed(i);
         let rates: Vec<f64> = (0..n)
             .map(|i| if allowed(i) { self.predict(s, i, speed, gain, 1.0).0 } else { 0.0 })
             .collect();
@@ -953,8 +969,11 @@ impl Controller {
             return;
         }
         // Smaller and about as fast; or the rung in use lost what made it worth its size.
+        // Smaller by at least 2% of what is stored: on data that barely compresses a heavier
+        // rung saves next to nothing, and costs its CPU all the same.
+        let ratio = |i: usize| 1.0 + gain * s.gain_factor[i];
         let smaller = compressible
-            && s.gain_factor[pick] > s.gain_factor[s.current] * 1.02 + 1e-9
+            && ratio(pick) > ratio(s.current) * 1.02
             && (rates[pick] >= here / slack || !eligible(s.current));
         if self.trace {
             eprintln!(
@@ -973,26 +992,20 @@ impl Controller {
         if pick != s.current && (faster || smaller) {
             let lighter = pick < s.current;
             // A lighter move may cost what no stage shows; a heavier one made to store less
-            // is only predicted to keep the speed. Both are tried before they are kept. So is a
-            // heavier move predicted faster (a slow link), once [`BUFFERS_FULL`] has been
-            // sent: before, the throughput it would be judged against was measured while the
-            // link's buffers filled, and would make it look slower than it is.
+            // is only predicted to keep the speed. Both are tried before they are kept. A
+            // heavier move predicted faster (a slow link) is not: the throughput it would be
+            // judged against may have been measured while the link's buffers filled, or
+            // before the link slowed, and would make it look slower than it is.
             let need = match (lighter, default) {
                 (true, Some(_)) if pick < self.start && s.current >= self.start => BELOW_DEFAULT,
                 (true, _) => 1.0 / GAIN,
                 (false, _) => 1.0 / slack,
             };
-            if (lighter || !faster || s.sent_bytes >= BUFFERS_FULL)
+            if (lighter || !faster)
                 && let Some(mut before) = s.throughput.rate()
             {
                 if now - s.undone < 2.0 * TAU {
                     before = before.max(s.undone_before);
-                }
-                // A heavier move is judged against what the rung in use achieves now, as the
-                // model sees it: the throughput measured may still hold a faster past (the
-                // link just slowed, which is why the move is made).
-                if !lighter {
-                    before = before.min(here);
                 }
                 s.trial = Some(Trial {
                     from: s.current,
@@ -1011,6 +1024,13 @@ impl Controller {
             s.last_move = now;
         }
     }
+}
+
+/// Whether the data's compressibility (the gain of [`Controller::reference`]) went from `was`
+/// to `now` by more than [`DATA_CHANGED`].
+fn changed(now: f64, was: f64) -> bool {
+    let (a, b) = (now.max(0.0) + 0.05, was.max(0.0) + 0.05);
+    a / b > DATA_CHANGED || b / a > DATA_CHANGED
 }
 
 /// The file `QSM_ADAPTIVE_RECORD` names, created, if it is set.
