@@ -6,7 +6,9 @@
 #   bench/run.sh [--quick | --full] [--runs N] [EXPERIMENT...]
 #
 # Experiments (default: all but adaptive): adsm-fig1 adsm-fig23 tsm-ssd ts7700 ceph peers;
-# adaptive (issue 10: auto against every fixed setting, about 20 minutes) runs by name.
+# adaptive (issue 10: auto against every fixed setting, about 20 minutes) and objective
+# (issue 33: time and stored bytes of auto, auto:fast, auto:small and the fixed settings,
+# embedded and through a server, about 12 minutes) run by name.
 # --quick (the default) takes under 15 minutes on 2 cores once built and installed; --full
 # uses the papers' sizes, takes hours and writes EXPERIMENT-full.md beside the quick one.
 # Every figure is the median of N (default 3) runs

@@ -130,6 +130,9 @@ most 1.03x zstd:3's unless its time is at most 0.8x zstd:3's.
   removed after; every backup is selective (sends every file).
 - `auto`, `auto:fast` and `auto:small` are the adaptive controller's three objectives
   (crates/qsm-client/src/adaptive.rs); `off|lz4|zstd:1|zstd:3|zstd:9` are fixed settings.
+- No warm-up run per setting (the header's "after an untimed warm-up" does not apply): each
+  data set is read once (`tar -cf /dev/null`) before the first round, so the page cache
+  holds it for every timed run.
 """, cmds.seen)
 
 

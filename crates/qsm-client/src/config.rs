@@ -114,8 +114,12 @@ impl ClientConfig {
         options.adaptive = Objective::parse(compression);
         options.compression = match options.adaptive {
             Some(_) => Compression::AUTO,
-            None => Compression::parse(compression)
-                .map_err(|e| ClientError::Usage(format!("{from} {compression:?}: {e}")))?,
+            None => Compression::parse(compression).map_err(|e| {
+                let objective = compression.trim().to_ascii_lowercase().starts_with("auto:");
+                let hint =
+                    if objective { " (auto, auto:fast, auto:small or auto:LEVEL)" } else { "" };
+                ClientError::Usage(format!("{from} {compression:?}: {e}{hint}"))
+            })?,
         };
         options.threads = given.threads.or(self.threads);
         let configured = |name: &'static str| {
@@ -367,7 +371,10 @@ mod tests {
             Some(Objective::Balanced)
         );
         let e = options("auto:quick").unwrap_err();
-        assert!(matches!(&e, ClientError::Usage(m) if m.contains("auto:quick")), "{e}");
+        assert!(
+            matches!(&e, ClientError::Usage(m) if m.contains("auto:quick") && m.contains("auto:small")),
+            "{e}"
+        );
     }
 
     #[test]
