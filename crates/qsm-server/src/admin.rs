@@ -12,7 +12,7 @@ use tonic::transport::server::UdsConnectInfo;
 use tonic::{Request, Response, Status};
 
 use crate::admin_core::{Actor, AdminSession};
-use crate::node::{core_call, token};
+use crate::node::{core_call, peer, token};
 use crate::state::State;
 
 pub use crate::admin_core::{MAX_ACTLOG_ENTRIES, MAX_EXPIRE_WORKERS};
@@ -36,7 +36,7 @@ impl AdminService {
                 return Ok(Actor::Owner(format!("the local socket's uid {}", c.uid())));
             }
         }
-        match token(request).and_then(|t| self.state.sessions.get(t)) {
+        match token(request).and_then(|t| self.state.sessions.get(t, &peer(request))) {
             Some(s) if s.is_cancelled() => Err(Status::cancelled("this session was cancelled")),
             Some(s) if s.node.is_none() => Ok(Actor::Admin(s.account.clone())),
             Some(_) => Err(Status::permission_denied("a node cannot administer the server")),

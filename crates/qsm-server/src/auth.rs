@@ -109,8 +109,12 @@ impl Session {
     /// Marks the session as in use now (idle sessions are ended), and alive whatever became of
     /// the connection it logged in over.
     pub fn touch(&self) {
-        *self.last_used.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+        self.used();
         *self.orphaned.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    fn used(&self) {
+        *self.last_used.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
     }
 
     fn orphaned_for(&self) -> Option<Duration> {
@@ -127,7 +131,14 @@ impl Session {
 pub struct Sessions {
     by_token: Mutex<HashMap<String, Arc<Session>>>,
     next_id: AtomicU64,
+    /// Peers whose connection closed, and when: a request that arrives over such a
+    /// connection (read before the close, run after it) is no client coming back.
+    closed: Mutex<HashMap<String, Instant>>,
 }
+
+/// How long a closed connection's peer address is remembered: past the orphans' grace and the
+/// reaper's round, by which time its sessions have ended.
+const CLOSED_KEPT: Duration = Duration::from_secs(60);
 
 /// Numbers of sessions the catalog could not record start here, far above any the catalog
 /// gives, so the two never meet.
@@ -135,7 +146,11 @@ const LOCAL_IDS: u64 = 1 << 48;
 
 impl Default for Sessions {
     fn default() -> Self {
-        Sessions { by_token: Mutex::default(), next_id: AtomicU64::new(LOCAL_IDS) }
+        Sessions {
+            by_token: Mutex::default(),
+            next_id: AtomicU64::new(LOCAL_IDS),
+            closed: Mutex::default(),
+        }
     }
 }
 
@@ -202,16 +217,29 @@ impl Sessions {
     /// The connection from `peer` closed: its sessions are orphaned until a request reclaims
     /// them.
     pub fn orphan(&self, peer: &str) {
+        self.closed_peers().insert(peer.to_owned(), Instant::now());
         for s in self.map().values().filter(|s| s.peer == peer) {
             let mut orphaned = s.orphaned.lock().unwrap_or_else(|p| p.into_inner());
             orphaned.get_or_insert_with(Instant::now);
         }
     }
 
-    /// The session of a token, marked as used.
-    pub fn get(&self, token: &str) -> Option<Arc<Session>> {
+    fn closed_peers(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
+        self.closed.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The session of a token, marked as used by a request from `peer`. A request over a
+    /// connection that has closed does not reclaim an orphaned session: under load a request
+    /// read just before a killed client's connection closed can run just after, and would
+    /// keep the session until the idle timeout. Only a request over another connection (the
+    /// client reconnecting) does.
+    pub fn get(&self, token: &str, peer: &str) -> Option<Arc<Session>> {
         let session = self.map().get(token).cloned()?;
-        session.touch();
+        if self.closed_peers().contains_key(peer) {
+            session.used();
+        } else {
+            session.touch();
+        }
         Some(session)
     }
 
@@ -251,6 +279,7 @@ impl Sessions {
     /// Removes sessions idle longer than `limit`, and those whose connection closed more than
     /// `grace` ago with no request since, returning them with how they ended.
     pub fn expire(&self, limit: Duration, grace: Duration) -> Vec<(Arc<Session>, &'static str)> {
+        self.closed_peers().retain(|_, at| at.elapsed() < CLOSED_KEPT);
         let mut map = self.map();
         let stale: Vec<(String, &'static str)> = map
             .iter()
@@ -300,16 +329,16 @@ mod tests {
         use qsm_catalog::coord::SessionsOf;
         assert_eq!(s.cancel(SessionsOf::Id(a.id)).len(), 1);
         assert!(s.cancel(SessionsOf::Id(a.id)).is_empty(), "cancelled once");
-        assert!(s.get("t1").unwrap().is_cancelled());
+        assert!(s.get("t1", "").unwrap().is_cancelled());
         assert!(s.cancel(SessionsOf::Id(999)).is_empty());
         s.open(new("c"), "t3".into(), 2, 9).expect("a cancelled session does not count");
-        assert!(s.get("t1").is_some(), "kept while a request holds it");
+        assert!(s.get("t1", "").is_some(), "kept while a request holds it");
         drop(a);
         assert!(s.open(new("d"), "t4".into(), 2, 9).is_err(), "b and c are open");
-        assert!(s.get("t1").is_none(), "dropped once nothing holds it");
+        assert!(s.get("t1", "").is_none(), "dropped once nothing holds it");
         assert_eq!(s.expire(Duration::from_secs(3600), Duration::ZERO).len(), 0);
         assert_eq!(s.expire(Duration::ZERO, Duration::ZERO).len(), 2);
-        assert!(s.get("t2").is_none());
+        assert!(s.get("t2", "").is_none());
     }
 
     #[test]
@@ -331,10 +360,15 @@ mod tests {
         // Connection 1 closes: its session ends after the grace, unless a request reclaims it.
         s.orphan("10.0.0.1:1");
         s.orphan("10.0.0.1:2");
-        assert!(s.get("b").is_some(), "b is reclaimed by a request");
+        // A request of a's that was read before its connection closed runs after: it does not
+        // reclaim a. One of b's over a new connection does.
+        assert!(s.get("a", "10.0.0.1:1").is_some());
+        assert!(s.get("b", "10.0.0.1:9").is_some(), "b is reclaimed by a request");
         let ended = s.expire(Duration::from_secs(3600), Duration::ZERO);
         let names: Vec<_> = ended.iter().map(|(s, how)| (s.peer.clone(), *how)).collect();
         assert_eq!(names, [("10.0.0.1:1".to_string(), "ended: its connection closed")]);
-        assert!(s.get("a").is_none() && s.get("b").is_some() && s.get("c").is_some());
+        let here = "10.0.0.1:9";
+        assert!(s.get("a", here).is_none() && s.get("b", here).is_some());
+        assert!(s.get("c", here).is_some());
     }
 }

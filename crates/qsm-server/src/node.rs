@@ -83,7 +83,7 @@ impl NodeService {
     /// The session of a request, which must be a node's and not cancelled.
     fn session<T>(&self, request: &Request<T>) -> Result<(Arc<Session>, NodeId), Status> {
         let session = token(request)
-            .and_then(|t| self.state.sessions.get(t))
+            .and_then(|t| self.state.sessions.get(t, &peer(request)))
             .ok_or_else(|| Status::unauthenticated("not logged in, or the session expired"))?;
         if session.is_cancelled() {
             return Err(Status::cancelled(format!(
