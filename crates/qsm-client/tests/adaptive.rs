@@ -4,9 +4,10 @@
 //! data, not from the controller's priors, and change within a backup as the data does;
 //! links, slower and faster CPUs and a slow pool disk are laid over them.
 //!
-//! The goals are issue 33's: `auto` within 1.05 times the best fixed setting's time (or
-//! 0.1 s more), and storing at most 1.03 times what zstd:3 stores unless it is at least 1.25
-//! times as fast.
+//! Issue 33's goals are `auto` within 1.05 times the best fixed setting's time (or 0.1 s
+//! more), and storing at most 1.03 times what zstd:3 stores unless it is at least 1.25 times
+//! as fast. The storage goal is asserted in every case; the time goal in most (see
+//! [`WITHIN_GOAL`]), with a bound in every case against zstd:3's own time.
 
 #![allow(clippy::unwrap_used)] // parsing the committed traces: a malformed one is a test failure
 
