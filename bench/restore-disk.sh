@@ -115,6 +115,18 @@ QSM=$(realpath "${QSM_BIN:-$REPO/target/release/qsm}")
 
 lt() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a < b) }'; }
 f2() { printf %.2f "$1"; }
+# timed CMD...: runs CMD between two syncs, its wall seconds (the second sync included, so
+# what the page cache held is on the disk) in $secs; returns CMD's status.
+timed() {
+	local s e rc=0
+	sync
+	s=$(date +%s.%N)
+	"$@" || rc=$?
+	sync
+	e=$(date +%s.%N)
+	secs=$(awk -v s="$s" -v e="$e" 'BEGIN { printf "%.3f", e - s }')
+	return "$rc"
+}
 div() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 mbs() { awk -v n="$1" -v s="$2" 'BEGIN { printf "%.0f", n / 1e6 / s }'; }
 mb() { awk -v k="$1" 'BEGIN { printf "%.0f", k / 1024 }'; }
@@ -306,12 +318,7 @@ if [ "$TREE" = 1 ]; then
 			t=${TOOLS[$(((i + r - 1) % n))]}
 			warm "$(inputs "$t")"
 			DEST="$DESTS/$r-$t"
-			sync
-			s=$(date +%s.%N)
-			restore "$t" || fail "$t: the restore failed" "$LOGS/$t.log"
-			sync
-			e=$(date +%s.%N)
-			secs=$(awk -v s="$s" -v e="$e" 'BEGIN { printf "%.3f", e - s }')
+			timed restore "$t" || fail "$t: the restore failed" "$LOGS/$t.log"
 			SECS[$t,$r]=$secs
 			RSS[$t,$r]=$(tail -1 "$RSSF")
 			say "round $r/$ROUNDS: $(name "$t") $(f2 "$secs") s, $(mb "${RSS[$t,$r]}") MB"
@@ -438,11 +445,7 @@ for kind, count in (("text", 2), ("executables", 1), ("compressed", 1)):
 		for t in qsm cat; do
 			if [ "$t" = qsm ]; then warm "$LW/home"; else warm "$LARGE_SET"; fi
 			rm -rf "$DEST" && sync
-			s=$(date +%s.%N)
-			lrestore "$t" || fail "large files: $t failed" "$LOGS/large-qsm.log"
-			sync
-			e=$(date +%s.%N)
-			secs=$(awk -v s="$s" -v e="$e" 'BEGIN { printf "%.3f", e - s }')
+			timed lrestore "$t" || fail "large files: $t failed" "$LOGS/large-qsm.log"
 			LSECS[$t,$r]=$secs
 			if [ "$t" = qsm ]; then LRSS[r]=$(tail -1 "$RSSF"); fi
 			say "large files, round $r/$ROUNDS: $t $(f2 "$secs") s"
