@@ -8,11 +8,11 @@ use std::sync::Arc;
 use qsm_proto::AdminApi;
 use qsm_proto::v1::{self, admin_server::Admin};
 use qsm_types::ServerError;
-use tonic::transport::server::UdsConnectInfo;
 use tonic::{Request, Response, Status};
 
 use crate::admin_core::{Actor, AdminSession};
-use crate::node::{core_call, peer, token};
+use crate::conns;
+use crate::node::{conn, core_call, token};
 use crate::state::State;
 
 pub use crate::admin_core::{MAX_ACTLOG_ENTRIES, MAX_EXPIRE_WORKERS};
@@ -30,13 +30,11 @@ impl AdminService {
     /// Who sends `request`: the local socket's peer running as the server's user or root, or
     /// the administrator whose session the request's token names.
     fn actor<T>(&self, request: &Request<T>) -> Result<Actor, Status> {
-        if let Some(info) = request.extensions().get::<UdsConnectInfo>() {
-            let me = rustix::process::geteuid().as_raw();
-            if let Some(c) = info.peer_cred.filter(|c| c.uid() == me || c.uid() == 0) {
-                return Ok(Actor::Owner(format!("the local socket's uid {}", c.uid())));
-            }
+        let me = rustix::process::geteuid().as_raw();
+        if let Some(uid) = conns::of(request).and_then(|c| c.uid).filter(|&u| u == me || u == 0) {
+            return Ok(Actor::Owner(format!("the local socket's uid {uid}")));
         }
-        match token(request).and_then(|t| self.state.sessions.get(t, &peer(request))) {
+        match token(request).and_then(|t| self.state.sessions.get(t, conn(request))) {
             Some(s) if s.is_cancelled() => Err(Status::cancelled("this session was cancelled")),
             Some(s) if s.node.is_none() => Ok(Actor::Admin(s.account.clone())),
             Some(_) => Err(Status::permission_denied("a node cannot administer the server")),

@@ -1,6 +1,6 @@
 //! Passwords (argon2id, never stored in clear) and the sessions they open.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -69,9 +69,15 @@ pub struct Session {
     ended: AtomicBool,
     cancelled: AtomicBool,
     last_used: Mutex<Instant>,
-    /// When the connection it logged in over closed, if no request came since (module
-    /// `conns`).
-    orphaned: Mutex<Option<Instant>>,
+    links: Mutex<Links>,
+}
+
+/// The connections a session's requests came over that are still open, and since when it
+/// has had none (module `conns`).
+#[derive(Debug, Default)]
+struct Links {
+    open: HashSet<u64>,
+    orphaned: Option<Instant>,
 }
 
 impl Session {
@@ -106,19 +112,27 @@ impl Session {
         if self.is_cancelled() { "cancelled" } else { "running" }
     }
 
-    /// Marks the session as in use now (idle sessions are ended), and alive whatever became of
-    /// the connection it logged in over.
-    pub fn touch(&self) {
-        self.used();
-        *self.orphaned.lock().unwrap_or_else(|p| p.into_inner()) = None;
-    }
-
-    fn used(&self) {
+    /// Marks the session as in use now: idle sessions are ended. A stream in progress calls
+    /// this, and keeps nothing else alive: its connection closing orphans the session however
+    /// many of its messages are still read afterwards.
+    pub fn used(&self) {
         *self.last_used.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
     }
 
+    fn links(&self) -> std::sync::MutexGuard<'_, Links> {
+        self.links.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// In use over `conn`, an open connection (or an untracked one): alive again if orphaned.
+    fn reclaim(&self, conn: Option<u64>) {
+        self.used();
+        let mut links = self.links();
+        links.open.extend(conn);
+        links.orphaned = None;
+    }
+
     fn orphaned_for(&self) -> Option<Duration> {
-        self.orphaned.lock().unwrap_or_else(|p| p.into_inner()).map(|t| t.elapsed())
+        self.links().orphaned.map(|t| t.elapsed())
     }
 
     fn idle(&self) -> Duration {
@@ -131,12 +145,12 @@ impl Session {
 pub struct Sessions {
     by_token: Mutex<HashMap<String, Arc<Session>>>,
     next_id: AtomicU64,
-    /// Peers whose connection closed, and when: a request that arrives over such a
-    /// connection (read before the close, run after it) is no client coming back.
-    closed: Mutex<HashMap<String, Instant>>,
+    /// Connections that closed, and when: a request that arrives over one (read before the
+    /// close, run after it) is no client coming back.
+    closed: Mutex<HashMap<u64, Instant>>,
 }
 
-/// How long a closed connection's peer address is remembered: past the orphans' grace and the
+/// How long a closed connection's number is remembered: past the orphans' grace and the
 /// reaper's round, by which time its sessions have ended.
 const CLOSED_KEPT: Duration = Duration::from_secs(60);
 
@@ -164,6 +178,8 @@ pub struct NewSession {
     pub record: Option<SessionId>,
     pub client: String,
     pub peer: String,
+    /// The connection it logged in over (module `conns`).
+    pub conn: Option<u64>,
 }
 
 impl Sessions {
@@ -181,6 +197,14 @@ impl Sessions {
         max: usize,
         per_node: usize,
     ) -> Result<Arc<Session>, String> {
+        // A login read before its connection closed and run after is orphaned from the start.
+        let mut links = Links::default();
+        match s.conn {
+            Some(c) if self.closed_conns().contains_key(&c) => {
+                links.orphaned = Some(Instant::now())
+            }
+            c => links.open.extend(c),
+        }
         let mut map = self.map();
         map.retain(|_, s| !s.is_cancelled() || Arc::strong_count(s) > 1);
         let live = || map.values().filter(|s| !s.is_cancelled());
@@ -208,37 +232,39 @@ impl Sessions {
             objects: AtomicU64::new(0),
             cancelled: AtomicBool::new(false),
             last_used: Mutex::new(Instant::now()),
-            orphaned: Mutex::new(None),
+            links: Mutex::new(links),
         });
         map.insert(token, Arc::clone(&session));
         Ok(session)
     }
 
-    /// The connection from `peer` closed: its sessions are orphaned until a request reclaims
-    /// them.
-    pub fn orphan(&self, peer: &str) {
-        self.closed_peers().insert(peer.to_owned(), Instant::now());
-        for s in self.map().values().filter(|s| s.peer == peer) {
-            let mut orphaned = s.orphaned.lock().unwrap_or_else(|p| p.into_inner());
-            orphaned.get_or_insert_with(Instant::now);
+    /// Connection `conn` closed: the sessions it was the last open connection of are orphaned
+    /// until a request over another reclaims them.
+    pub fn orphan(&self, conn: u64) {
+        self.closed_conns().insert(conn, Instant::now());
+        for s in self.map().values() {
+            let mut links = s.links();
+            if links.open.remove(&conn) && links.open.is_empty() {
+                links.orphaned.get_or_insert_with(Instant::now);
+            }
         }
     }
 
-    fn closed_peers(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
+    fn closed_conns(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Instant>> {
         self.closed.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The session of a token, marked as used by a request from `peer`. A request over a
+    /// The session of a token, marked as used by a request over `conn`. A request over a
     /// connection that has closed does not reclaim an orphaned session: under load a request
     /// read just before a killed client's connection closed can run just after, and would
-    /// keep the session until the idle timeout. Only a request over another connection (the
+    /// keep the session until the idle timeout. Only a request over an open connection (the
     /// client reconnecting) does.
-    pub fn get(&self, token: &str, peer: &str) -> Option<Arc<Session>> {
+    pub fn get(&self, token: &str, conn: Option<u64>) -> Option<Arc<Session>> {
         let session = self.map().get(token).cloned()?;
-        if self.closed_peers().contains_key(peer) {
+        if conn.is_some_and(|c| self.closed_conns().contains_key(&c)) {
             session.used();
         } else {
-            session.touch();
+            session.reclaim(conn);
         }
         Some(session)
     }
@@ -279,7 +305,7 @@ impl Sessions {
     /// Removes sessions idle longer than `limit`, and those whose connection closed more than
     /// `grace` ago with no request since, returning them with how they ended.
     pub fn expire(&self, limit: Duration, grace: Duration) -> Vec<(Arc<Session>, &'static str)> {
-        self.closed_peers().retain(|_, at| at.elapsed() < CLOSED_KEPT);
+        self.closed_conns().retain(|_, at| at.elapsed() < CLOSED_KEPT);
         let mut map = self.map();
         let stale: Vec<(String, &'static str)> = map
             .iter()
@@ -322,6 +348,7 @@ mod tests {
             record: None,
             client: String::new(),
             peer: String::new(),
+            conn: None,
         };
         let a = s.open(new("a"), "t1".into(), 2, 9).unwrap();
         s.open(new("b"), "t2".into(), 2, 9).unwrap();
@@ -329,46 +356,65 @@ mod tests {
         use qsm_catalog::coord::SessionsOf;
         assert_eq!(s.cancel(SessionsOf::Id(a.id)).len(), 1);
         assert!(s.cancel(SessionsOf::Id(a.id)).is_empty(), "cancelled once");
-        assert!(s.get("t1", "").unwrap().is_cancelled());
+        assert!(s.get("t1", None).unwrap().is_cancelled());
         assert!(s.cancel(SessionsOf::Id(999)).is_empty());
         s.open(new("c"), "t3".into(), 2, 9).expect("a cancelled session does not count");
-        assert!(s.get("t1", "").is_some(), "kept while a request holds it");
+        assert!(s.get("t1", None).is_some(), "kept while a request holds it");
         drop(a);
         assert!(s.open(new("d"), "t4".into(), 2, 9).is_err(), "b and c are open");
-        assert!(s.get("t1", "").is_none(), "dropped once nothing holds it");
+        assert!(s.get("t1", None).is_none(), "dropped once nothing holds it");
         assert_eq!(s.expire(Duration::from_secs(3600), Duration::ZERO).len(), 0);
         assert_eq!(s.expire(Duration::ZERO, Duration::ZERO).len(), 2);
-        assert!(s.get("t2", "").is_none());
+        assert!(s.get("t2", None).is_none());
     }
 
     #[test]
-    fn sessions_are_limited_per_node_and_end_when_their_connection_does() {
+    fn sessions_are_limited_per_node_and_end_when_their_connections_do() {
         let s = Sessions::default();
-        let new = |node: i64, peer: &str| NewSession {
+        let new = |node: i64, conn: u64| NewSession {
             id: s.local_id(),
             account: format!("n{node}"),
             node: Some(NodeId(node)),
             record: None,
             client: String::new(),
-            peer: peer.into(),
+            peer: format!("10.0.0.1:{conn}"),
+            conn: Some(conn),
         };
-        s.open(new(1, "10.0.0.1:1"), "a".into(), 10, 2).unwrap();
-        s.open(new(1, "10.0.0.1:2"), "b".into(), 10, 2).unwrap();
-        let e = s.open(new(1, "10.0.0.1:3"), "c".into(), 10, 2).unwrap_err();
+        s.open(new(1, 1), "a".into(), 10, 2).unwrap();
+        s.open(new(1, 2), "b".into(), 10, 2).unwrap();
+        let e = s.open(new(1, 3), "c".into(), 10, 2).unwrap_err();
         assert!(e.contains("node n1"), "{e}");
-        s.open(new(2, "10.0.0.1:3"), "c".into(), 10, 2).expect("another node");
-        // Connection 1 closes: its session ends after the grace, unless a request reclaims it.
-        s.orphan("10.0.0.1:1");
-        s.orphan("10.0.0.1:2");
-        // A request of a's that was read before its connection closed runs after: it does not
-        // reclaim a. One of b's over a new connection does.
-        assert!(s.get("a", "10.0.0.1:1").is_some());
-        assert!(s.get("b", "10.0.0.1:9").is_some(), "b is reclaimed by a request");
-        let ended = s.expire(Duration::from_secs(3600), Duration::ZERO);
-        let names: Vec<_> = ended.iter().map(|(s, how)| (s.peer.clone(), *how)).collect();
-        assert_eq!(names, [("10.0.0.1:1".to_string(), "ended: its connection closed")]);
-        let here = "10.0.0.1:9";
-        assert!(s.get("a", here).is_none() && s.get("b", here).is_some());
-        assert!(s.get("c", here).is_some());
+        s.open(new(2, 3), "c".into(), 10, 2).expect("another node");
+        let ended = |s: &Sessions| -> Vec<String> {
+            let ended = s.expire(Duration::from_secs(3600), Duration::ZERO);
+            assert!(ended.iter().all(|(_, how)| *how == "ended: its connection closed"));
+            ended.iter().map(|(s, _)| s.account.clone() + " " + &s.peer).collect()
+        };
+        // c's client reconnects (its channel's connection dropped): its requests come over
+        // connection 4; then connection 3 closes, which leaves c alive.
+        assert!(s.get("c", Some(4)).is_some());
+        s.orphan(3);
+        assert!(ended(&s).is_empty(), "c has connection 4");
+        // Connections 1 and 2 close. A request of a's that was read before its connection
+        // closed runs after: it does not reclaim a. One of b's over a new connection does.
+        s.orphan(1);
+        s.orphan(2);
+        assert!(s.get("a", Some(1)).is_some());
+        assert!(s.get("b", Some(9)).is_some(), "b is reclaimed by a request");
+        assert_eq!(ended(&s), ["n1 10.0.0.1:1"]);
+        assert!(s.get("a", Some(9)).is_none() && s.get("b", Some(9)).is_some());
+        // A stream in progress keeps its session from idling, not from being orphaned: c's
+        // last connection closes while its stream's messages are still being read.
+        let c = s.get("c", Some(4)).unwrap();
+        s.orphan(4);
+        c.used();
+        assert_eq!(ended(&s), ["n2 10.0.0.1:3"]);
+        // A login read before its connection closed and run after starts orphaned.
+        s.orphan(5);
+        s.open(new(3, 5), "d".into(), 10, 2).unwrap();
+        assert_eq!(ended(&s), ["n3 10.0.0.1:5"]);
+        // Connection 9 closes: b, the last session over it, ends.
+        s.orphan(9);
+        assert_eq!(ended(&s), ["n1 10.0.0.1:2"]);
     }
 }

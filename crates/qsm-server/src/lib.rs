@@ -114,11 +114,11 @@ async fn serve(config: ServerConfig, ready: impl FnOnce(&Listening)) -> Result<(
     };
     let mut listening = Listening { urls: Vec::new(), certificate: None };
     // Closed TCP connections orphan the sessions logged in over them (module `conns`).
-    let (closed_tx, mut closed_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let (closed_tx, mut closed_rx) = tokio::sync::mpsc::unbounded_channel::<u64>();
     let orphaning = Arc::clone(&state);
     let orphaner = tokio::spawn(async move {
-        while let Some(peer) = closed_rx.recv().await {
-            orphaning.sessions.orphan(&peer);
+        while let Some(conn) = closed_rx.recv().await {
+            orphaning.sessions.orphan(conn);
         }
     });
     let mut tasks = tokio::task::JoinSet::new();
@@ -160,7 +160,7 @@ async fn serve(config: ServerConfig, ready: impl FnOnce(&Listening)) -> Result<(
         let closed = closed_tx.clone();
         let incoming = tokio_stream::StreamExt::map(
             tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
-            move |accepted| accepted.map(|tcp| conns::Tracked::new(tcp, closed.clone())),
+            move |accepted| accepted.map(|tcp| conns::tcp(tcp, closed.clone())),
         );
         tasks.spawn(router.serve_with_incoming_shutdown(incoming, stopped()));
     }
@@ -178,9 +178,11 @@ async fn serve(config: ServerConfig, ready: impl FnOnce(&Listening)) -> Result<(
         })?;
         listening.urls.push(format!("unix:{}", path.display()));
         let router = Server::builder().add_service(node.clone()).add_service(admin.clone());
-        tasks.spawn(
-            router.serve_with_incoming_shutdown(UnixListenerStream::new(listener), stopped()),
-        );
+        let closed = closed_tx.clone();
+        let incoming = tokio_stream::StreamExt::map(UnixListenerStream::new(listener), move |a| {
+            a.map(|unix| conns::unix(unix, closed.clone()))
+        });
+        tasks.spawn(router.serve_with_incoming_shutdown(incoming, stopped()));
     }
     if listening.urls.is_empty() {
         return Err(ServerError::Failed("nothing to listen on: give --listen or --socket".into()));

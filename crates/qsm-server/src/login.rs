@@ -27,6 +27,8 @@ pub struct LoginAttempt {
     pub client: String,
     /// Where it comes from, for the session list and the activity log.
     pub peer: String,
+    /// The connection it came over (module `conns`).
+    pub conn: Option<u64>,
 }
 
 impl State {
@@ -129,8 +131,15 @@ impl State {
                 Err(CatalogError::DiskFull { .. }) => (self.sessions.local_id(), None, false),
                 Err(e) => return Err(catalog_error(e)),
             };
-        let new =
-            NewSession { id, account: a.account.clone(), node, record, client: a.client, peer };
+        let new = NewSession {
+            id,
+            account: a.account.clone(),
+            node,
+            record,
+            client: a.client,
+            peer,
+            conn: a.conn,
+        };
         let session = match self.sessions.open(
             new,
             token.clone(),

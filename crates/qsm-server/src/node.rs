@@ -17,6 +17,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::auth::Session;
+use crate::conns;
 use crate::login::LoginAttempt;
 use crate::node_core::{self, NodeSession, NodeUpload};
 use crate::state::State;
@@ -59,19 +60,12 @@ pub(crate) async fn core_call<T: Send + 'static>(
 
 /// The peer's address, for the session list.
 pub(crate) fn peer<T>(request: &Request<T>) -> String {
-    if let Some(addr) = request.remote_addr() {
-        return addr.to_string();
-    }
-    match request.extensions().get::<tonic::transport::server::UdsConnectInfo>() {
-        Some(info) => match &info.peer_cred {
-            Some(c) => match c.pid() {
-                Some(pid) => format!("local socket, pid {pid} uid {}", c.uid()),
-                None => format!("local socket, uid {}", c.uid()),
-            },
-            None => "local socket".into(),
-        },
-        None => "unknown".into(),
-    }
+    conns::of(request).map_or_else(|| "unknown".into(), |c| c.peer.clone())
+}
+
+/// The number of the connection a request came over (module `conns`).
+pub(crate) fn conn<T>(request: &Request<T>) -> Option<u64> {
+    conns::of(request).map(|c| c.id)
 }
 
 /// The token of a request.
@@ -83,7 +77,7 @@ impl NodeService {
     /// The session of a request, which must be a node's and not cancelled.
     fn session<T>(&self, request: &Request<T>) -> Result<(Arc<Session>, NodeId), Status> {
         let session = token(request)
-            .and_then(|t| self.state.sessions.get(t, &peer(request)))
+            .and_then(|t| self.state.sessions.get(t, conn(request)))
             .ok_or_else(|| Status::unauthenticated("not logged in, or the session expired"))?;
         if session.is_cancelled() {
             return Err(Status::cancelled(format!(
@@ -104,7 +98,7 @@ impl Node for NodeService {
         &self,
         request: Request<v1::LoginRequest>,
     ) -> Result<Response<v1::LoginReply>, Status> {
-        let peer = peer(&request);
+        let (peer, conn) = (peer(&request), conn(&request));
         let r = request.into_inner();
         if r.protocol != qsm_proto::PROTOCOL {
             return Err(Status::failed_precondition(format!(
@@ -119,6 +113,7 @@ impl Node for NodeService {
             admin: r.admin,
             client: r.client,
             peer,
+            conn,
         };
         let keys = self.state.login_allowed(&mut attempt).map_err(to_status)?;
         let turn = self.state.logins.turn(std::time::Duration::from_secs(10)).await;
@@ -411,8 +406,8 @@ struct Receiver<'a> {
 
 impl Receiver<'_> {
     fn next(&mut self) -> Result<v1::BackupRequest, ServerError> {
-        // A stream in progress keeps its session alive, however long it runs.
-        self.session.touch();
+        // A stream in progress keeps its session from idling, however long it runs.
+        self.session.used();
         if self.session.is_cancelled() {
             return Err(ServerError::Cancelled(format!(
                 "session {} was cancelled by an administrator; what was committed stays",
@@ -573,7 +568,7 @@ fn run_fetch(
     let mut size = 0usize;
     let send = |batch: &mut v1::FrameBatch, size: &mut usize| -> bool {
         *size = 0;
-        session.touch();
+        session.used();
         tx.send_within(Ok(std::mem::take(batch))).is_ok()
     };
     loop {
