@@ -28,6 +28,7 @@ pub type Case = fn(&dyn Catalog) -> CaseResult;
 pub const CASES: &[(&str, Case)] = &[
     ("policy", policy),
     ("nodes_and_filespaces", nodes_and_filespaces),
+    ("backup_runs_are_recorded_per_filespace", backup_runs_are_recorded_per_filespace),
     ("versions_and_active_inventory", versions_and_active_inventory),
     ("chunks_and_reference_counts", chunks_and_reference_counts),
     ("transactions_are_atomic", transactions_are_atomic),
@@ -188,6 +189,49 @@ pub fn policy(cat: &dyn Catalog) -> CaseResult {
 }
 
 /// Nodes are unique and lockable; filespaces are created once.
+/// A filespace's last backup is its latest, however it ended; its last completed one is not
+/// replaced by a failure (the age alerts and metrics go by).
+pub fn backup_runs_are_recorded_per_filespace(cat: &dyn Catalog) -> CaseResult {
+    let d = cat.define_domain("standard", "").map_err(e)?;
+    let a = cat.register_node("alpha", "h", d).map_err(e)?;
+    let home = cat.filespace(a, "/home").map_err(e)?;
+    cat.filespace(a, "/etc").map_err(e)?;
+    let fs = |name: &str| -> Result<Filespace, String> {
+        let all = cat.filespaces(a).map_err(e)?;
+        all.into_iter().find(|f| f.name == name).ok_or_else(|| format!("no filespace {name}"))
+    };
+    ensure!(
+        fs("/home")?.last_backup.is_none() && fs("/home")?.last_completed.is_none(),
+        "a filespace never backed up has a last backup"
+    );
+    let run = |started, result, objects| BackupRun {
+        started,
+        ended: started + 30,
+        result,
+        objects,
+        bytes: objects * 1000 + (1 << 40),
+        warnings: 2,
+    };
+    let ok = run(1_000, RunResult::CompletedWithWarnings, 7);
+    cat.record_backup(home, &ok).map_err(e)?;
+    let f = fs("/home")?;
+    ensure!(f.last_backup == Some(ok) && f.last_completed == Some(ok), "recorded {f:?}");
+    let failed = run(2_000, RunResult::Failed, 3);
+    cat.record_backup(home, &failed).map_err(e)?;
+    let f = fs("/home")?;
+    ensure!(f.last_backup == Some(failed) && f.last_completed == Some(ok), "after a failure {f:?}");
+    let done = run(3_000, RunResult::Completed, 0);
+    cat.record_backup(home, &done).map_err(e)?;
+    let f = fs("/home")?;
+    ensure!(f.last_backup == Some(done) && f.last_completed == Some(done), "after {f:?}");
+    ensure!(fs("/etc")?.last_backup.is_none(), "another filespace's run recorded on /etc");
+    ensure!(
+        matches!(cat.record_backup(FilespaceId(4242), &done), Err(CatalogError::NotFound { .. })),
+        "a run recorded for an unknown filespace"
+    );
+    Ok(())
+}
+
 pub fn nodes_and_filespaces(cat: &dyn Catalog) -> CaseResult {
     let d = cat.define_domain("standard", "").map_err(e)?;
     let a = cat.register_node("alpha", "$argon2id$hash", d).map_err(e)?;

@@ -177,6 +177,9 @@ pub trait Catalog: Send + Sync + std::fmt::Debug {
         batch: usize,
         stop: &std::sync::atomic::AtomicBool,
     ) -> Result<u64>;
+    /// Records how a backup of `filespace` ended: its last backup, and its last completed one
+    /// unless it failed.
+    fn record_backup(&self, filespace: FilespaceId, run: &BackupRun) -> Result<()>;
     /// Deletes a node and its session history; refused while it has filespaces.
     fn delete_node(&self, node: NodeId) -> Result<()>;
 

@@ -259,6 +259,23 @@ ALTER TABLE processes ADD COLUMN server_id BIGINT;
 ALTER TABLE processes ADD COLUMN cancel BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE processes ADD COLUMN progress TEXT;
 "#,
+    // 9: each filespace's last backup and last completed backup (issue 26): when the client
+    // started and when it ended, its result (`RunResult::name`), the objects and frame bytes
+    // it committed and the files it skipped. NULL until a backup ends.
+    r#"
+ALTER TABLE filespaces ADD COLUMN last_started BIGINT;
+ALTER TABLE filespaces ADD COLUMN last_ended BIGINT;
+ALTER TABLE filespaces ADD COLUMN last_result TEXT;
+ALTER TABLE filespaces ADD COLUMN last_objects BIGINT;
+ALTER TABLE filespaces ADD COLUMN last_bytes BIGINT;
+ALTER TABLE filespaces ADD COLUMN last_warnings BIGINT;
+ALTER TABLE filespaces ADD COLUMN ok_started BIGINT;
+ALTER TABLE filespaces ADD COLUMN ok_ended BIGINT;
+ALTER TABLE filespaces ADD COLUMN ok_result TEXT;
+ALTER TABLE filespaces ADD COLUMN ok_objects BIGINT;
+ALTER TABLE filespaces ADD COLUMN ok_bytes BIGINT;
+ALTER TABLE filespaces ADD COLUMN ok_warnings BIGINT;
+"#,
 ];
 
 /// The newest schema version this program knows.

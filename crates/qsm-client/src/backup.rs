@@ -33,7 +33,7 @@ use crate::error::{ClientError, Result};
 use crate::filter::Filter;
 use crate::keys::NodeKeys;
 use crate::scan::{self, Entry};
-use crate::server::{Scope, Server, Upload};
+use crate::server::{Scope, Server, Upload, UploadKind};
 use crate::throttle::Throttle;
 
 /// How to back up.
@@ -453,7 +453,12 @@ fn run(
         }
     }
     let classes = Classes { bindings: &bindings, default: default_class.as_deref() };
-    let mut batch = server.upload(fs, options.limits)?;
+    let kind = if archive.is_none() && below.is_empty() {
+        UploadKind::Backup
+    } else {
+        UploadKind::Partial
+    };
+    let mut batch = server.upload(fs, options.limits, kind)?;
     let mut throttle = options.limit_upload.map(Throttle::new);
     let (tx, rx) = crossbeam_channel::bounded::<Work>(WALK_QUEUE);
     // Set when the pipeline stops on an error, so the walk stops too instead of finishing the
@@ -666,7 +671,7 @@ fn run(
     summary.warnings.extend(warnings);
     summary.skipped = skipped.len() as u64;
     summary.warnings.extend(skipped);
-    if let Err(e) = batch.finish() {
+    if let Err(e) = batch.finish(summary.failed + summary.skipped) {
         forget_cache();
         return Err(e.into());
     }

@@ -895,6 +895,7 @@ mod tests {
             &self,
             _: FilespaceId,
             _: TxnLimits,
+            _: qsm_types::node::UploadKind,
         ) -> qsm_types::node::Result<Box<dyn Upload + '_>> {
             not_keys()
         }

@@ -21,7 +21,7 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 
 use crate::error::{ClientError, Result};
 use crate::server::{
-    ClassInfo, DedupInfo, Fetch, Fetched, Scope, Server, ServerLoad, Upload, Uploaded,
+    ClassInfo, DedupInfo, Fetch, Fetched, Scope, Server, ServerLoad, Upload, UploadKind, Uploaded,
 };
 
 /// Results of the node interface.
@@ -364,15 +364,7 @@ impl Server for RemoteServer {
             .filespaces
             .into_iter()
             .map(|f| {
-                Ok(Filespace {
-                    id: FilespaceId(
-                        convert::id_from_wire(f.id, "filespace id").map_err(malformed)?,
-                    ),
-                    node: qsm_types::model::NodeId(0),
-                    name: f.name,
-                    created: f.created,
-                    generation: f.generation,
-                })
+                convert::filespace_from_wire(&f, qsm_types::model::NodeId(0)).map_err(malformed)
             })
             .collect()
     }
@@ -424,6 +416,7 @@ impl Server for RemoteServer {
         &self,
         filespace: FilespaceId,
         limits: TxnLimits,
+        kind: UploadKind,
     ) -> NodeResult<Box<dyn Upload + '_>> {
         let (tx, rx) = tokio::sync::mpsc::channel::<v1::BackupRequest>(UPLOAD_QUEUE);
         let state = Arc::new(Mutex::new(UploadState::default()));
@@ -469,6 +462,7 @@ impl Server for RemoteServer {
                 filespace: filespace.0 as u64,
                 txn_group_max: limits.group_max as u64,
                 txn_byte_limit: limits.byte_limit,
+                partial: kind == UploadKind::Partial,
             }),
             0,
         )?;
@@ -677,8 +671,8 @@ impl Upload for RemoteUpload<'_> {
         self.state.lock().unwrap_or_else(|p| p.into_inner()).load
     }
 
-    fn finish(mut self: Box<Self>) -> NodeResult<Uploaded> {
-        self.ops.push(v1::BackupOp { op: Some(Op::Finish(v1::Empty {})) });
+    fn finish(mut self: Box<Self>, warnings: u64) -> NodeResult<Uploaded> {
+        self.ops.push(v1::BackupOp { op: Some(Op::Finish(v1::Finish { warnings })) });
         self.flush()?;
         // Close the request stream and wait for the server's last reply.
         self.tx = None;

@@ -386,21 +386,11 @@ impl ArchiveReport {
     }
 }
 
-/// One filespace.
-#[derive(Debug, Clone, Serialize)]
-pub struct FilespaceRow {
-    pub name: String,
-    pub id: i64,
-    pub created: i64,
-}
+pub use qsm_proto::reports::{FilespaceRow, RunRow};
 
 /// Every filespace of the node.
 pub fn filespaces(server: &dyn Server) -> Result<Vec<FilespaceRow>> {
-    let list = server.filespaces()?;
-    Ok(list
-        .into_iter()
-        .map(|f| FilespaceRow { name: f.name, id: f.id.0, created: f.created })
-        .collect())
+    Ok(server.filespaces()?.iter().map(|f| FilespaceRow::new(String::new(), f)).collect())
 }
 
 /// One entry a restore would write (`qsm restore --dry-run`).

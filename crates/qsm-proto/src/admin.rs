@@ -7,7 +7,7 @@ use qsm_types::ServerError;
 
 use crate::reports::{
     ActlogReport, AuditReport, BackupDbReport, DeleteFilespaceReport, DomainRow, ExpireReport,
-    NodeRow, ProcessRow, ReclaimReport, SessionRow, StgpoolRow, VolhistRow,
+    FilespaceRow, NodeRow, ProcessRow, ReclaimReport, SessionRow, StgpoolRow, VolhistRow,
 };
 use crate::v1;
 
@@ -47,6 +47,7 @@ macro_rules! admin_operations {
             delete_node(NodeName) -> Empty;
             query_stgpool(Empty) -> StgpoolList;
             audit_stgpool(AuditRequest) -> AuditReply;
+            query_filespaces(NodeName) -> NodeFilespaceList;
         }
     };
 }
@@ -143,6 +144,13 @@ impl Admin<'_> {
     pub fn remove_admin(&self, name: &str) -> Result<()> {
         self.0.remove_admin(v1::NodeName { name: name.to_owned() })?;
         Ok(())
+    }
+
+    /// The filespaces of `node`, or of every node, with their last backups.
+    pub fn filespaces(&self, node: Option<&str>) -> Result<Vec<FilespaceRow>> {
+        let name = node.unwrap_or_default().to_owned();
+        let list = self.0.query_filespaces(v1::NodeName { name })?.filespaces;
+        list.into_iter().map(FilespaceRow::from_wire).collect()
     }
 
     pub fn nodes(&self) -> Result<Vec<NodeRow>> {

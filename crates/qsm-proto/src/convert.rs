@@ -1,7 +1,10 @@
 //! Between the catalog's types and the wire's. Conversions from the wire check what a peer
 //! could get wrong (unknown enum values, missing fields) and say which field.
 
-use qsm_types::{Attributes, FilespaceId, ObjectId, ObjectKind, ObjectType, ObjectVersion};
+use qsm_types::{
+    Attributes, BackupRun, Filespace, FilespaceId, NodeId, ObjectId, ObjectKind, ObjectType,
+    ObjectVersion, RunResult,
+};
 
 use crate::v1;
 
@@ -157,6 +160,50 @@ pub fn version_from_wire(v: &v1::Version) -> Result<ObjectVersion, Malformed> {
     })
 }
 
+/// A filespace on the wire (its node is the session's, not sent).
+pub fn filespace_to_wire(f: &Filespace) -> v1::Filespace {
+    let run = |r: &BackupRun| v1::BackupRun {
+        started: r.started,
+        ended: r.ended,
+        result: r.result.name().into(),
+        objects: r.objects,
+        bytes: r.bytes,
+        warnings: r.warnings,
+    };
+    v1::Filespace {
+        id: f.id.0 as u64,
+        name: f.name.clone(),
+        created: f.created,
+        generation: f.generation,
+        last_backup: f.last_backup.as_ref().map(run),
+        last_completed: f.last_completed.as_ref().map(run),
+    }
+}
+
+/// A filespace of `node` from the wire.
+pub fn filespace_from_wire(f: &v1::Filespace, node: NodeId) -> Result<Filespace, Malformed> {
+    let run = |r: &v1::BackupRun| -> Result<BackupRun, Malformed> {
+        Ok(BackupRun {
+            started: r.started,
+            ended: r.ended,
+            result: RunResult::parse(&r.result)
+                .ok_or_else(|| Malformed(format!("backup result {:?}", r.result)))?,
+            objects: r.objects,
+            bytes: r.bytes,
+            warnings: r.warnings,
+        })
+    };
+    Ok(Filespace {
+        id: FilespaceId(id_from_wire(f.id, "filespace id")?),
+        node,
+        name: f.name.clone(),
+        created: f.created,
+        generation: f.generation,
+        last_backup: f.last_backup.as_ref().map(run).transpose()?,
+        last_completed: f.last_completed.as_ref().map(run).transpose()?,
+    })
+}
+
 /// A catalog id (a positive 63-bit integer) from the wire.
 pub fn id_from_wire(id: u64, what: &str) -> Result<i64, Malformed> {
     i64::try_from(id).map_err(|_| Malformed(format!("{what} {id} is out of range")))
@@ -165,6 +212,36 @@ pub fn id_from_wire(id: u64, what: &str) -> Result<i64, Malformed> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn filespaces_round_trip_and_a_bad_result_is_named() {
+        let run = |result| BackupRun {
+            started: 10,
+            ended: 20,
+            result,
+            objects: 3,
+            bytes: u64::MAX,
+            warnings: 1,
+        };
+        let f = Filespace {
+            id: FilespaceId(5),
+            node: NodeId(2),
+            name: "/home".into(),
+            created: 1,
+            generation: -7,
+            last_backup: Some(run(RunResult::Failed)),
+            last_completed: Some(run(RunResult::CompletedWithWarnings)),
+        };
+        assert_eq!(filespace_from_wire(&filespace_to_wire(&f), NodeId(2)), Ok(f.clone()));
+        let never = Filespace { last_backup: None, last_completed: None, ..f.clone() };
+        assert_eq!(filespace_from_wire(&filespace_to_wire(&never), NodeId(2)), Ok(never));
+        let mut wire = filespace_to_wire(&f);
+        if let Some(r) = wire.last_backup.as_mut() {
+            r.result = "exploded".into();
+        }
+        let e = filespace_from_wire(&wire, NodeId(2)).unwrap_err();
+        assert!(e.0.contains("exploded"), "{e}");
+    }
 
     #[test]
     fn versions_round_trip_and_bad_enums_are_named() {

@@ -35,6 +35,68 @@ impl From<v1::NodeInfo> for NodeRow {
     }
 }
 
+/// One filespace, with its node, its last backup and its last completed one (absent before
+/// the first): what `qsm query filespace` and `qsm admin query filespace` show.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FilespaceRow {
+    /// Its node (empty where the node is the caller).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub node: String,
+    pub name: String,
+    pub id: i64,
+    pub created: i64,
+    pub last_backup: Option<RunRow>,
+    pub last_completed: Option<RunRow>,
+}
+
+/// How a backup of a filespace ended (seconds since the epoch, the server's clock).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct RunRow {
+    pub started: i64,
+    pub ended: i64,
+    /// "completed", "completed with warnings" or "failed".
+    pub result: &'static str,
+    pub objects: u64,
+    pub bytes: u64,
+    /// Files skipped or not read whole.
+    pub warnings: u64,
+}
+
+impl From<&qsm_types::BackupRun> for RunRow {
+    fn from(r: &qsm_types::BackupRun) -> RunRow {
+        RunRow {
+            started: r.started,
+            ended: r.ended,
+            result: r.result.name(),
+            objects: r.objects,
+            bytes: r.bytes,
+            warnings: r.warnings,
+        }
+    }
+}
+
+impl FilespaceRow {
+    /// The row of `node`'s filespace `f`.
+    pub fn new(node: String, f: &qsm_types::Filespace) -> FilespaceRow {
+        FilespaceRow {
+            node,
+            name: f.name.clone(),
+            id: f.id.0,
+            created: f.created,
+            last_backup: f.last_backup.as_ref().map(RunRow::from),
+            last_completed: f.last_completed.as_ref().map(RunRow::from),
+        }
+    }
+
+    /// The row of a server's answer.
+    pub fn from_wire(f: v1::NodeFilespace) -> Result<FilespaceRow, qsm_types::ServerError> {
+        let wire = f.filespace.unwrap_or_default();
+        let fs = crate::convert::filespace_from_wire(&wire, qsm_types::NodeId(0))
+            .map_err(|e| qsm_types::ServerError::Failed(e.to_string()))?;
+        Ok(FilespaceRow::new(f.node, &fs))
+    }
+}
+
 /// One open session.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SessionRow {

@@ -289,6 +289,27 @@ impl AdminApi for AdminSession<'_> {
         })
     }
 
+    fn query_filespaces(&self, r: v1::NodeName) -> Result<v1::NodeFilespaceList, ServerError> {
+        self.need(ANY)?;
+        let catalog = self.core.store.catalog();
+        let nodes = if r.name.is_empty() {
+            catalog.nodes().map_err(catalog_error)?
+        } else {
+            let node = catalog.node(&r.name).map_err(catalog_error)?;
+            vec![node.ok_or_else(|| ServerError::not_found(format!("no node {}", r.name)))?]
+        };
+        let mut filespaces = Vec::new();
+        for node in nodes {
+            for f in catalog.filespaces(node.id).map_err(catalog_error)? {
+                filespaces.push(v1::NodeFilespace {
+                    node: node.name.clone(),
+                    filespace: Some(qsm_proto::convert::filespace_to_wire(&f)),
+                });
+            }
+        }
+        Ok(v1::NodeFilespaceList { filespaces })
+    }
+
     fn query_sessions(&self, _: v1::Empty) -> Result<v1::SessionList, ServerError> {
         self.need(ANY)?;
         let state = self.core;

@@ -23,6 +23,10 @@ pub struct ServerConfig {
     pub data_dir: PathBuf,
     /// TCP addresses to listen on (`HOST:PORT`; port 0 picks a free one).
     pub listen: Vec<String>,
+    /// Where to serve Prometheus metrics over plain HTTP (`HOST:PORT`, path `/metrics`); none
+    /// by default. They name nodes and filespaces: keep it on loopback or a monitoring
+    /// network.
+    pub metrics_listen: Option<String>,
     /// Serve TCP without TLS: refused on an address other machines reach unless `insecure`.
     pub plaintext: bool,
     /// Allow `plaintext` on addresses other machines reach (passwords and data in clear).
@@ -77,6 +81,7 @@ impl Default for ServerConfig {
             data_dir: PathBuf::from("qsm-server"),
             // TSM's port.
             listen: vec!["0.0.0.0:1500".into()],
+            metrics_listen: None,
             plaintext: false,
             insecure: false,
             socket: None,
@@ -130,11 +135,16 @@ impl ServerConfig {
                 return Err(format!("{name} {value} is outside 1 to {max} {unit}"));
             }
         }
-        for addr in &self.listen {
+        for (what, addr) in self
+            .listen
+            .iter()
+            .map(|a| ("listen", a))
+            .chain(self.metrics_listen.iter().map(|a| ("metrics_listen", a)))
+        {
             let port = addr.rsplit_once(':').filter(|(host, _)| !host.is_empty());
             if port.is_none_or(|(_, port)| port.parse::<u16>().is_err()) {
                 return Err(format!(
-                    "listen address {addr:?}: write HOST:PORT (port 0 to 65535; 0 picks one)"
+                    "{what} address {addr:?}: write HOST:PORT (port 0 to 65535; 0 picks one)"
                 ));
             }
         }

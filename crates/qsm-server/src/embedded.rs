@@ -206,8 +206,9 @@ impl node::Server for EmbeddedNode<'_> {
         &self,
         filespace: FilespaceId,
         limits: TxnLimits,
+        kind: node::UploadKind,
     ) -> Result<Box<dyn node::Upload + '_>> {
-        Ok(Box::new(self.session.upload(filespace, limits)?))
+        Ok(Box::new(self.session.upload(filespace, limits, kind)?))
     }
 
     fn fetch(&self, objects: Vec<ObjectId>) -> Result<Box<dyn node::Fetch + '_>> {
@@ -279,8 +280,8 @@ impl node::Upload for NodeUpload<'_> {
         NodeUpload::deactivate_tree(self, path)
     }
 
-    fn finish(self: Box<Self>) -> Result<Uploaded> {
-        NodeUpload::finish(*self)
+    fn finish(self: Box<Self>, warnings: u64) -> Result<Uploaded> {
+        NodeUpload::finish(*self, warnings)
     }
 }
 

@@ -16,6 +16,7 @@ pub mod dbcopy;
 pub mod embedded;
 pub mod login;
 pub mod logins;
+pub mod metrics;
 pub mod node;
 pub mod node_core;
 pub mod state;
@@ -46,6 +47,8 @@ pub struct Listening {
     pub urls: Vec<String>,
     /// The certificate clients must trust (for TLS listeners).
     pub certificate: Option<std::path::PathBuf>,
+    /// `http://ADDR/metrics`, where Prometheus scrapes (`metrics_listen`).
+    pub metrics: Option<String>,
 }
 
 /// How often ended sessions are looked for.
@@ -112,7 +115,7 @@ async fn serve(config: ServerConfig, ready: impl FnOnce(&Listening)) -> Result<(
             let _ = rx.wait_for(|s| *s).await;
         }
     };
-    let mut listening = Listening { urls: Vec::new(), certificate: None };
+    let mut listening = Listening { urls: Vec::new(), certificate: None, metrics: None };
     // Closed TCP connections orphan the sessions logged in over them (module `conns`).
     let (closed_tx, mut closed_rx) = tokio::sync::mpsc::unbounded_channel::<u64>();
     let orphaning = Arc::clone(&state);
@@ -162,7 +165,8 @@ async fn serve(config: ServerConfig, ready: impl FnOnce(&Listening)) -> Result<(
             tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
             move |accepted| accepted.map(|tcp| conns::tcp(tcp, closed.clone())),
         );
-        tasks.spawn(router.serve_with_incoming_shutdown(incoming, stopped()));
+        let serving = router.serve_with_incoming_shutdown(incoming, stopped());
+        tasks.spawn(async move { serving.await.map_err(|e| e.to_string()) });
     }
     if let Some(path) = config.socket_path() {
         if let Some(parent) = path.parent() {
@@ -182,10 +186,17 @@ async fn serve(config: ServerConfig, ready: impl FnOnce(&Listening)) -> Result<(
         let incoming = tokio_stream::StreamExt::map(UnixListenerStream::new(listener), move |a| {
             a.map(|unix| conns::unix(unix, closed.clone()))
         });
-        tasks.spawn(router.serve_with_incoming_shutdown(incoming, stopped()));
+        let serving = router.serve_with_incoming_shutdown(incoming, stopped());
+        tasks.spawn(async move { serving.await.map_err(|e| e.to_string()) });
     }
     if listening.urls.is_empty() {
         return Err(ServerError::Failed("nothing to listen on: give --listen or --socket".into()));
+    }
+    if let Some(addr) = &config.metrics_listen {
+        let (listener, local) = metrics::bind(addr).await?;
+        listening.metrics = Some(format!("http://{local}/metrics"));
+        let serving = metrics::serve(listener, Arc::clone(&state), stopped());
+        tasks.spawn(async move { serving.await.map_err(|e| e.to_string()) });
     }
     ready(&listening);
 

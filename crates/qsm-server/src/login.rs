@@ -74,6 +74,7 @@ impl State {
         let peer = a.peer.clone();
         let catalog = self.store.catalog();
         let refused = || {
+            self.counters.logins_failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             for locked in self.logins.failed(&keys, std::time::Instant::now()) {
                 self.log(
                     Severity::Warning,
@@ -121,6 +122,7 @@ impl State {
             return Err(ServerError::denied(format!("{what} {} is locked{ask}", a.account)));
         }
         self.logins.succeeded(&keys);
+        self.counters.logins_succeeded.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let token = auth::new_token().map_err(ServerError::failed)?;
         // Recorded where every server sharing the catalog sees it. A full catalog disk
         // still lets the node read (queries, restores): the session goes unrecorded, and

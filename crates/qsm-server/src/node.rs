@@ -12,6 +12,7 @@ use qsm_proto::convert;
 use qsm_proto::status::to_status;
 use qsm_proto::v1::{self, backup_op::Op, node_server::Node};
 use qsm_types::ServerError;
+use qsm_types::node::UploadKind;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
@@ -157,7 +158,7 @@ impl Node for NodeService {
         core_call(move || {
             let list = NodeSession::new(&state, node, Some(&session)).filespaces()?;
             Ok(Response::new(v1::FilespaceList {
-                filespaces: list.into_iter().map(filespace_to_wire).collect(),
+                filespaces: list.iter().map(convert::filespace_to_wire).collect(),
             }))
         })
         .await
@@ -174,7 +175,7 @@ impl Node for NodeService {
             let f = NodeSession::new(&state, node, Some(&session))
                 .open_filespace(&r.name, r.create)?
                 .ok_or_else(|| ServerError::NotFound(format!("no filespace {}", r.name)))?;
-            Ok(Response::new(filespace_to_wire(f)))
+            Ok(Response::new(convert::filespace_to_wire(&f)))
         })
         .await
     }
@@ -383,10 +384,6 @@ impl Node for NodeService {
     }
 }
 
-fn filespace_to_wire(f: qsm_catalog::Filespace) -> v1::Filespace {
-    v1::Filespace { id: f.id.0 as u64, name: f.name, created: f.created, generation: f.generation }
-}
-
 /// A keyed chunk id from the wire: exactly 32 bytes.
 fn chunk_id(bytes: &[u8]) -> Result<[u8; 32], Status> {
     bytes.try_into().map_err(|_| {
@@ -458,7 +455,8 @@ fn run_backup(
                     group_max: usize::try_from(s.txn_group_max).unwrap_or(usize::MAX),
                     byte_limit: s.txn_byte_limit,
                 };
-                upload = Some(node.upload(fs, asked)?);
+                let kind = if s.partial { UploadKind::Partial } else { UploadKind::Backup };
+                upload = Some(node.upload(fs, asked, kind)?);
                 continue;
             }
             let Some(up) = upload.as_mut() else {
@@ -506,9 +504,9 @@ fn run_backup(
                 Op::Abandon(_) => up.abandon_object(),
                 Op::Deactivate(path) => up.deactivate(&path)?,
                 Op::DeactivateTree(path) => up.deactivate_tree(&path)?,
-                Op::Finish(_) => {
+                Op::Finish(f) => {
                     let Some(up) = upload.take() else { return Ok(()) };
-                    let c = up.finish()?;
+                    let c = up.finish(f.warnings)?;
                     load.busy += working.elapsed().as_secs_f64();
                     let _ = tx.send_within(Ok(load.reply(c.objects, c.bytes, true)));
                     return Ok(());

@@ -8,12 +8,12 @@ use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 
 use qsm_catalog::{
-    CatalogError, ChunkKey, DedupScope, DedupScopeId, Filespace, FilespaceId, MgmtClass, NewObject,
-    NodeId, ObjectId, ObjectKind, ObjectVersion,
+    BackupRun, CatalogError, ChunkKey, DedupScope, DedupScopeId, Filespace, FilespaceId, MgmtClass,
+    NewObject, NodeId, ObjectId, ObjectKind, ObjectVersion, RunResult, Severity,
 };
 use qsm_store::{Batch, Committed, StoreError};
 use qsm_types::ServerError;
-use qsm_types::node::{ClassInfo, DedupInfo, Fetched, Uploaded};
+use qsm_types::node::{ClassInfo, DedupInfo, Fetched, UploadKind, Uploaded};
 
 use crate::auth::Session;
 use crate::state::State;
@@ -260,7 +260,12 @@ impl<'a> NodeSession<'a> {
 
     /// Starts sending objects into `fs`, in transactions no larger than `asked` (zero: the
     /// server's limits) nor than the server's limits.
-    pub fn upload(&self, fs: FilespaceId, asked: qsm_types::TxnLimits) -> Result<NodeUpload<'a>> {
+    pub fn upload(
+        &self,
+        fs: FilespaceId,
+        asked: qsm_types::TxnLimits,
+        kind: UploadKind,
+    ) -> Result<NodeUpload<'a>> {
         self.check_owner(fs)?;
         let config = &self.core.config;
         // The client may ask for smaller transactions, never larger ones.
@@ -279,7 +284,12 @@ impl<'a> NodeSession<'a> {
             classes: None,
             decoder: qsm_codec::FrameDecoder::new(),
             raw: Vec::new(),
-            committed: Uploaded::default(),
+            run: RunRecord {
+                node: *self,
+                fs,
+                started: (kind == UploadKind::Backup).then(qsm_types::now),
+                committed: Uploaded::default(),
+            },
         })
     }
 
@@ -312,7 +322,71 @@ pub struct NodeUpload<'a> {
     classes: Option<Vec<MgmtClass>>,
     decoder: qsm_codec::FrameDecoder,
     raw: Vec<u8>,
+    run: RunRecord<'a>,
+}
+
+/// A backup's end, recorded in its filespace (`Catalog::record_backup`) and the activity log:
+/// completed when its upload finishes, failed when the upload is dropped unfinished (its
+/// stream broke, its client died or gave up, the server stopped).
+struct RunRecord<'a> {
+    node: NodeSession<'a>,
+    fs: FilespaceId,
+    /// When the backup started; `None` for a partial one or an archive, or once recorded.
+    started: Option<qsm_types::Timestamp>,
     committed: Uploaded,
+}
+
+impl RunRecord<'_> {
+    fn end(&mut self, result: RunResult, warnings: u64) {
+        let Some(started) = self.started.take() else { return };
+        let run = BackupRun {
+            started,
+            ended: qsm_types::now(),
+            result,
+            objects: self.committed.objects,
+            bytes: self.committed.bytes,
+            warnings,
+        };
+        let core = self.node.core;
+        core.counters.backup_ended(result);
+        let catalog = core.store.catalog();
+        let recorded = catalog.record_backup(self.fs, &run);
+        let name = catalog
+            .filespaces(self.node.node)
+            .ok()
+            .and_then(|all| all.into_iter().find(|f| f.id == self.fs))
+            .map_or_else(|| format!("{}", self.fs.0), |f| f.name);
+        let severity = match result {
+            RunResult::Completed => Severity::Info,
+            RunResult::CompletedWithWarnings => Severity::Warning,
+            RunResult::Failed => Severity::Error,
+        };
+        let mut message = format!(
+            "backup of filespace {name} {}: {} objects, {} bytes in {} s",
+            result.name(),
+            run.objects,
+            run.bytes,
+            run.ended - run.started
+        );
+        if warnings > 0 {
+            message += &format!(", {warnings} files skipped");
+        }
+        if let Err(e) = recorded {
+            message += &format!(" (not recorded in the filespace: {e})");
+        }
+        core.log(
+            severity,
+            &message,
+            Some(self.node.node),
+            self.node.session.and_then(|s| s.record),
+        );
+    }
+}
+
+impl Drop for RunRecord<'_> {
+    fn drop(&mut self) {
+        self.end(RunResult::Failed, 0);
+    }
 }
 
 impl std::fmt::Debug for NodeUpload<'_> {
@@ -320,7 +394,7 @@ impl std::fmt::Debug for NodeUpload<'_> {
         f.debug_struct("NodeUpload")
             .field("node", &self.node.node)
             .field("filespace", &self.fs)
-            .field("committed", &self.committed)
+            .field("committed", &self.run.committed)
             .finish_non_exhaustive()
     }
 }
@@ -328,13 +402,13 @@ impl std::fmt::Debug for NodeUpload<'_> {
 impl NodeUpload<'_> {
     /// What this upload committed so far.
     pub fn committed(&self) -> Uploaded {
-        self.committed
+        self.run.committed
     }
 
     /// Counts a commit; whether there was one.
     fn count(&mut self, c: Option<Committed>) -> bool {
         let Some(c) = c else { return false };
-        record(self.node, &mut self.committed, c);
+        record(self.node, &mut self.run.committed, c);
         true
     }
 
@@ -349,6 +423,7 @@ impl NodeUpload<'_> {
     fn sent(&self, bytes: usize) {
         if let Some(s) = self.node.session {
             s.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+            self.node.core.counters.received_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
         }
     }
 
@@ -488,15 +563,18 @@ impl NodeUpload<'_> {
         Ok(())
     }
 
-    /// Commits the rest; what the whole upload committed.
-    pub fn finish(self) -> Result<Uploaded> {
+    /// Commits the rest; what the whole upload committed. `warnings` files were skipped.
+    pub fn finish(self, warnings: u64) -> Result<Uploaded> {
         if self.in_object {
             return Err(ServerError::Invalid("Finish in the middle of an object".into()));
         }
-        let NodeUpload { node, batch, mut committed, .. } = self;
+        let NodeUpload { node, batch, mut run, .. } = self;
         let c = batch.finish(qsm_types::now()).map_err(store_error)?;
-        record(node, &mut committed, c);
-        Ok(committed)
+        record(node, &mut run.committed, c);
+        let result =
+            if warnings > 0 { RunResult::CompletedWithWarnings } else { RunResult::Completed };
+        run.end(result, warnings);
+        Ok(run.committed)
     }
 }
 

@@ -35,6 +35,8 @@ pub struct State {
     /// `node_core`): always on a network server, whose nodes may plant data for each other;
     /// not in the embedded server, whose one node is the process itself.
     pub verify_shared_chunks: bool,
+    /// What the metrics count from the server's start (module `metrics`).
+    pub counters: crate::metrics::Counters,
 }
 
 /// The id of a core that could not register (no catalog row has it: ids start at 1).
@@ -93,6 +95,7 @@ impl State {
             streams: crate::streams::Streams::new(config.max_streams, config.max_node_streams),
             config,
             verify_shared_chunks,
+            counters: Default::default(),
         })
     }
 

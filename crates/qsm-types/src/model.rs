@@ -200,6 +200,57 @@ pub struct Filespace {
     pub created: Timestamp,
     /// Changes, to a new random value, whenever the active inventory changes.
     pub generation: i64,
+    /// Its last backup, however it ended.
+    pub last_backup: Option<BackupRun>,
+    /// Its last backup that completed (with or without warnings).
+    pub last_completed: Option<BackupRun>,
+}
+
+/// One backup of a filespace, as the server saw it end: a client that finishes its upload
+/// says how many warnings it had (files skipped); a stream that breaks is a failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BackupRun {
+    /// When the client started it (its scan included), seconds since the epoch.
+    pub started: Timestamp,
+    /// When it ended.
+    pub ended: Timestamp,
+    /// How it ended.
+    pub result: RunResult,
+    /// Objects it committed.
+    pub objects: u64,
+    /// Frame bytes it committed.
+    pub bytes: u64,
+    /// Files the client skipped or could not read whole.
+    pub warnings: u64,
+}
+
+/// How a backup ended (TSM's event results).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunResult {
+    /// Everything was backed up.
+    Completed,
+    /// Finished, with files skipped.
+    CompletedWithWarnings,
+    /// Stopped before the end: what it committed stays.
+    Failed,
+}
+
+impl RunResult {
+    /// The name stored and shown.
+    pub fn name(self) -> &'static str {
+        match self {
+            RunResult::Completed => "completed",
+            RunResult::CompletedWithWarnings => "completed with warnings",
+            RunResult::Failed => "failed",
+        }
+    }
+
+    /// The result a name stands for.
+    pub fn parse(name: &str) -> Option<RunResult> {
+        [RunResult::Completed, RunResult::CompletedWithWarnings, RunResult::Failed]
+            .into_iter()
+            .find(|r| r.name() == name)
+    }
 }
 
 /// A storage pool's record.

@@ -56,8 +56,14 @@ pub trait Server: Send + Sync {
     ) -> Result<()>;
     /// One version by id, if it is the node's.
     fn object(&self, id: ObjectId) -> Result<Option<ObjectVersion>>;
-    /// Starts sending objects into `filespace`, committed in transactions within `limits`.
-    fn upload(&self, filespace: FilespaceId, limits: TxnLimits) -> Result<Box<dyn Upload + '_>>;
+    /// Starts sending objects into `filespace`, committed in transactions within `limits`. A
+    /// whole backup's end is recorded in the filespace (`Filespace::last_backup`).
+    fn upload(
+        &self,
+        filespace: FilespaceId,
+        limits: TxnLimits,
+        kind: UploadKind,
+    ) -> Result<Box<dyn Upload + '_>>;
     /// Streams the frames of `objects`, in that order, each object's frames in order.
     fn fetch(&self, objects: Vec<ObjectId>) -> Result<Box<dyn Fetch + '_>>;
     /// The node's dedup scope, its secret, the pool and the dedup epoch.
@@ -150,8 +156,13 @@ impl<T: Server + ?Sized> Server for &T {
     fn object(&self, id: ObjectId) -> Result<Option<ObjectVersion>> {
         (**self).object(id)
     }
-    fn upload(&self, filespace: FilespaceId, limits: TxnLimits) -> Result<Box<dyn Upload + '_>> {
-        (**self).upload(filespace, limits)
+    fn upload(
+        &self,
+        filespace: FilespaceId,
+        limits: TxnLimits,
+        kind: UploadKind,
+    ) -> Result<Box<dyn Upload + '_>> {
+        (**self).upload(filespace, limits, kind)
     }
     fn fetch(&self, objects: Vec<ObjectId>) -> Result<Box<dyn Fetch + '_>> {
         (**self).fetch(objects)
@@ -171,6 +182,16 @@ impl<T: Server + ?Sized> Server for &T {
     fn mgmt_classes(&self) -> Result<Vec<ClassInfo>> {
         (**self).mgmt_classes()
     }
+}
+
+/// What an upload is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UploadKind {
+    /// A backup of the whole filespace: its end is the filespace's last backup.
+    Backup,
+    /// A backup of part of it (a file, a directory below its root) or an archive: it says
+    /// nothing of whether the filespace is protected, so it is not recorded as one.
+    Partial,
 }
 
 /// Objects on their way to the server. Nothing is visible on the server before it commits;
@@ -203,8 +224,9 @@ pub trait Upload: Send {
     /// Marks the active versions of everything below `path` inactive (a directory's contents
     /// gone).
     fn deactivate_tree(&mut self, path: &[u8]) -> Result<()>;
-    /// Commits everything and returns what the whole upload committed.
-    fn finish(self: Box<Self>) -> Result<Uploaded>;
+    /// Commits everything and returns what the whole upload committed; `warnings` files were
+    /// skipped or not read whole (a backup with any completed with warnings).
+    fn finish(self: Box<Self>, warnings: u64) -> Result<Uploaded>;
     /// What the server last said of its work on this upload (a remote server reports it
     /// several times a second). `None` from an embedded server, whose work is the sender's
     /// own time.

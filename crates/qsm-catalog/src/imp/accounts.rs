@@ -57,22 +57,6 @@ pub(super) fn nodes(b: &dyn Backend) -> Result<Vec<Node>> {
     })
 }
 
-/// Runs one statement changing the row of `what` named `key`; not finding it is an error.
-fn update_one(
-    b: &dyn Backend,
-    op: &'static str,
-    sql: &str,
-    args: &[Arg<'_>],
-    what: &'static str,
-    key: &dyn ToString,
-) -> Result<()> {
-    let n = sql::auto(b, op, |s| s.execute(sql, args))?;
-    if n == 0 {
-        return Err(CatalogError::NotFound { what, key: key.to_string() });
-    }
-    Ok(())
-}
-
 pub(super) fn set_node_locked(b: &dyn Backend, node: NodeId, locked: bool) -> Result<()> {
     update_one(
         b,

@@ -32,23 +32,74 @@ pub(super) fn filespace(b: &dyn Backend, node: NodeId, name: &str) -> Result<Fil
     })
 }
 
+/// The columns of a filespace's backup runs, after its `last_` or `ok_` prefix.
+const RUN: [&str; 6] = ["started", "ended", "result", "objects", "bytes", "warnings"];
+
 pub(super) fn filespaces(b: &dyn Backend, node: NodeId) -> Result<Vec<Filespace>> {
+    let runs: Vec<String> =
+        ["last_", "ok_"].iter().flat_map(|p| RUN.iter().map(move |c| format!("{p}{c}"))).collect();
+    let sql = format!(
+        "SELECT id, name, created, generation, {} FROM filespaces WHERE node_id = ?1 \
+         ORDER BY name",
+        runs.join(", ")
+    );
     sql::read(b, "reading filespaces", |s| {
-        s.all(
-            "SELECT id, name, created, generation FROM filespaces WHERE node_id = ?1 \
-             ORDER BY name",
-            &[node.0.into()],
-            |r| {
-                Ok(Filespace {
-                    id: FilespaceId(r.int(0)?),
-                    node,
-                    name: r.text(1)?,
-                    created: r.int(2)?,
-                    generation: r.int(3)?,
-                })
-            },
-        )
+        s.all(&sql, &[node.0.into()], |r| {
+            Ok(Filespace {
+                id: FilespaceId(r.int(0)?),
+                node,
+                name: r.text(1)?,
+                created: r.int(2)?,
+                generation: r.int(3)?,
+                last_backup: run(r, 4)?,
+                last_completed: run(r, 4 + RUN.len())?,
+            })
+        })
     })
+}
+
+/// The run in the [`RUN`] columns from `at`, if one was recorded.
+fn run(r: &dyn sql::Row, at: usize) -> Result<Option<BackupRun>> {
+    let Some(started) = r.opt_int(at)? else { return Ok(None) };
+    let count = |i: usize| -> Result<u64> { Ok(r.opt_int(at + i)?.unwrap_or(0).max(0) as u64) };
+    let result = r.opt_text(at + 2)?.unwrap_or_default();
+    Ok(Some(BackupRun {
+        started,
+        ended: r.opt_int(at + 1)?.unwrap_or(started),
+        result: RunResult::parse(&result).ok_or_else(|| {
+            CatalogError::Damaged(format!("a filespace's backup result {result:?}"))
+        })?,
+        objects: count(3)?,
+        bytes: count(4)?,
+        warnings: count(5)?,
+    }))
+}
+
+pub(super) fn record_backup(b: &dyn Backend, filespace: FilespaceId, r: &BackupRun) -> Result<()> {
+    let completed = r.result != RunResult::Failed;
+    let prefixes: &[&str] = if completed { &["last_", "ok_"] } else { &["last_"] };
+    let set: Vec<String> = prefixes
+        .iter()
+        .flat_map(|p| RUN.iter().enumerate().map(move |(i, c)| format!("{p}{c} = ?{}", i + 1)))
+        .collect();
+    let sql = format!("UPDATE filespaces SET {} WHERE id = ?7", set.join(", "));
+    let int = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    update_one(
+        b,
+        "recording a backup",
+        &sql,
+        &[
+            r.started.into(),
+            r.ended.into(),
+            r.result.name().into(),
+            int(r.objects).into(),
+            int(r.bytes).into(),
+            int(r.warnings).into(),
+            filespace.0.into(),
+        ],
+        "filespace",
+        &filespace.0,
+    )
 }
 
 pub(super) fn delete_filespace(

@@ -198,6 +198,9 @@ impl<B: Backend + std::fmt::Debug> Catalog for B {
     fn filespaces(&self, node: NodeId) -> Result<Vec<Filespace>> {
         filespaces::filespaces(self, node)
     }
+    fn record_backup(&self, filespace: FilespaceId, run: &BackupRun) -> Result<()> {
+        filespaces::record_backup(self, filespace, run)
+    }
     fn delete_filespace(
         &self,
         filespace: FilespaceId,
@@ -349,4 +352,20 @@ impl<B: Backend + std::fmt::Debug> Catalog for B {
     fn activity(&self, since: Timestamp, limit: u32) -> Result<Vec<ActivityEntry>> {
         sessions::activity(self, since, limit)
     }
+}
+
+/// Runs one statement changing the row of `what` named `key`; not finding it is an error.
+pub(super) fn update_one(
+    b: &dyn Backend,
+    op: &'static str,
+    sql: &str,
+    args: &[Arg<'_>],
+    what: &'static str,
+    key: &dyn ToString,
+) -> Result<()> {
+    let n = crate::sql::auto(b, op, |s| s.execute(sql, args))?;
+    if n == 0 {
+        return Err(CatalogError::NotFound { what, key: key.to_string() });
+    }
+    Ok(())
 }

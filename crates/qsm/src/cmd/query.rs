@@ -113,7 +113,32 @@ impl Text for [VersionRow] {
 impl Text for [FilespaceRow] {
     fn text(&self) {
         for f in self {
-            outln!("{}", f.name);
+            if f.node.is_empty() {
+                outln!("{}", f.name);
+            } else {
+                outln!("{}: {}", f.node, f.name);
+            }
+            outln!("    last backup: {}", run_text(f.last_backup.as_ref()));
+            if f.last_completed != f.last_backup {
+                outln!("    last completed: {}", run_text(f.last_completed.as_ref()));
+            }
         }
     }
+}
+
+/// A backup run on one line: when, how it ended, what it committed.
+fn run_text(run: Option<&report::RunRow>) -> String {
+    let Some(r) = run else { return "never".into() };
+    let mut text = format!(
+        "{} to {}, {}: {} objects, {} bytes",
+        format_time(r.started),
+        format_time(r.ended),
+        r.result,
+        r.objects,
+        r.bytes
+    );
+    if r.warnings > 0 {
+        text += &format!(", {} files skipped", r.warnings);
+    }
+    text
 }

@@ -28,6 +28,11 @@ pub struct ServerArgs {
     /// A TCP address to listen on (repeatable; port 0 picks one). Default 0.0.0.0:1500.
     #[arg(long)]
     listen: Vec<String>,
+    /// Serve Prometheus metrics on this address over plain HTTP, at /metrics (e.g.
+    /// 127.0.0.1:9300). They name nodes and filespaces: keep it on loopback or a monitoring
+    /// network.
+    #[arg(long, value_name = "HOST:PORT")]
+    metrics_listen: Option<String>,
     /// No TCP listener: the local socket only.
     #[arg(long, conflicts_with = "listen")]
     no_tcp: bool,
@@ -112,7 +117,7 @@ pub fn server(args: ServerArgs) -> Result<bool> {
     macro_rules! set {
         ($($field:ident),*) => { $( if args.$field.is_some() { config.$field = args.$field; } )* };
     }
-    set!(socket, catalog, pool, tls_cert, tls_key);
+    set!(socket, catalog, pool, tls_cert, tls_key, metrics_listen);
     if let Some(n) = args.txn_group_max {
         config.txn_group_max = n;
     }
@@ -174,6 +179,9 @@ pub fn server(args: ServerArgs) -> Result<bool> {
         }
         if let Some(cert) = &l.certificate {
             let _ = writeln!(out, "qsm server: clients must trust {}", cert.display());
+        }
+        if let Some(metrics) = &l.metrics {
+            let _ = writeln!(out, "qsm server: metrics on {metrics}");
         }
         let _ = out.flush();
     })?;

@@ -30,6 +30,10 @@ struct ServerProc {
     child: Child,
     data: PathBuf,
     url: String,
+    /// Where it serves metrics, when started with `--metrics-listen` (network.rs's test
+    /// does; the PostgreSQL and S3 runs of the suite do not).
+    #[allow(dead_code)]
+    metrics: Option<String>,
 }
 
 impl ServerProc {
@@ -50,9 +54,15 @@ impl ServerProc {
         let first = lines.next().expect("the server printed nothing").unwrap();
         let url = first.rsplit(' ').next().unwrap().to_owned();
         assert!(url.starts_with(if tls { "https://" } else { "http://" }), "{first}");
+        let metrics = extra.contains(&"--metrics-listen").then(|| loop {
+            let line = lines.next().expect("the server did not say where its metrics are").unwrap();
+            if let Some(url) = line.strip_prefix("qsm server: metrics on ") {
+                break url.to_owned();
+            }
+        });
         // Keep draining stdout so the server never blocks on it.
         std::thread::spawn(move || for _ in lines {});
-        ServerProc { child, data: data.to_path_buf(), url }
+        ServerProc { child, data: data.to_path_buf(), url, metrics }
     }
 
     fn socket(&self) -> String {
@@ -904,7 +914,7 @@ fn dedup_and_encryption_mixed_across_nodes_and_chunk_ids_do_not_cross_nodes() {
             }),
             Op::Reference(v1::ChunkRef { id: alpha_ids[0].to_vec().into(), sealed: true }),
             Op::End(v1::Empty {}),
-            Op::Finish(v1::Empty {}),
+            Op::Finish(v1::Finish::default()),
         ];
         let result = backup_ops!(node, ops);
         let e = result.expect_err("a reference to another node's chunk must fail");
@@ -927,7 +937,7 @@ fn dedup_and_encryption_mixed_across_nodes_and_chunk_ids_do_not_cross_nodes() {
             }),
             Op::Chunk(v1::Chunk { id: vec![9u8; 32].into(), frame: frame.into(), shared: true }),
             Op::End(v1::Empty {}),
-            Op::Finish(v1::Empty {}),
+            Op::Finish(v1::Finish::default()),
         ];
         let result = backup_ops!(node, ops);
         let e = result.expect_err("a planted chunk must be refused");
@@ -960,7 +970,7 @@ fn dedup_and_encryption_mixed_across_nodes_and_chunk_ids_do_not_cross_nodes() {
                 shared: true,
             }),
             Op::End(v1::Empty {}),
-            Op::Finish(v1::Empty {}),
+            Op::Finish(v1::Finish::default()),
         ];
         backup_ops!(node, ops).unwrap();
         for sealed in [false, true] {
@@ -1943,6 +1953,76 @@ fn passwords_change_and_administrators_are_locked_and_removed() {
 fn node_sessions(server: &ServerProc) -> Vec<serde_json::Value> {
     let all = json(admin(server).args(["query", "session"]));
     all.as_array().unwrap().iter().filter(|s| s["admin"] == false).cloned().collect()
+}
+
+/// Issue 26: each filespace records its last backup however it ended and its last completed
+/// one, which a failure does not replace; the node sees them (`query filespace`), and so
+/// does an administrator, for one node or all. A selective backup of a subtree is not
+/// recorded as the filespace's backup.
+#[test]
+fn each_filespace_records_its_last_backup_and_its_last_completed_one() {
+    let dir = TempDir::new().unwrap();
+    let server = ServerProc::start(&dir.path().join("srv"), false);
+    register(&server, "alpha", "alpha-password");
+    let pw = password_file(dir.path(), "alpha", "alpha-password");
+    let src = dir.path().join("src");
+    big_tree(&src, 6);
+    // A socket is not backed up, and says so: the backup completes with a warning.
+    let _socket = std::os::unix::net::UnixListener::bind(src.join("sock")).unwrap();
+    let before = qsm_time_now();
+    client(&server, "alpha", &pw).args(["backup", "--json"]).arg(&src).assert().code(0);
+    let after = qsm_time_now();
+    let filespaces = || json(client(&server, "alpha", &pw).args(["query", "filespace"]));
+    let list = filespaces();
+    let fs = &list[0];
+    let last = &fs["last_backup"];
+    assert_eq!(last["result"], "completed with warnings", "{list:#}");
+    assert_eq!(last["warnings"], 1, "{list:#}");
+    assert_eq!(last["objects"], 7, "the root, six files and nothing for the socket: {list:#}");
+    assert!(last["bytes"].as_u64().unwrap() > 100_000, "{list:#}");
+    let (started, ended) = (last["started"].as_i64().unwrap(), last["ended"].as_i64().unwrap());
+    assert!(before <= started && started <= ended && ended <= after, "{list:#}");
+    assert_eq!(fs["last_completed"], *last, "{list:#}");
+    let text = client(&server, "alpha", &pw).args(["query", "filespace"]).assert().success();
+    let text = String::from_utf8_lossy(&text.get_output().stdout).into_owned();
+    assert!(text.contains("completed with warnings: 7 objects") && text.contains("1 files skipped"), "{text}");
+
+    // A selective backup of one file is no backup of the filespace.
+    fs::write(src.join("f000"), b"changed").unwrap();
+    client(&server, "alpha", &pw).arg("backup").arg(src.join("f000")).assert().success();
+    assert_eq!(filespaces()[0]["last_backup"], *last, "a selective backup was recorded");
+
+    // A backup killed mid-way is the last backup, failed; the last completed one stays.
+    fs::remove_file(src.join("sock")).unwrap();
+    big_tree(&src, 40);
+    let mut killed = slow_backup(&server.url, &pw, &src, server.data.parent().unwrap());
+    wait_for("the slow backup to commit", || committed_objects(&server, "alpha", &pw) > 10);
+    killed.kill().unwrap();
+    killed.wait().unwrap();
+    wait_for("the killed backup to be recorded", || {
+        filespaces()[0]["last_backup"]["result"] == "failed"
+    });
+    let list = filespaces();
+    assert_eq!(list[0]["last_completed"], *last, "{list:#}");
+    assert!(list[0]["last_backup"]["objects"].as_u64().unwrap() >= 3, "{list:#}");
+    // The activity log says how each backup ended.
+    let log = json(admin(&server).args(["query", "actlog", "--search", "backup of filespace"]));
+    let messages: Vec<&str> = log.as_array().unwrap().iter().filter_map(|e| e["message"].as_str()).collect();
+    assert!(messages.iter().any(|m| m.contains("completed with warnings")), "{messages:?}");
+    assert!(messages.iter().any(|m| m.contains("failed")), "{messages:?}");
+
+    // An administrator sees the same, for the node or for all; an unknown node is named.
+    register(&server, "beta", "beta-password");
+    let all = json(admin(&server).args(["query", "filespace"]));
+    assert_eq!(all.as_array().unwrap().len(), 1, "beta has no filespace: {all:#}");
+    assert_eq!(all[0]["node"], "alpha");
+    assert_eq!(all[0]["last_completed"], *last, "{all:#}");
+    assert_eq!(json(admin(&server).args(["query", "filespace", "alpha"])), all);
+    admin(&server)
+        .args(["query", "filespace", "nosuch"])
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("no node nosuch"));
 }
 
 /// Issue 23: 64 clients (8 nodes, 8 each) killed with -9 in the middle of their backups: every

@@ -359,6 +359,14 @@ struct Register {
 
 #[derive(Debug, Subcommand)]
 enum AdminQuery {
+    /// Filespaces of a node, or of every node, each with its last backup (when, its result,
+    /// what it stored) and its last completed one.
+    Filespace {
+        /// Only this node's.
+        node: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
     /// Sessions open now, with bytes, objects and throughput.
     Session {
         #[arg(long)]
@@ -614,6 +622,9 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
             emit(&FilespaceDeleted { node: &node, filespace: &filespace, report }, json)?;
         }
         AdminCommand::Query(AdminQuery::Node { json }) => emit(&admin.nodes()?[..], json)?,
+        AdminCommand::Query(AdminQuery::Filespace { node, json }) => {
+            emit(&admin.filespaces(node.as_deref())?[..], json)?
+        }
         AdminCommand::Query(AdminQuery::Session { json }) => emit(&admin.sessions()?[..], json)?,
         AdminCommand::Query(AdminQuery::Process { json }) => emit(&admin.processes()?[..], json)?,
         AdminCommand::Query(AdminQuery::Domain { json }) => emit(&admin.policy()?[..], json)?,

@@ -1,0 +1,351 @@
+//! Prometheus metrics (`--metrics-listen`, issue 26): what a monitoring system needs to see
+//! that every filespace was backed up lately and that the server is healthy, in the
+//! OpenMetrics text format Prometheus scrapes. The values are read when scraped: this server's
+//! sessions, processes and counters from memory, filespaces and pools from the catalog (so
+//! every server sharing a catalog reports the same filespaces; `qsm_server_*` say which
+//! server answered).
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use qsm_catalog::RunResult;
+use qsm_types::ServerError;
+
+use crate::node_core::catalog_error;
+use crate::state::State;
+
+/// What the server counts from its start, for the `_total` counters.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub logins_succeeded: AtomicU64,
+    pub logins_failed: AtomicU64,
+    /// Frame bytes received from clients.
+    pub received_bytes: AtomicU64,
+    /// Backups ended, by result (`RunResult` order).
+    pub backups: [AtomicU64; 3],
+}
+
+impl Counters {
+    /// Counts a backup that ended `result`.
+    pub fn backup_ended(&self, result: RunResult) {
+        let i = match result {
+            RunResult::Completed => 0,
+            RunResult::CompletedWithWarnings => 1,
+            RunResult::Failed => 2,
+        };
+        self.backups[i].fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// A sample's labels, in order.
+pub type Labels = Vec<(String, String)>;
+
+/// Labels from pairs.
+pub fn labels(pairs: &[(&str, &str)]) -> Labels {
+    pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+}
+
+/// A metric family's type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Gauge,
+    /// Its name ends in `_total`.
+    Counter,
+}
+
+/// Metrics in the Prometheus text exposition format 0.0.4: what Prometheus scrapes,
+/// node_exporter's textfile collector reads and `promtool check metrics` checks. (The
+/// OpenMetrics text of the `prometheus-client` crate names a counter's family without its
+/// `_total`, which promtool and node_exporter's parser take for a family without help.)
+#[derive(Debug, Default)]
+pub struct Exposition(String);
+
+/// The content type of [`Exposition::text`].
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+impl Exposition {
+    /// Adds the family `name` (with its unit suffix, `_seconds`, `_bytes`; a counter's ending
+    /// in `_total`) and its samples.
+    pub fn family(
+        &mut self,
+        name: &str,
+        kind: Kind,
+        help: &str,
+        samples: impl IntoIterator<Item = (Labels, f64)>,
+    ) {
+        let out = &mut self.0;
+        let help = help.replace('\\', "\\\\").replace('\n', "\\n");
+        let kind = match kind {
+            Kind::Gauge => "gauge",
+            Kind::Counter => "counter",
+        };
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for (labels, value) in samples {
+            out.push_str(name);
+            if !labels.is_empty() {
+                let pairs: Vec<String> = labels
+                    .iter()
+                    .map(|(k, v)| {
+                        let v = v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
+                        format!("{k}=\"{v}\"")
+                    })
+                    .collect();
+                let _ = write!(out, "{{{}}}", pairs.join(","));
+            }
+            let value = if value.is_nan() {
+                "NaN".to_owned()
+            } else if value.is_infinite() {
+                if value > 0.0 { "+Inf" } else { "-Inf" }.to_owned()
+            } else {
+                value.to_string()
+            };
+            let _ = writeln!(out, " {value}");
+        }
+    }
+
+    /// The exposition.
+    pub fn text(self) -> String {
+        self.0
+    }
+}
+
+/// The metrics as Prometheus scrapes them.
+pub fn render(state: &State) -> Result<String, ServerError> {
+    use Kind::{Counter, Gauge};
+    let mut x = Exposition::default();
+    let catalog = state.store.catalog();
+
+    // Backups: what an alert on a missed backup reads is the last completed one's end.
+    let mut ok: [Vec<(Labels, f64)>; 5] = Default::default();
+    let mut run: [Vec<(Labels, f64)>; 2] = Default::default();
+    let mut node_last = Vec::new();
+    for node in catalog.nodes().map_err(catalog_error)? {
+        let mut newest: Option<i64> = None;
+        for f in catalog.filespaces(node.id).map_err(catalog_error)? {
+            let l = labels(&[("node", &node.name), ("filespace", &f.name)]);
+            if let Some(c) = f.last_completed {
+                let values = [
+                    c.ended as f64,
+                    (c.ended - c.started).max(0) as f64,
+                    c.bytes as f64,
+                    c.objects as f64,
+                    c.warnings as f64,
+                ];
+                for (list, v) in ok.iter_mut().zip(values) {
+                    list.push((l.clone(), v));
+                }
+                newest = newest.max(Some(c.ended));
+            }
+            if let Some(r) = f.last_backup {
+                run[0].push((l.clone(), r.ended as f64));
+                run[1].push((l, f64::from(u8::from(r.result == RunResult::Failed))));
+            }
+        }
+        if let Some(t) = newest {
+            node_last.push((labels(&[("node", &node.name)]), t as f64));
+        }
+    }
+    let [ended, took, bytes, objects, skipped] = ok;
+    let last = "the filespace's last completed backup (with or without warnings)";
+    x.family(
+        "qsm_filespace_last_backup_timestamp_seconds",
+        Gauge,
+        &format!("When {last} ended."),
+        ended,
+    );
+    x.family(
+        "qsm_filespace_last_backup_duration_seconds",
+        Gauge,
+        &format!("How long {last} took."),
+        took,
+    );
+    x.family(
+        "qsm_filespace_last_backup_stored_bytes",
+        Gauge,
+        &format!("Frame bytes {last} stored."),
+        bytes,
+    );
+    x.family(
+        "qsm_filespace_last_backup_objects",
+        Gauge,
+        &format!("Objects {last} stored."),
+        objects,
+    );
+    x.family(
+        "qsm_filespace_last_backup_skipped_files",
+        Gauge,
+        &format!("Files {last} skipped or could not read whole."),
+        skipped,
+    );
+    let [run_ended, run_failed] = run;
+    x.family(
+        "qsm_filespace_last_run_timestamp_seconds",
+        Gauge,
+        "When the filespace's last backup ended, however it ended.",
+        run_ended,
+    );
+    x.family(
+        "qsm_filespace_last_run_failed",
+        Gauge,
+        "1 if the filespace's last backup failed, else 0.",
+        run_failed,
+    );
+    x.family(
+        "qsm_node_last_backup_timestamp_seconds",
+        Gauge,
+        "When the node's most recent completed backup of any of its filespaces ended.",
+        node_last,
+    );
+
+    // Storage.
+    let mut pools: [Vec<(Labels, f64)>; 5] = Default::default();
+    for p in catalog.pools().map_err(catalog_error)? {
+        let u = catalog.pool_usage(p.id).map_err(catalog_error)?;
+        let l = labels(&[("pool", &p.name)]);
+        let values = [
+            u.containers as f64,
+            u.bytes as f64,
+            u.live_bytes as f64,
+            u.bytes.saturating_sub(u.live_bytes) as f64,
+            u.damaged_chunks as f64,
+        ];
+        for (list, v) in pools.iter_mut().zip(values) {
+            list.push((l.clone(), v));
+        }
+    }
+    let [containers, size, live, reclaimable, damaged] = pools;
+    x.family("qsm_pool_containers", Gauge, "Containers in the storage pool.", containers);
+    x.family("qsm_pool_size_bytes", Gauge, "Bytes of the pool's containers.", size);
+    x.family("qsm_pool_live_bytes", Gauge, "Bytes of the chunks versions reference.", live);
+    x.family(
+        "qsm_pool_reclaimable_bytes",
+        Gauge,
+        "Bytes of chunks no version references any more: what reclamation can free.",
+        reclaimable,
+    );
+    x.family("qsm_pool_damaged_chunks", Gauge, "Chunks an audit found damaged.", damaged);
+    let stats = catalog.stats().map_err(catalog_error)?;
+    let one = |v: u64| [(Labels::new(), v as f64)];
+    x.family(
+        "qsm_catalog_size_bytes",
+        Gauge,
+        "Bytes the catalog's database occupies.",
+        one(stats.database_bytes),
+    );
+    x.family("qsm_catalog_objects", Gauge, "Object versions in the catalog.", one(stats.objects));
+
+    // This server: its sessions, processes and counters.
+    let here = |pairs: &[(&str, &str)]| {
+        let mut l = labels(&[("server", &state.name)]);
+        l.extend(labels(pairs));
+        l
+    };
+    let sessions = state.sessions.list();
+    let nodes = sessions.iter().filter(|s| s.node.is_some()).count();
+    let open = [
+        (here(&[("kind", "node")]), nodes as f64),
+        (here(&[("kind", "admin")]), (sessions.len() - nodes) as f64),
+    ];
+    x.family("qsm_server_sessions", Gauge, "Sessions open on this server.", open);
+    let mut by_kind = std::collections::BTreeMap::<String, f64>::new();
+    for (_, kind, _, _) in state.processes.list() {
+        *by_kind.entry(kind).or_default() += 1.0;
+    }
+    let processes = by_kind.into_iter().map(|(kind, n)| (here(&[("kind", &kind)]), n));
+    x.family("qsm_server_processes", Gauge, "Processes running on this server.", processes);
+    let c = &state.counters;
+    let count = |v: &AtomicU64| v.load(Ordering::Relaxed) as f64;
+    x.family(
+        "qsm_server_logins_total",
+        Counter,
+        "Logins to this server since it started, by result.",
+        [
+            (here(&[("result", "succeeded")]), count(&c.logins_succeeded)),
+            (here(&[("result", "failed")]), count(&c.logins_failed)),
+        ],
+    );
+    x.family(
+        "qsm_server_received_bytes_total",
+        Counter,
+        "Frame bytes clients sent to this server since it started.",
+        [(here(&[]), count(&c.received_bytes))],
+    );
+    let results = [RunResult::Completed, RunResult::CompletedWithWarnings, RunResult::Failed];
+    x.family(
+        "qsm_server_backups_total",
+        Counter,
+        "Backups that ended on this server since it started, by result.",
+        results.iter().zip(&c.backups).map(|(r, n)| (here(&[("result", r.name())]), count(n))),
+    );
+    Ok(x.text())
+}
+
+/// Serves `/metrics` on `addr` until `stopped` resolves.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: Arc<State>,
+    stopped: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), ServerError> {
+    use axum::http::{StatusCode, header};
+    let app = axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move || {
+            let state = Arc::clone(&state);
+            async move {
+                let rendered = tokio::task::spawn_blocking(move || render(&state)).await;
+                match rendered {
+                    Ok(Ok(text)) => (StatusCode::OK, [(header::CONTENT_TYPE, CONTENT_TYPE)], text),
+                    Ok(Err(e)) => (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+                        format!("qsm: cannot read the metrics: {e}\n"),
+                    ),
+                    Err(e) => (
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+                        format!("qsm: the metrics failed: {e}\n"),
+                    ),
+                }
+            }
+        }),
+    );
+    axum::serve(listener, app)
+        .with_graceful_shutdown(stopped)
+        .await
+        .map_err(|e| ServerError::Failed(format!("the metrics listener failed: {e}")))
+}
+
+/// Binds the metrics listener (before the server says it is ready, so a taken port fails
+/// the start).
+pub async fn bind(addr: &str) -> Result<(tokio::net::TcpListener, SocketAddr), ServerError> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| ServerError::Failed(format!("cannot listen for metrics on {addr}: {e}")))?;
+    let local = listener.local_addr().map_err(|e| ServerError::Failed(e.to_string()))?;
+    Ok((listener, local))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_exposition_escapes_what_the_format_reserves() {
+        let mut x = Exposition::default();
+        x.family(
+            "qsm_x_total",
+            Kind::Counter,
+            "a \\ help\nline",
+            [(labels(&[("filespace", "/a \"b\"\\c\nd"), ("node", "n")]), 3.0)],
+        );
+        x.family("qsm_y", Kind::Gauge, "y", [(Labels::new(), f64::INFINITY), (Labels::new(), 0.5)]);
+        assert_eq!(
+            x.text(),
+            "# HELP qsm_x_total a \\\\ help\\nline\n# TYPE qsm_x_total counter\n\
+             qsm_x_total{filespace=\"/a \\\"b\\\"\\\\c\\nd\",node=\"n\"} 3\n\
+             # HELP qsm_y y\n# TYPE qsm_y gauge\nqsm_y +Inf\nqsm_y 0.5\n"
+        );
+    }
+}
