@@ -7,6 +7,7 @@ mod render;
 
 mod cmd;
 mod conn;
+mod metrics_file;
 mod usage;
 
 use std::process::ExitCode;
@@ -19,6 +20,10 @@ use clap::{Parser, Subcommand};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Also write the command's outcome (when it ended, its exit code, what it did) to FILE
+    /// as Prometheus metrics, for node_exporter's textfile collector; replaced atomically.
+    #[arg(long, global = true, value_name = "FILE")]
+    metrics_file: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -60,9 +65,13 @@ enum Command {
 const EXIT_PARTIAL: u8 = 4;
 /// Exit code of bad usage, as clap gives for what it refuses itself.
 const EXIT_USAGE: u8 = 2;
+/// Exit code of a failure.
+const EXIT_FAILURE: u8 = 1;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let started = std::time::Instant::now();
+    let command = cli.command.name();
     let result = match cli.command {
         Command::Backup(args) => cmd::backup::backup(args),
         Command::Restore(args) => cmd::restore::restore(args),
@@ -79,19 +88,52 @@ fn main() -> ExitCode {
         Command::Key(args) => cmd::key::key(args),
         Command::Journal(args) => cmd::journal::journal(args),
     };
+    let code = exit_code(result);
+    if let Some(path) = &cli.metrics_file
+        && let Err(e) = metrics_file::write(path, command, code, started.elapsed().as_secs_f64())
+    {
+        errln!("qsm: warning: --metrics-file {}: not written: {e}", path.display());
+    }
+    ExitCode::from(code)
+}
+
+/// The exit code of a command's result, its error said first.
+fn exit_code(result: anyhow::Result<cmd::Complete>) -> u8 {
     if let (Ok(_), Some(why)) = (&result, output::failure()) {
         errln!("qsm: error: writing stdout: {why}: the output is incomplete");
-        return ExitCode::FAILURE;
+        return EXIT_FAILURE;
     }
     match result {
-        Ok(true) => ExitCode::SUCCESS,
+        Ok(true) => 0,
         // Some files were skipped (unreadable, vanished, changed while read): see the warnings.
-        Ok(false) => ExitCode::from(EXIT_PARTIAL),
+        Ok(false) => EXIT_PARTIAL,
         // A data stream whose reader has gone (`qsm decompress F | head -c 100`): done.
-        Err(e) if output::reader_gone(&e) => ExitCode::SUCCESS,
+        Err(e) if output::reader_gone(&e) => 0,
         Err(e) => {
             errln!("qsm: error: {}", usage::chain(&e));
-            if usage::is_usage(&e) { ExitCode::from(EXIT_USAGE) } else { ExitCode::FAILURE }
+            if usage::is_usage(&e) { EXIT_USAGE } else { EXIT_FAILURE }
+        }
+    }
+}
+
+impl Command {
+    /// The command's name, as typed.
+    fn name(&self) -> &'static str {
+        match self {
+            Command::Backup(_) => "backup",
+            Command::Restore(_) => "restore",
+            Command::Archive(_) => "archive",
+            Command::Retrieve(_) => "retrieve",
+            Command::Query(_) => "query",
+            Command::Server(_) => "server",
+            Command::Admin(_) => "admin",
+            Command::Compress(_) => "compress",
+            Command::Decompress(_) => "decompress",
+            Command::Info(_) => "info",
+            Command::Codecs(_) => "codecs",
+            Command::Stand(_) => "stand",
+            Command::Key(_) => "key",
+            Command::Journal(_) => "journal",
         }
     }
 }

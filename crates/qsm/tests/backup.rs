@@ -1387,3 +1387,79 @@ fn the_embedded_store_is_administered_without_a_server() {
         .stderr(predicate::str::contains("no embedded store"));
     assert!(!none.exists());
 }
+
+/// The value of `metric{command="..."}` in a textfile.
+fn metric(text: &str, metric: &str) -> f64 {
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(&format!("{metric}{{")))
+        .unwrap_or_else(|| panic!("no {metric} in\n{text}"));
+    line.rsplit(' ').next().unwrap().parse().unwrap()
+}
+
+/// Issue 26: `--metrics-file` writes a command's outcome for node_exporter's textfile
+/// collector, whatever the outcome: a backup that worked, then one that failed (the file is
+/// replaced, never left half-written or stale), then a restore. promtool accepts it.
+#[test]
+fn every_command_writes_its_outcome_as_a_metrics_textfile() {
+    let dir = TempDir::new().unwrap();
+    let home = dir.path().join("home");
+    let src = dir.path().join("src");
+    tree(&src);
+    let prom = dir.path().join("qsm.prom");
+    let before = now();
+    qsm(&home).arg("backup").arg(&src).arg("--metrics-file").arg(&prom).assert().success();
+    let text = fs::read_to_string(&prom).unwrap();
+    assert!(text.contains("command=\"backup\""), "{text}");
+    assert_eq!(metric(&text, "qsm_client_last_run_success"), 1.0);
+    assert_eq!(metric(&text, "qsm_client_last_run_exit_code"), 0.0);
+    assert!(metric(&text, "qsm_client_last_run_timestamp_seconds") >= before as f64);
+    assert!(metric(&text, "qsm_client_last_run_sent_objects") >= 4.0, "{text}");
+    assert!(metric(&text, "qsm_client_last_run_read_bytes") > 0.0, "{text}");
+    let checked = std::process::Command::new("bash")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/ensure-prometheus.sh"))
+        .status()
+        .unwrap();
+    assert!(checked.success(), "no promtool");
+    let out = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(fs::File::open(&prom).unwrap())
+        .output()
+        .unwrap();
+    assert!(out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(), "{out:?}");
+
+    qsm(&home)
+        .arg("backup")
+        .arg(dir.path().join("missing"))
+        .arg("--metrics-file")
+        .arg(&prom)
+        .assert()
+        .code(1);
+    let text = fs::read_to_string(&prom).unwrap();
+    assert_eq!(metric(&text, "qsm_client_last_run_success"), 0.0, "{text}");
+    assert_eq!(metric(&text, "qsm_client_last_run_exit_code"), 1.0, "{text}");
+    assert!(!text.contains("sent_objects"), "a figure of the earlier run stayed:\n{text}");
+
+    let to = dir.path().join("to");
+    let mut restore = qsm(&home);
+    restore.arg("restore").arg(&src).arg("--to").arg(&to).arg("--metrics-file").arg(&prom);
+    restore.assert().success();
+    let text = fs::read_to_string(&prom).unwrap();
+    assert!(text.contains("command=\"restore\""), "{text}");
+    assert!(metric(&text, "qsm_client_last_run_restored_objects") >= 4.0, "{text}");
+    // Nothing but the file itself is left in its directory (no temporary beside it).
+    let names: Vec<_> = fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert!(!names.iter().any(|n| n.to_string_lossy().ends_with(".tmp")), "{names:?}");
+
+    // A directory that cannot hold it: the command still succeeds, and says so.
+    qsm(&home)
+        .arg("query")
+        .arg("filespace")
+        .arg("--metrics-file")
+        .arg(dir.path().join("nowhere/qsm.prom"))
+        .assert()
+        .success()
+        .stderr(
+            predicate::str::contains("--metrics-file").and(predicate::str::contains("not written")),
+        );
+}

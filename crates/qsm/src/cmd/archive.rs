@@ -91,6 +91,7 @@ pub fn archive(args: ArchiveArgs) -> Result<Complete> {
     if args.json {
         emit(&reports[..], true)?;
     }
+    crate::cmd::backup::note_backups(&summaries);
     Ok(summaries.iter().all(|s| s.failed == 0))
 }
 

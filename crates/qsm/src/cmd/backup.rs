@@ -186,7 +186,20 @@ pub fn backup(args: BackupArgs) -> Result<Complete> {
             x.seconds
         );
     }
+    note_backups(&summaries);
     Ok(summaries.iter().all(|s| s.failed == 0))
+}
+
+/// A backup's or an archive's figures, for `--metrics-file`.
+pub(crate) fn note_backups(summaries: &[qsm_client::BackupSummary]) {
+    use crate::metrics_file::note;
+    for s in summaries {
+        note("examined", "Entries examined.", s.examined as f64);
+        note("sent_objects", "Entries sent (new or changed).", s.backed_up as f64);
+        note("failed_files", "Entries not backed up (unreadable, changing).", s.failed as f64);
+        note("read_bytes", "File bytes read.", s.bytes_read as f64);
+        note("stored_bytes", "Frame bytes stored.", s.bytes_stored as f64);
+    }
 }
 
 /// Expiration of the embedded store's node after a backup; a failure is said, never fatal:

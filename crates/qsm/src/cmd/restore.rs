@@ -220,6 +220,9 @@ pub(crate) fn restore_with(server: &dyn Server, r: RestoreRequest<'_>) -> Result
     for w in &s.warnings {
         errln!("qsm: warning: {w}");
     }
+    crate::metrics_file::note("restored_objects", "Objects restored.", s.restored as f64);
+    crate::metrics_file::note("failed_objects", "Objects refused or failed.", s.failed as f64);
+    crate::metrics_file::note("written_bytes", "Bytes of file data written.", s.bytes as f64);
     let report = RestoreReport::new(&s, &filespace, &target, seconds);
     emit(&Restored { verb: r.verb, path: r.path, report }, r.json)?;
     // Every file failed: the restore failed (exit 1), not partly succeeded (exit 4).
