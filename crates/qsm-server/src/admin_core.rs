@@ -996,6 +996,17 @@ impl AdminApi for AdminSession<'_> {
         })?;
         let report = ran.value;
         let names = object_names(state.store.catalog().as_ref(), &report.damaged_objects)?;
+        if !report.damaged.is_empty() {
+            let mut message = format!(
+                "audit found {} damaged chunks in {} object versions",
+                report.damaged.len(),
+                names.len()
+            );
+            if let Some(first) = names.first() {
+                message += &format!(" (the first: {first})");
+            }
+            state.alert("damaged", &message, None, None, None);
+        }
         Ok(v1::AuditReply {
             process: ran.process as u64,
             containers: report.containers,

@@ -69,6 +69,12 @@ pub struct ServerConfig {
     /// it for dead: they end its sessions and processes, and its unfinished containers become
     /// orphans. It beats every 3 s; the lease must outlast a slow catalog.
     pub lease_seconds: u64,
+    /// Webhooks told of failed backups, damaged chunks and a pool nearly full (module
+    /// `alerts`): `[[alert]]` tables.
+    #[serde(rename = "alert")]
+    pub alerts: Vec<crate::alerts::AlertConfig>,
+    /// How full (percent) the pool's file system may get before a `pool-full` alert.
+    pub pool_full_percent: u8,
 }
 
 /// The shortest lease: two heartbeats.
@@ -103,6 +109,8 @@ impl Default for ServerConfig {
             max_node_streams: 16,
             dedup: false,
             lease_seconds: 30,
+            alerts: Vec::new(),
+            pool_full_percent: 90,
         }
     }
 }
@@ -147,6 +155,15 @@ impl ServerConfig {
                     "{what} address {addr:?}: write HOST:PORT (port 0 to 65535; 0 picks one)"
                 ));
             }
+        }
+        for alert in &self.alerts {
+            alert.validate()?;
+        }
+        if !(1..=100).contains(&self.pool_full_percent) {
+            return Err(format!(
+                "pool_full_percent {} is outside 1 to 100 percent",
+                self.pool_full_percent
+            ));
         }
         if !(MIN_LEASE_SECONDS..=3600).contains(&self.lease_seconds) {
             return Err(format!(
@@ -310,6 +327,25 @@ fn listens_on_loopback(addr: &str) -> bool {
 #[cfg(test)]
 mod plaintext_tests {
     use super::*;
+
+    #[test]
+    fn alerts_are_checked_before_the_server_starts() {
+        let with = |text: &str| -> Result<ServerConfig, String> {
+            let c: ServerConfig = toml::from_str(text).map_err(|e| e.to_string())?;
+            c.validate().map(|()| c)
+        };
+        let c = with("[[alert]]\nurl = \"https://hooks.example/qsm\"\n").unwrap();
+        assert_eq!(c.alerts[0].events, ["failed", "damaged", "pool-full"], "every kind by default");
+        let e = with("[[alert]]\nurl = \"ftp://x/y\"\n").unwrap_err();
+        assert!(e.contains("ftp://x/y"), "{e}");
+        let e = with("[[alert]]\nurl = \"http://h/\"\nevents = [\"failed\", \"exploded\"]\n")
+            .unwrap_err();
+        assert!(e.contains("exploded") && e.contains("pool-full"), "{e}");
+        let e = with("pool_full_percent = 0\n").unwrap_err();
+        assert!(e.contains("pool_full_percent 0"), "{e}");
+        let e = with("[[alert]]\nurl = \"http://h/\"\nheaders = 1\n").unwrap_err();
+        assert!(e.contains("headers"), "{e}");
+    }
 
     #[test]
     fn plaintext_is_refused_where_other_machines_listen_unless_insecure() {

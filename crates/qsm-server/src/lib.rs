@@ -9,6 +9,7 @@
 
 pub mod admin;
 pub mod admin_core;
+pub mod alerts;
 pub mod auth;
 pub mod config;
 pub mod conns;
@@ -53,6 +54,8 @@ pub struct Listening {
 
 /// How often ended sessions are looked for.
 const REAP_EVERY: Duration = Duration::from_secs(3);
+/// How often (in heartbeats) the pool's file system is checked for a `pool-full` alert.
+const POOL_CHECK_BEATS: u64 = 20;
 /// How long a session whose connection closed waits for its client to come back on another:
 /// a client's channel reconnects within a second or two.
 const ORPHAN_GRACE: Duration = Duration::from_secs(5);
@@ -142,6 +145,7 @@ async fn serve(config: ServerConfig, ready: impl FnOnce(&Listening)) -> Result<(
             .map_err(|e| ServerError::Failed(format!("cannot listen on {addr}: {e}")))?;
         let local = listener.local_addr().map_err(|e| ServerError::Failed(e.to_string()))?;
         let mut builder = Server::builder()
+            .layer(metrics::Timed(Arc::clone(&state)))
             .tcp_nodelay(true)
             .initial_stream_window_size(8 << 20)
             .initial_connection_window_size(16 << 20)
@@ -181,7 +185,10 @@ async fn serve(config: ServerConfig, ready: impl FnOnce(&Listening)) -> Result<(
             ServerError::Failed(format!("cannot listen on {}: {e}", path.display()))
         })?;
         listening.urls.push(format!("unix:{}", path.display()));
-        let router = Server::builder().add_service(node.clone()).add_service(admin.clone());
+        let router = Server::builder()
+            .layer(metrics::Timed(Arc::clone(&state)))
+            .add_service(node.clone())
+            .add_service(admin.clone());
         let closed = closed_tx.clone();
         let incoming = tokio_stream::StreamExt::map(UnixListenerStream::new(listener), move |a| {
             a.map(|unix| conns::unix(unix, closed.clone()))
@@ -220,12 +227,21 @@ async fn serve(config: ServerConfig, ready: impl FnOnce(&Listening)) -> Result<(
     // writes (module `qsm_catalog::coord`).
     let beating = Arc::clone(&state);
     let heart = tokio::spawn(async move {
-        loop {
-            tokio::time::sleep(REAP_EVERY).await;
+        for beat in 0u64.. {
             let state = Arc::clone(&beating);
-            let _ = tokio::task::spawn_blocking(move || state.beat()).await;
+            let _ = tokio::task::spawn_blocking(move || {
+                if beat % POOL_CHECK_BEATS == 0 {
+                    state.check_pool_space();
+                }
+                if beat > 0 {
+                    state.beat();
+                }
+            })
+            .await;
+            tokio::time::sleep(REAP_EVERY).await;
         }
     });
+    let alerting = tokio::spawn(alerts::deliver(Arc::clone(&state)));
 
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| ServerError::Failed(format!("cannot watch for SIGTERM: {e}")))?;
@@ -241,6 +257,7 @@ async fn serve(config: ServerConfig, ready: impl FnOnce(&Listening)) -> Result<(
     let _ = stop_tx.send(true);
     reaper.abort();
     heart.abort();
+    alerting.abort();
     orphaner.abort();
     // Expiration and reclamation stop at their next transaction boundary.
     state.processes.cancel_all();

@@ -25,6 +25,8 @@ pub struct Counters {
     pub received_bytes: AtomicU64,
     /// Backups ended, by result (`RunResult` order).
     pub backups: [AtomicU64; 3],
+    /// How long requests took.
+    pub latencies: Latencies,
 }
 
 impl Counters {
@@ -82,6 +84,12 @@ impl Exposition {
             Kind::Counter => "counter",
         };
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        self.samples(name, samples);
+    }
+
+    /// Adds samples of `name`, each a line.
+    fn samples(&mut self, name: &str, samples: impl IntoIterator<Item = (Labels, f64)>) {
+        let out = &mut self.0;
         for (labels, value) in samples {
             out.push_str(name);
             if !labels.is_empty() {
@@ -279,6 +287,18 @@ pub fn render(state: &State) -> Result<String, ServerError> {
         "Backups that ended on this server since it started, by result.",
         results.iter().zip(&c.backups).map(|(r, n)| (here(&[("result", r.name())]), count(n))),
     );
+    let latencies: Vec<(Labels, Histogram)> = c
+        .latencies
+        .snapshot()
+        .into_iter()
+        .map(|(method, h)| (here(&[("method", &method)]), h))
+        .collect();
+    x.histogram(
+        "qsm_server_request_duration_seconds",
+        "How long this server took to answer requests, by gRPC method (a stream: until its \
+         response began).",
+        &latencies,
+    );
     Ok(x.text())
 }
 
@@ -332,6 +352,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn latencies_fall_in_their_buckets_and_made_up_methods_stay_bounded() {
+        let l = Latencies::default();
+        l.observe("/qsm.v1.Node/Login", 0.003);
+        l.observe("/qsm.v1.Node/Login", 20.0);
+        for i in 0..500 {
+            l.observe(&format!("/qsm.v1.Node/Made{i}"), 0.0);
+        }
+        l.observe("/not/ours", 0.0);
+        let all = l.snapshot();
+        assert!(all.len() <= MAX_METHODS + 1, "{} methods", all.len());
+        let login = &all.iter().find(|(m, _)| m == "Login").unwrap().1;
+        assert_eq!((login.count, login.buckets[1], login.buckets[2]), (2, 0, 1));
+        assert_eq!(login.buckets[LATENCY_BUCKETS.len() - 1], 1, "20 s is only in +Inf");
+        assert!(all.iter().any(|(m, h)| m == "other" && h.count >= 2));
+    }
+
+    #[test]
     fn the_exposition_escapes_what_the_format_reserves() {
         let mut x = Exposition::default();
         x.family(
@@ -347,5 +384,127 @@ mod tests {
              qsm_x_total{filespace=\"/a \\\"b\\\"\\\\c\\nd\",node=\"n\"} 3\n\
              # HELP qsm_y y\n# TYPE qsm_y gauge\nqsm_y +Inf\nqsm_y 0.5\n"
         );
+    }
+}
+
+/// The upper bounds (seconds) of the request-latency histogram's buckets.
+const LATENCY_BUCKETS: [f64; 12] =
+    [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0];
+/// Methods tracked apart at most: a peer naming made-up methods cannot grow the label set.
+const MAX_METHODS: usize = 80;
+
+/// How long requests took, by gRPC method (for a streaming call: until its response began).
+#[derive(Debug, Default)]
+pub struct Latencies(std::sync::Mutex<std::collections::BTreeMap<String, Histogram>>);
+
+/// One method's requests: how many fell at or below each bucket's bound, their sum and count.
+#[derive(Debug, Default, Clone)]
+pub struct Histogram {
+    buckets: [u64; LATENCY_BUCKETS.len()],
+    sum: f64,
+    count: u64,
+}
+
+impl Latencies {
+    /// Counts a request to `path` (`/qsm.v1.Node/Login`) that took `seconds`.
+    pub fn observe(&self, path: &str, seconds: f64) {
+        let method = path.rsplit('/').next().unwrap_or_default();
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let known = path.starts_with("/qsm.v1.") && !method.is_empty();
+        let key = if known && (map.contains_key(method) || map.len() < MAX_METHODS) {
+            method
+        } else {
+            "other"
+        };
+        let h = map.entry(key.to_owned()).or_default();
+        for (bucket, bound) in h.buckets.iter_mut().zip(LATENCY_BUCKETS) {
+            if seconds <= bound {
+                *bucket += 1;
+            }
+        }
+        h.sum += seconds;
+        h.count += 1;
+    }
+
+    fn snapshot(&self) -> Vec<(String, Histogram)> {
+        let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        map.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+    }
+}
+
+impl Exposition {
+    /// Adds the histogram family `name` (its `_bucket`, `_sum` and `_count` series).
+    pub fn histogram(&mut self, name: &str, help: &str, series: &[(Labels, Histogram)]) {
+        let mut buckets = Vec::new();
+        let mut sums = Vec::new();
+        let mut counts = Vec::new();
+        for (labels, h) in series {
+            for (bound, n) in LATENCY_BUCKETS.iter().zip(h.buckets) {
+                let mut l = labels.clone();
+                l.push(("le".into(), bound.to_string()));
+                buckets.push((l, n as f64));
+            }
+            let mut l = labels.clone();
+            l.push(("le".into(), "+Inf".into()));
+            buckets.push((l, h.count as f64));
+            sums.push((labels.clone(), h.sum));
+            counts.push((labels.clone(), h.count as f64));
+        }
+        let out = &mut self.0;
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        let mut part = Exposition::default();
+        part.samples(&format!("{name}_bucket"), buckets);
+        part.samples(&format!("{name}_sum"), sums);
+        part.samples(&format!("{name}_count"), counts);
+        self.0.push_str(&part.0);
+    }
+}
+
+/// A tower layer timing every request of the services it wraps into [`Latencies`].
+#[derive(Debug, Clone)]
+pub struct Timed(pub Arc<State>);
+
+impl<S> tower::Layer<S> for Timed {
+    type Service = TimedService<S>;
+
+    fn layer(&self, inner: S) -> TimedService<S> {
+        TimedService { inner, state: Arc::clone(&self.0) }
+    }
+}
+
+/// A service whose requests are timed (see [`Timed`]).
+#[derive(Debug, Clone)]
+pub struct TimedService<S> {
+    inner: S,
+    state: Arc<State>,
+}
+
+impl<S, B> tower::Service<axum::http::Request<B>> for TimedService<S>
+where
+    S: tower::Service<axum::http::Request<B>>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future =
+        std::pin::Pin<Box<dyn std::future::Future<Output = Result<S::Response, S::Error>> + Send>>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: axum::http::Request<B>) -> Self::Future {
+        let path = request.uri().path().to_owned();
+        let started = std::time::Instant::now();
+        let answer = self.inner.call(request);
+        let state = Arc::clone(&self.state);
+        Box::pin(async move {
+            let answered = answer.await;
+            state.counters.latencies.observe(&path, started.elapsed().as_secs_f64());
+            answered
+        })
     }
 }

@@ -380,6 +380,9 @@ impl RunRecord<'_> {
             Some(self.node.node),
             self.node.session.and_then(|s| s.record),
         );
+        if result == RunResult::Failed {
+            core.alert("failed", &message, Some(self.node.node), Some(&name), None);
+        }
     }
 }
 

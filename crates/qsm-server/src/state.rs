@@ -37,6 +37,8 @@ pub struct State {
     pub verify_shared_chunks: bool,
     /// What the metrics count from the server's start (module `metrics`).
     pub counters: crate::metrics::Counters,
+    /// Alerts on their way to the webhooks (module `alerts`).
+    pub alerts: crate::alerts::Alerts,
 }
 
 /// The id of a core that could not register (no catalog row has it: ids start at 1).
@@ -93,6 +95,7 @@ impl State {
             processes: Default::default(),
             logins: Default::default(),
             streams: crate::streams::Streams::new(config.max_streams, config.max_node_streams),
+            alerts: crate::alerts::Alerts::new(config.alerts.clone()),
             config,
             verify_shared_chunks,
             counters: Default::default(),

@@ -140,6 +140,24 @@ impl ServerError {
     }
 }
 
+/// An error's message with each cause added once: a layer whose message already holds its
+/// cause's text (a library that formats its source in) does not repeat it ("X: X").
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = String::new();
+    let mut next = Some(e);
+    while let Some(cause) = next {
+        let part = cause.to_string();
+        if !part.is_empty() && !text.contains(&part) {
+            if !text.is_empty() {
+                text.push_str(": ");
+            }
+            text.push_str(&part);
+        }
+        next = cause.source();
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::ServerError;

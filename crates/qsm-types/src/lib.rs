@@ -13,5 +13,5 @@ pub mod model;
 pub mod node;
 pub mod time;
 
-pub use error::ServerError;
+pub use error::{ServerError, error_chain};
 pub use model::*;

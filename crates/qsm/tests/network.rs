@@ -172,6 +172,7 @@ fn prometheus_scrapes_the_last_backup_of_each_filespace() {
         "qsm_filespace_last_run_failed{node=\"alpha\"",
         "qsm_server_backups_total{",
         "qsm_catalog_size_bytes ",
+        "qsm_server_request_duration_seconds_bucket{server=",
     ] {
         assert!(text.contains(line), "no {line} in\n{text}");
     }
@@ -180,6 +181,11 @@ fn prometheus_scrapes_the_last_backup_of_each_filespace() {
             && l.contains("result=\"failed\"")
             && l.ends_with(" 1")),
         "the wrong password is not counted:\n{text}"
+    );
+    assert!(
+        text.lines().any(|l| l.starts_with("qsm_server_request_duration_seconds_count{")
+            && l.contains("method=\"Login\"")),
+        "no latency of the logins:\n{text}"
     );
     let mut check = StdCommand::new("promtool")
         .args(["check", "metrics"])
@@ -206,4 +212,119 @@ fn prometheus_scrapes_the_last_backup_of_each_filespace() {
         seen.is_some()
     });
     assert_eq!(seen, Some(ended as f64));
+}
+
+/// A webhook receiver on loopback: it refuses the first request (500), to make the server
+/// retry, and keeps the JSON body of every request it takes.
+struct Webhook {
+    url: String,
+    bodies: std::sync::Arc<std::sync::Mutex<Vec<serde_json::Value>>>,
+}
+
+impl Webhook {
+    fn start() -> Webhook {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/hook", listener.local_addr().unwrap());
+        let bodies = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = std::sync::Arc::clone(&bodies);
+        std::thread::spawn(move || {
+            for (n, stream) in listener.incoming().enumerate() {
+                let Ok(mut stream) = stream else { continue };
+                let mut request = Vec::new();
+                let mut buf = [0u8; 4096];
+                // Headers, then as many body bytes as Content-Length says.
+                let body = loop {
+                    let Ok(k) = stream.read(&mut buf) else { break None };
+                    if k == 0 {
+                        break None;
+                    }
+                    request.extend_from_slice(&buf[..k]);
+                    let text = String::from_utf8_lossy(&request).into_owned();
+                    if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                        let length = head
+                            .lines()
+                            .find_map(|l| {
+                                let (k, v) = l.split_once(':')?;
+                                k.eq_ignore_ascii_case("content-length")
+                                    .then(|| v.trim().parse().ok())?
+                            })
+                            .unwrap_or(0usize);
+                        if body.len() >= length {
+                            break Some(body[..length].to_owned());
+                        }
+                    }
+                };
+                let status = if n == 0 { "500 Internal Server Error" } else { "200 OK" };
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 {status}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                );
+                if n > 0
+                    && let Some(v) = body.and_then(|b| serde_json::from_str(&b).ok())
+                {
+                    kept.lock().unwrap().push(v);
+                }
+            }
+        });
+        Webhook { url, bodies }
+    }
+
+    /// The alerts taken of `event`.
+    fn got(&self, event: &str) -> Vec<serde_json::Value> {
+        self.bodies.lock().unwrap().iter().filter(|b| b["event"] == event).cloned().collect()
+    }
+}
+
+/// Issue 26: a webhook hears of a failed backup (a client killed mid-way), of the damaged
+/// chunks an audit finds, and of a pool's file system past `pool_full_percent`, as JSON; a
+/// refused delivery is retried, and every delivery is in the activity log.
+#[test]
+fn webhooks_hear_of_failed_backups_damaged_chunks_and_a_full_pool() {
+    let dir = TempDir::new().unwrap();
+    let hook = Webhook::start();
+    let data = dir.path().join("srv");
+    fs::DirBuilder::new().recursive(true).mode(0o700).create(&data).unwrap();
+    // Any file system holding the pool is more than 1% full.
+    let settings = format!("pool_full_percent = 1\n[[alert]]\nurl = \"{}\"\n", hook.url);
+    fs::write(data.join("server.toml"), settings).unwrap();
+    let server = ServerProc::start(&data, false);
+    wait_for("the pool-full alert", || !hook.got("pool-full").is_empty());
+    let full = &hook.got("pool-full")[0];
+    assert!(full["message"].as_str().unwrap().contains("% full"), "{full}");
+    assert!(full["pool"].as_str().unwrap().ends_with("pool"), "{full}");
+    assert!(full["time"].as_i64().unwrap() > 0 && full["server"].is_string(), "{full}");
+    let log = json(admin(&server).args(["query", "actlog", "--search", "alert pool-full sent"]));
+    let said = log[0]["message"].as_str().unwrap_or_default();
+    assert!(said.contains("(attempt 2)"), "the refused first attempt was retried: {log:#}");
+
+    register(&server, "alpha", "alpha-password");
+    let pw = password_file(dir.path(), "pw", "alpha-password");
+    let src = dir.path().join("src");
+    big_tree(&src, 30);
+    let mut killed = slow_backup(&server.url, &pw, &src, dir.path());
+    wait_for("the slow backup to commit", || committed_objects(&server, "alpha", &pw) > 3);
+    killed.kill().unwrap();
+    killed.wait().unwrap();
+    wait_for("the failed-backup alert", || !hook.got("failed").is_empty());
+    let failed = &hook.got("failed")[0];
+    assert_eq!(failed["node"], "alpha", "{failed}");
+    assert_eq!(failed["filespace"], src.canonicalize().unwrap().display().to_string(), "{failed}");
+    assert!(failed["message"].as_str().unwrap().contains("failed"), "{failed}");
+
+    // Damage a container, then audit.
+    let mut containers = container_files(&server);
+    containers.sort();
+    let (len, victim) = containers.last().unwrap().clone();
+    let mut bytes = fs::read(&victim).unwrap();
+    let at = (len / 2) as usize;
+    for b in &mut bytes[at..at + 16] {
+        *b ^= 0x5a;
+    }
+    fs::write(&victim, bytes).unwrap();
+    admin(&server).args(["audit", "stgpool"]).assert().code(4);
+    wait_for("the damaged alert", || !hook.got("damaged").is_empty());
+    let damaged = &hook.got("damaged")[0];
+    assert!(damaged["message"].as_str().unwrap().contains("damaged chunks"), "{damaged}");
+    assert_eq!(hook.got("pool-full").len(), 1, "the full pool was said once");
 }
