@@ -29,6 +29,7 @@ pub const CASES: &[(&str, Case)] = &[
     ("policy", policy),
     ("nodes_and_filespaces", nodes_and_filespaces),
     ("backup_runs_are_recorded_per_filespace", backup_runs_are_recorded_per_filespace),
+    ("schedules_and_their_events", schedules_and_their_events),
     ("versions_and_active_inventory", versions_and_active_inventory),
     ("chunks_and_reference_counts", chunks_and_reference_counts),
     ("transactions_are_atomic", transactions_are_atomic),
@@ -189,6 +190,71 @@ pub fn policy(cat: &dyn Catalog) -> CaseResult {
 }
 
 /// Nodes are unique and lockable; filespaces are created once.
+/// Schedules are named per domain; one event per schedule, node and window, whoever claims
+/// it first; deleting a schedule, its domain or a node takes their events.
+pub fn schedules_and_their_events(cat: &dyn Catalog) -> CaseResult {
+    let d = cat.define_domain("standard", "").map_err(e)?;
+    let other = cat.define_domain("other", "").map_err(e)?;
+    let spec = ScheduleSpec {
+        action: "expire".into(),
+        objects: vec!["/a, b".into(), "/c".into()],
+        start: 1_000,
+        duration: 60,
+        period: 3_600,
+        days: vec!["mon".into(), "fri".into()],
+    };
+    let id = cat.define_schedule(d, "nightly", &spec).map_err(e)?;
+    ensure!(
+        matches!(cat.define_schedule(d, "nightly", &spec), Err(CatalogError::Exists { .. })),
+        "a second schedule of one name in a domain"
+    );
+    let elsewhere = cat.define_schedule(other, "nightly", &spec).map_err(e)?;
+    let all = cat.schedules().map_err(e)?;
+    ensure!(all.len() == 2 && all[1].spec == spec && all[1].domain_name == "standard", "{all:?}");
+    let changed = ScheduleSpec { action: "reclaim".into(), days: Vec::new(), ..spec.clone() };
+    cat.update_schedule(id, &changed).map_err(e)?;
+    let all = cat.schedules().map_err(e)?;
+    ensure!(all.iter().any(|s| s.id == id && s.spec == changed), "update not kept: {all:?}");
+    ensure!(cat.update_schedule(ScheduleId(4242), &spec).is_err(), "an unknown schedule updated");
+
+    let first = cat.claim_event(id, None, 4_600, "started", 4_610).map_err(e)?;
+    ensure!(first.is_some(), "the first claim of a window failed");
+    let again = cat.claim_event(id, None, 4_600, "started", 4_611).map_err(e)?;
+    ensure!(again.is_none(), "a window claimed twice");
+    let a = cat.register_node("alpha", "h", d).map_err(e)?;
+    cat.claim_event(id, Some(a), 4_600, "missed", 4_700).map_err(e)?;
+    cat.claim_event(elsewhere, None, 8_200, "missed", 8_300).map_err(e)?;
+    let event = first.ok_or("no event")?;
+    cat.end_event(event, "completed", "3 versions expired", 4_620).map_err(e)?;
+    let events = cat.events(0).map_err(e)?;
+    ensure!(events.len() == 3, "{events:?}");
+    let server = events.iter().find(|v| v.id == event).ok_or("the event is gone")?;
+    ensure!(
+        server.state == "completed"
+            && server.detail == "3 versions expired"
+            && server.started == Some(4_610)
+            && server.ended == Some(4_620)
+            && server.node.is_none()
+            && server.action == "reclaim"
+            && server.schedule_name == "nightly",
+        "{server:?}"
+    );
+    ensure!(
+        events.iter().any(|v| v.node.as_deref() == Some("alpha") && v.state == "missed"),
+        "{events:?}"
+    );
+    ensure!(cat.events(5_000).map_err(e)?.len() == 1, "events since a time");
+    cat.delete_node(a).map_err(e)?;
+    ensure!(cat.events(0).map_err(e)?.len() == 2, "a deleted node's events stayed");
+    cat.delete_schedule(id).map_err(e)?;
+    ensure!(cat.events(0).map_err(e)?.len() == 1, "a deleted schedule's events stayed");
+    ensure!(cat.delete_schedule(id).is_err(), "a schedule deleted twice");
+    cat.delete_domain(other).map_err(e)?;
+    ensure!(cat.schedules().map_err(e)?.is_empty(), "a deleted domain's schedules stayed");
+    ensure!(cat.events(0).map_err(e)?.is_empty(), "a deleted domain's events stayed");
+    Ok(())
+}
+
 /// A filespace's last backup is its latest, however it ended; its last completed one is not
 /// replaced by a failure (the age alerts and metrics go by).
 pub fn backup_runs_are_recorded_per_filespace(cat: &dyn Catalog) -> CaseResult {

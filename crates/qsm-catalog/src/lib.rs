@@ -180,6 +180,35 @@ pub trait Catalog: Send + Sync + std::fmt::Debug {
     /// Records how a backup of `filespace` ended: its last backup, and its last completed one
     /// unless it failed.
     fn record_backup(&self, filespace: FilespaceId, run: &BackupRun) -> Result<()>;
+    /// Defines schedule `name` in `domain` (`Exists` if the domain has one of that name).
+    fn define_schedule(
+        &self,
+        domain: DomainId,
+        name: &str,
+        spec: &ScheduleSpec,
+    ) -> Result<ScheduleId>;
+    /// Replaces what a schedule says; its windows count as new from now (none before is
+    /// missed).
+    fn update_schedule(&self, id: ScheduleId, spec: &ScheduleSpec) -> Result<()>;
+    /// Deletes a schedule and its events.
+    fn delete_schedule(&self, id: ScheduleId) -> Result<()>;
+    /// Every schedule, by domain and name.
+    fn schedules(&self) -> Result<Vec<Schedule>>;
+    /// Records the event of `schedule` for `node` (`None`: a server action) in the window
+    /// starting at `window_start`, in `state` (`started`, or `missed`), unless it has one:
+    /// its id when this call made it, so one server runs it.
+    fn claim_event(
+        &self,
+        schedule: ScheduleId,
+        node: Option<NodeId>,
+        window_start: Timestamp,
+        state: &str,
+        now: Timestamp,
+    ) -> Result<Option<i64>>;
+    /// Ends a started event in `state` (`completed`, `failed`) with what it reported.
+    fn end_event(&self, id: i64, state: &str, detail: &str, now: Timestamp) -> Result<()>;
+    /// The events of windows starting at `since` or later, oldest first.
+    fn events(&self, since: Timestamp) -> Result<Vec<Event>>;
     /// Deletes a node and its session history; refused while it has filespaces.
     fn delete_node(&self, node: NodeId) -> Result<()>;
 

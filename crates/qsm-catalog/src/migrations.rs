@@ -276,6 +276,37 @@ ALTER TABLE filespaces ADD COLUMN ok_objects BIGINT;
 ALTER TABLE filespaces ADD COLUMN ok_bytes BIGINT;
 ALTER TABLE filespaces ADD COLUMN ok_warnings BIGINT;
 "#,
+    // 10: schedules and their events (issue 26). A schedule belongs to a policy domain; its
+    // windows start at `start + k * period` (seconds since the epoch) and stay open
+    // `duration` seconds, on the weekdays `days` names (comma-separated; empty: all). An event
+    // is one run in one window, for one node (`node_id` 0: a server action): one row per
+    // schedule, node and window, so servers sharing the catalog run it once.
+    r#"
+CREATE TABLE schedules (
+    id {ID},
+    domain_id BIGINT NOT NULL,
+    name TEXT NOT NULL,
+    action TEXT NOT NULL,
+    objects TEXT NOT NULL,
+    start_at BIGINT NOT NULL,
+    duration BIGINT NOT NULL,
+    period BIGINT NOT NULL,
+    days TEXT NOT NULL,
+    defined BIGINT NOT NULL,
+    UNIQUE (domain_id, name)
+);
+CREATE TABLE events (
+    id {ID},
+    schedule_id BIGINT NOT NULL,
+    node_id BIGINT NOT NULL,
+    window_start BIGINT NOT NULL,
+    state TEXT NOT NULL,
+    started BIGINT,
+    ended BIGINT,
+    detail TEXT NOT NULL,
+    UNIQUE (schedule_id, node_id, window_start)
+);
+"#,
 ];
 
 /// The newest schema version this program knows.

@@ -129,14 +129,15 @@ impl RemoteServer {
             .max_decoding_message_size(qsm_proto::MAX_MESSAGE)
             .max_encoding_message_size(qsm_proto::MAX_MESSAGE);
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        let request = v1::LoginRequest {
+            protocol: qsm_proto::PROTOCOL,
+            account: options.account.clone(),
+            password: options.password.clone(),
+            admin: options.admin,
+            client: format!("qsm {} on {}", env!("CARGO_PKG_VERSION"), host.trim()),
+        };
         let reply = rt
-            .block_on(node.login(v1::LoginRequest {
-                protocol: qsm_proto::PROTOCOL,
-                account: options.account.clone(),
-                password: options.password.clone(),
-                admin: options.admin,
-                client: format!("qsm {} on {}", env!("CARGO_PKG_VERSION"), host.trim()),
-            }))
+            .block_on(login_when_free(&mut node, request))
             .map_err(|s| {
                 let mut why = wrong_scheme(&url, &format!("{}: {:?}", s.message(), s));
                 // A TLS server may also just close a plaintext connection: ask the port.
@@ -296,6 +297,40 @@ async fn connect_channel(options: &RemoteOptions) -> Result<Channel> {
         Some(why) => ClientError::Usage(why),
         None => unreachable(e),
     })
+}
+
+/// How long a login waits, in all, for a server busy with other logins.
+const BUSY_PATIENCE: Duration = Duration::from_secs(120);
+
+/// Logs in, asking again while the server says it is busy checking other logins (its
+/// `retry-after`), each wait a little longer and jittered so a crowd of clients spreads out,
+/// for up to [`BUSY_PATIENCE`]; any other answer is the answer.
+async fn login_when_free(
+    node: &mut NodeClient<Channel>,
+    request: v1::LoginRequest,
+) -> std::result::Result<tonic::Response<v1::LoginReply>, tonic::Status> {
+    let deadline = tokio::time::Instant::now() + BUSY_PATIENCE;
+    let mut tries = 0u32;
+    loop {
+        let status = match node.login(request.clone()).await {
+            Err(s) if s.code() == tonic::Code::Unavailable => s,
+            answer => return answer,
+        };
+        let after = status
+            .metadata()
+            .get(qsm_proto::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        let Some(after) = after else { return Err(status) };
+        tries += 1;
+        let mut jitter = [0u8; 2];
+        let _ = getrandom::fill(&mut jitter);
+        let wait = Duration::from_secs(after.min(30) * u64::from(tries.min(4)))
+            + Duration::from_millis(u64::from(u16::from_le_bytes(jitter)) % 2000);
+        if tokio::time::Instant::now() + wait > deadline {
+            return Err(status);
+        }
+        tokio::time::sleep(wait).await;
+    }
 }
 
 /// Whether the server at `url` (an `http://` URL whose login failed) answers as TLS: the
@@ -462,7 +497,7 @@ impl Server for RemoteServer {
                 filespace: filespace.0 as u64,
                 txn_group_max: limits.group_max as u64,
                 txn_byte_limit: limits.byte_limit,
-                partial: kind == UploadKind::Partial,
+                whole: kind == UploadKind::Backup,
             }),
             0,
         )?;

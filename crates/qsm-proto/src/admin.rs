@@ -6,8 +6,9 @@
 use qsm_types::ServerError;
 
 use crate::reports::{
-    ActlogReport, AuditReport, BackupDbReport, DeleteFilespaceReport, DomainRow, ExpireReport,
-    FilespaceRow, NodeRow, ProcessRow, ReclaimReport, SessionRow, StgpoolRow, VolhistRow,
+    ActlogReport, AuditReport, BackupDbReport, DeleteFilespaceReport, DomainRow, EventRow,
+    ExpireReport, FilespaceRow, NodeRow, ProcessRow, ReclaimReport, ScheduleRow, SessionRow,
+    StgpoolRow, VolhistRow,
 };
 use crate::v1;
 
@@ -48,6 +49,11 @@ macro_rules! admin_operations {
             query_stgpool(Empty) -> StgpoolList;
             audit_stgpool(AuditRequest) -> AuditReply;
             query_filespaces(NodeName) -> NodeFilespaceList;
+            define_schedule(ScheduleRequest) -> Empty;
+            update_schedule(ScheduleRequest) -> Empty;
+            delete_schedule(ScheduleRequest) -> Empty;
+            query_schedules(Empty) -> ScheduleList;
+            query_events(EventRequest) -> EventList;
         }
     };
 }
@@ -144,6 +150,42 @@ impl Admin<'_> {
     pub fn remove_admin(&self, name: &str) -> Result<()> {
         self.0.remove_admin(v1::NodeName { name: name.to_owned() })?;
         Ok(())
+    }
+
+    /// Defines schedule `name` of `domain` (every field of `r` but the names is its own).
+    pub fn define_schedule(&self, r: v1::ScheduleRequest) -> Result<()> {
+        self.0.define_schedule(r)?;
+        Ok(())
+    }
+
+    /// Changes what `r` sets of a schedule.
+    pub fn update_schedule(&self, r: v1::ScheduleRequest) -> Result<()> {
+        self.0.update_schedule(r)?;
+        Ok(())
+    }
+
+    pub fn delete_schedule(&self, domain: &str, name: &str) -> Result<()> {
+        let r = v1::ScheduleRequest {
+            domain: domain.to_owned(),
+            name: name.to_owned(),
+            ..v1::ScheduleRequest::default()
+        };
+        self.0.delete_schedule(r)?;
+        Ok(())
+    }
+
+    pub fn schedules(&self) -> Result<Vec<ScheduleRow>> {
+        let list = self.0.query_schedules(v1::Empty {})?.schedules;
+        Ok(list.into_iter().map(ScheduleRow::from).collect())
+    }
+
+    /// The events of windows from `since` (default: the last day), of `node` or all.
+    pub fn events(&self, node: Option<&str>, since: Option<i64>) -> Result<Vec<EventRow>> {
+        let r = v1::EventRequest {
+            node: node.unwrap_or_default().to_owned(),
+            since: since.unwrap_or(0),
+        };
+        Ok(self.0.query_events(r)?.events.into_iter().map(EventRow::from).collect())
     }
 
     /// The filespaces of `node`, or of every node, with their last backups.

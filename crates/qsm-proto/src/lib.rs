@@ -15,6 +15,10 @@ pub mod v1 {
 /// peers of another protocol are refused at login instead of failing mid-restore.
 pub const PROTOCOL: u32 = 2;
 
+/// The metadata key of a refusal that may be retried: the seconds to wait first. Only the
+/// server's "busy with logins" carries it (a lockout does not: asking again changes nothing).
+pub const RETRY_AFTER: &str = "retry-after";
+
 /// The largest gRPC message either side accepts: a 16 MiB quantum's frame plus room for the
 /// operations batched with it. Larger messages are refused before they are allocated.
 pub const MAX_MESSAGE: usize = 17 * 1024 * 1024 + 64 * 1024;

@@ -97,6 +97,73 @@ impl FilespaceRow {
     }
 }
 
+/// One schedule (`query schedule`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ScheduleRow {
+    pub domain: String,
+    pub name: String,
+    pub action: String,
+    pub objects: Vec<String>,
+    /// The first window's start, seconds since the epoch (UTC).
+    pub start: i64,
+    /// Seconds each window stays open, and from one window to the next.
+    pub duration: i64,
+    pub period: i64,
+    /// Weekdays the windows fall on; empty: every day.
+    pub days: Vec<String>,
+    /// The next window's start, if any.
+    pub next_window: Option<i64>,
+}
+
+impl From<v1::ScheduleInfo> for ScheduleRow {
+    fn from(s: v1::ScheduleInfo) -> ScheduleRow {
+        ScheduleRow {
+            domain: s.domain,
+            name: s.name,
+            action: s.action,
+            objects: s.objects,
+            start: s.start,
+            duration: s.duration,
+            period: s.period,
+            days: s.days,
+            next_window: (s.next_window > 0).then_some(s.next_window),
+        }
+    }
+}
+
+/// One run of a schedule in one of its windows (`query event`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EventRow {
+    pub domain: String,
+    pub schedule: String,
+    pub action: String,
+    /// The node it is for; none for a server action.
+    pub node: Option<String>,
+    pub window_start: i64,
+    /// future, started, completed, failed or missed.
+    pub state: String,
+    pub started: Option<i64>,
+    pub ended: Option<i64>,
+    pub detail: String,
+}
+
+impl From<v1::EventInfo> for EventRow {
+    fn from(e: v1::EventInfo) -> EventRow {
+        let when = |t: i64| (t > 0).then_some(t);
+        EventRow {
+            domain: e.domain,
+            schedule: e.schedule,
+            action: e.action,
+            node: (!e.node.is_empty()).then_some(e.node),
+            window_start: e.window_start,
+            state: e.state,
+            started: when(e.started),
+            ended: when(e.ended),
+            detail: e.detail,
+        }
+    }
+}
+
 /// One open session.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SessionRow {

@@ -72,6 +72,17 @@ const OPERATOR: Need = &[Privilege::Operator];
 /// TSM's BACKUP DB: system, storage or operator.
 const DB_BACKUP: Need = &[Privilege::Storage, Privilege::Operator];
 
+fn schedule_named(
+    catalog: &dyn qsm_catalog::Catalog,
+    domain: &str,
+    name: &str,
+) -> Result<qsm_catalog::Schedule, ServerError> {
+    let all = catalog.schedules().map_err(catalog_error)?;
+    all.into_iter()
+        .find(|s| s.domain_name == domain && s.name == name)
+        .ok_or_else(|| ServerError::not_found(format!("no schedule {domain}/{name}")))
+}
+
 fn domain_named(
     catalog: &dyn qsm_catalog::Catalog,
     name: &str,
@@ -308,6 +319,128 @@ impl AdminApi for AdminSession<'_> {
             }
         }
         Ok(v1::NodeFilespaceList { filespaces })
+    }
+
+    fn define_schedule(&self, r: v1::ScheduleRequest) -> Result<v1::Empty, ServerError> {
+        let actor = self.need(SYSTEM)?;
+        check_name(&r.name)?;
+        let missing = |what: &str| ServerError::invalid(format!("a schedule needs its {what}"));
+        let spec = qsm_catalog::ScheduleSpec {
+            action: r.action.ok_or_else(|| missing("action"))?,
+            objects: r.objects,
+            start: r.start.ok_or_else(|| missing("start"))?,
+            duration: r.duration.ok_or_else(|| missing("duration"))?,
+            period: r.period.ok_or_else(|| missing("period"))?,
+            days: r.days,
+        };
+        crate::schedules::check(&spec)?;
+        self.policy(|state| {
+            let catalog = state.store.catalog();
+            let d = domain_named(catalog.as_ref(), &r.domain)?;
+            catalog.define_schedule(d.id, &r.name, &spec).map_err(catalog_error)?;
+            Ok(format!("{actor} defined schedule {}/{} ({})", r.domain, r.name, spec.action))
+        })
+    }
+
+    fn update_schedule(&self, r: v1::ScheduleRequest) -> Result<v1::Empty, ServerError> {
+        let actor = self.need(SYSTEM)?;
+        self.policy(|state| {
+            let catalog = state.store.catalog();
+            let s = schedule_named(catalog.as_ref(), &r.domain, &r.name)?;
+            let mut spec = s.spec;
+            if let Some(a) = r.action {
+                spec.action = a;
+            }
+            if r.set_objects {
+                spec.objects = r.objects;
+            }
+            spec.start = r.start.unwrap_or(spec.start);
+            spec.duration = r.duration.unwrap_or(spec.duration);
+            spec.period = r.period.unwrap_or(spec.period);
+            if r.set_days {
+                spec.days = r.days;
+            }
+            crate::schedules::check(&spec)?;
+            catalog.update_schedule(s.id, &spec).map_err(catalog_error)?;
+            Ok(format!("{actor} updated schedule {}/{}", r.domain, r.name))
+        })
+    }
+
+    fn delete_schedule(&self, r: v1::ScheduleRequest) -> Result<v1::Empty, ServerError> {
+        let actor = self.need(SYSTEM)?;
+        self.policy(|state| {
+            let catalog = state.store.catalog();
+            let s = schedule_named(catalog.as_ref(), &r.domain, &r.name)?;
+            catalog.delete_schedule(s.id).map_err(catalog_error)?;
+            Ok(format!("{actor} deleted schedule {}/{} and its events", r.domain, r.name))
+        })
+    }
+
+    fn query_schedules(&self, _: v1::Empty) -> Result<v1::ScheduleList, ServerError> {
+        self.need(ANY)?;
+        let now = qsm_types::now();
+        let schedules = self.core.store.catalog().schedules().map_err(catalog_error)?;
+        Ok(v1::ScheduleList {
+            schedules: schedules
+                .into_iter()
+                .map(|s| v1::ScheduleInfo {
+                    next_window: crate::schedules::next_window(&s.spec, now).unwrap_or(0),
+                    domain: s.domain_name,
+                    name: s.name,
+                    action: s.spec.action,
+                    objects: s.spec.objects,
+                    start: s.spec.start,
+                    duration: s.spec.duration,
+                    period: s.spec.period,
+                    days: s.spec.days,
+                })
+                .collect(),
+        })
+    }
+
+    fn query_events(&self, r: v1::EventRequest) -> Result<v1::EventList, ServerError> {
+        self.need(ANY)?;
+        let catalog = self.core.store.catalog();
+        if !r.node.is_empty() && catalog.node(&r.node).map_err(catalog_error)?.is_none() {
+            return Err(ServerError::not_found(format!("no node {}", r.node)));
+        }
+        let now = qsm_types::now();
+        let since = if r.since > 0 { r.since } else { now - 86_400 };
+        let mine = |node: &Option<String>| r.node.is_empty() || node.as_deref() == Some(&r.node);
+        let mut events: Vec<v1::EventInfo> = catalog
+            .events(since)
+            .map_err(catalog_error)?
+            .into_iter()
+            .filter(|e| mine(&e.node))
+            .map(|e| v1::EventInfo {
+                domain: e.domain_name,
+                schedule: e.schedule_name,
+                action: e.action,
+                node: e.node.unwrap_or_default(),
+                window_start: e.window_start,
+                state: e.state,
+                started: e.started.unwrap_or(0),
+                ended: e.ended.unwrap_or(0),
+                detail: e.detail,
+            })
+            .collect();
+        // Each server schedule's next window, as a future event.
+        if r.node.is_empty() {
+            for s in catalog.schedules().map_err(catalog_error)? {
+                if let Some(next) = crate::schedules::next_window(&s.spec, now) {
+                    events.push(v1::EventInfo {
+                        domain: s.domain_name,
+                        schedule: s.name,
+                        action: s.spec.action,
+                        window_start: next,
+                        state: "future".into(),
+                        ..v1::EventInfo::default()
+                    });
+                }
+            }
+        }
+        events.sort_by_key(|e| e.window_start);
+        Ok(v1::EventList { events })
     }
 
     fn query_sessions(&self, _: v1::Empty) -> Result<v1::SessionList, ServerError> {

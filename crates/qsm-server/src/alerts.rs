@@ -80,6 +80,9 @@ const ATTEMPTS: u32 = 6;
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Alerts waiting to be sent at most; beyond, new ones are dropped (and said).
 const QUEUE: usize = 1000;
+/// Deliveries under way at most: a burst of alerts (a node whose backups fail in a loop) waits
+/// in the queue instead of becoming as many connections.
+const SENDING: usize = 16;
 
 /// The queue of alerts to send.
 #[derive(Debug)]
@@ -91,6 +94,8 @@ pub struct Alerts {
     receiver: std::sync::Mutex<Option<mpsc::Receiver<Alert>>>,
     /// The pool's file system is past its threshold (said once until it is below again).
     pub pool_full: AtomicBool,
+    /// Deliveries under way.
+    in_flight: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Alerts {
@@ -102,6 +107,7 @@ impl Alerts {
             queue,
             receiver: std::sync::Mutex::new(Some(receiver)),
             pool_full: AtomicBool::new(false),
+            in_flight: Arc::default(),
         }
     }
 
@@ -112,9 +118,29 @@ impl Alerts {
 
     /// Queues `alert` for the webhooks that want its kind; never waits.
     pub fn raise(&self, alert: Alert) {
-        if self.wanted(alert.event) && self.queue.try_send(alert).is_err() {
-            let _ = writeln_stderr("an alert was dropped: the alert queue is full");
+        if !self.wanted(alert.event) {
+            return;
         }
+        match self.queue.try_send(alert) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(a)) => {
+                let _ = writeln_stderr(&format!(
+                    "alert {} dropped: {QUEUE} alerts are waiting to be sent",
+                    a.event
+                ));
+            }
+            Err(mpsc::error::TrySendError::Closed(a)) => {
+                let _ = writeln_stderr(&format!(
+                    "alert {} not sent: the server is stopping: {}",
+                    a.event, a.message
+                ));
+            }
+        }
+    }
+
+    /// Whether alerts are waiting or being sent.
+    pub fn sending(&self) -> bool {
+        self.queue.capacity() < QUEUE || self.in_flight.load(Ordering::Relaxed) > 0
     }
 }
 
@@ -137,6 +163,7 @@ pub async fn deliver(state: Arc<State>) {
             return;
         }
     };
+    let sending = Arc::new(tokio::sync::Semaphore::new(SENDING));
     while let Some(alert) = receiver.recv().await {
         let body = match serde_json::to_vec(&alert) {
             Ok(b) => b,
@@ -144,27 +171,46 @@ pub async fn deliver(state: Arc<State>) {
         };
         for hook in state.alerts.hooks.iter().filter(|h| h.events.iter().any(|e| e == alert.event))
         {
+            let Ok(slot) = Arc::clone(&sending).acquire_owned().await else { return };
             let (client, state, body) = (client.clone(), Arc::clone(&state), body.clone());
             let (url, event) = (hook.url.clone(), alert.event);
+            let in_flight = Arc::clone(&state.alerts.in_flight);
+            in_flight.fetch_add(1, Ordering::Relaxed);
             tokio::spawn(async move {
+                let _slot = slot;
+                // A webhook's URL often holds its secret: the log names its host only.
+                let to = where_to(&url);
                 let outcome = post(&client, &url, body).await;
                 let (severity, message) = match outcome {
-                    Ok(attempts) => (
-                        Severity::Info,
-                        format!("alert {event} sent to {url} (attempt {attempts})"),
-                    ),
+                    Ok(attempts) => {
+                        (Severity::Info, format!("alert {event} sent to {to} (attempt {attempts})"))
+                    }
                     Err(e) => (
                         Severity::Warning,
                         format!(
-                            "alert {event} not delivered to {url} after {ATTEMPTS} attempts: {e}"
+                            "alert {event} not delivered to {to} after {ATTEMPTS} attempts: {e}"
                         ),
                     ),
                 };
                 let _ =
                     tokio::task::spawn_blocking(move || state.log(severity, &message, None, None))
                         .await;
+                in_flight.fetch_sub(1, Ordering::Relaxed);
             });
         }
+    }
+}
+
+/// A webhook named without its path or query, which may hold a secret.
+fn where_to(url: &str) -> String {
+    match url.parse::<reqwest::Url>() {
+        Ok(u) => format!(
+            "{}://{}{}",
+            u.scheme(),
+            u.host_str().unwrap_or_default(),
+            u.port().map(|p| format!(":{p}")).unwrap_or_default()
+        ),
+        Err(_) => "a webhook".into(),
     }
 }
 
@@ -183,7 +229,8 @@ async fn post(client: &reqwest::Client, url: &str, body: Vec<u8>) -> Result<u32,
         match sent {
             Ok(r) if r.status().is_success() => return Ok(attempt),
             Ok(r) => last = format!("the webhook answered {}", r.status()),
-            Err(e) => last = qsm_types::error_chain(&e),
+            // Its URL left out: it may hold the webhook's secret.
+            Err(e) => last = qsm_types::error_chain(&e.without_url()),
         }
         if attempt < ATTEMPTS {
             tokio::time::sleep(wait).await;

@@ -10,6 +10,8 @@ use argon2::password_hash::phc::PasswordHash;
 use argon2::password_hash::{PasswordHasher, PasswordVerifier};
 use qsm_catalog::{NodeId, SessionId, Timestamp};
 
+use crate::conns::Conn;
+
 /// The PHC string of `password` under argon2id with a random salt.
 pub fn hash_password(password: &str) -> Result<String, String> {
     let mut salt = [0u8; 16];
@@ -123,12 +125,27 @@ impl Session {
         self.links.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// In use over `conn`, an open connection (or an untracked one): alive again if orphaned.
-    fn reclaim(&self, conn: Option<u64>) {
+    /// In use over `conn`: alive again if orphaned, unless `conn` has closed (a request
+    /// read before a killed client's connection closed and run after is no client coming
+    /// back). An untracked connection always reclaims.
+    fn reclaim(&self, conn: Option<&Conn>) {
         self.used();
         let mut links = self.links();
-        links.open.extend(conn);
-        links.orphaned = None;
+        let Some(c) = conn else {
+            links.orphaned = None;
+            return;
+        };
+        links.open.insert(c.id);
+        // Looked at under the links' lock, which `Sessions::orphan` takes too: whether the
+        // close came before or after, the connection does not stay in `open`.
+        if c.carry() {
+            links.open.remove(&c.id);
+            if links.open.is_empty() {
+                links.orphaned.get_or_insert_with(Instant::now);
+            }
+        } else {
+            links.orphaned = None;
+        }
     }
 
     fn orphaned_for(&self) -> Option<Duration> {
@@ -145,14 +162,7 @@ impl Session {
 pub struct Sessions {
     by_token: Mutex<HashMap<String, Arc<Session>>>,
     next_id: AtomicU64,
-    /// Connections that closed, and when: a request that arrives over one (read before the
-    /// close, run after it) is no client coming back.
-    closed: Mutex<HashMap<u64, Instant>>,
 }
-
-/// How long a closed connection's number is remembered: past the orphans' grace and the
-/// reaper's round, by which time its sessions have ended.
-const CLOSED_KEPT: Duration = Duration::from_secs(60);
 
 /// Numbers of sessions the catalog could not record start here, far above any the catalog
 /// gives, so the two never meet.
@@ -160,11 +170,7 @@ const LOCAL_IDS: u64 = 1 << 48;
 
 impl Default for Sessions {
     fn default() -> Self {
-        Sessions {
-            by_token: Mutex::default(),
-            next_id: AtomicU64::new(LOCAL_IDS),
-            closed: Mutex::default(),
-        }
+        Sessions { by_token: Mutex::default(), next_id: AtomicU64::new(LOCAL_IDS) }
     }
 }
 
@@ -179,7 +185,7 @@ pub struct NewSession {
     pub client: String,
     pub peer: String,
     /// The connection it logged in over (module `conns`).
-    pub conn: Option<u64>,
+    pub conn: Option<Conn>,
 }
 
 impl Sessions {
@@ -197,14 +203,6 @@ impl Sessions {
         max: usize,
         per_node: usize,
     ) -> Result<Arc<Session>, String> {
-        // A login read before its connection closed and run after is orphaned from the start.
-        let mut links = Links::default();
-        match s.conn {
-            Some(c) if self.closed_conns().contains_key(&c) => {
-                links.orphaned = Some(Instant::now())
-            }
-            c => links.open.extend(c),
-        }
         let mut map = self.map();
         map.retain(|_, s| !s.is_cancelled() || Arc::strong_count(s) > 1);
         let live = || map.values().filter(|s| !s.is_cancelled());
@@ -232,16 +230,18 @@ impl Sessions {
             objects: AtomicU64::new(0),
             cancelled: AtomicBool::new(false),
             last_used: Mutex::new(Instant::now()),
-            links: Mutex::new(links),
+            links: Mutex::new(Links::default()),
         });
         map.insert(token, Arc::clone(&session));
+        // In the map first, so that a close from now on finds it; a login read before its
+        // connection closed and run after is orphaned from the start.
+        session.reclaim(s.conn.as_ref());
         Ok(session)
     }
 
     /// Connection `conn` closed: the sessions it was the last open connection of are orphaned
     /// until a request over another reclaims them.
     pub fn orphan(&self, conn: u64) {
-        self.closed_conns().insert(conn, Instant::now());
         for s in self.map().values() {
             let mut links = s.links();
             if links.open.remove(&conn) && links.open.is_empty() {
@@ -250,22 +250,11 @@ impl Sessions {
         }
     }
 
-    fn closed_conns(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Instant>> {
-        self.closed.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// The session of a token, marked as used by a request over `conn`. A request over a
-    /// connection that has closed does not reclaim an orphaned session: under load a request
-    /// read just before a killed client's connection closed can run just after, and would
-    /// keep the session until the idle timeout. Only a request over an open connection (the
-    /// client reconnecting) does.
-    pub fn get(&self, token: &str, conn: Option<u64>) -> Option<Arc<Session>> {
+    /// The session of a token, marked as used by a request over `conn` (see
+    /// [`Session::reclaim`]).
+    pub fn get(&self, token: &str, conn: Option<&Conn>) -> Option<Arc<Session>> {
         let session = self.map().get(token).cloned()?;
-        if conn.is_some_and(|c| self.closed_conns().contains_key(&c)) {
-            session.used();
-        } else {
-            session.reclaim(conn);
-        }
+        session.reclaim(conn);
         Some(session)
     }
 
@@ -305,7 +294,6 @@ impl Sessions {
     /// Removes sessions idle longer than `limit`, and those whose connection closed more than
     /// `grace` ago with no request since, returning them with how they ended.
     pub fn expire(&self, limit: Duration, grace: Duration) -> Vec<(Arc<Session>, &'static str)> {
-        self.closed_conns().retain(|_, at| at.elapsed() < CLOSED_KEPT);
         let mut map = self.map();
         let stale: Vec<(String, &'static str)> = map
             .iter()
@@ -371,14 +359,23 @@ mod tests {
     #[test]
     fn sessions_are_limited_per_node_and_end_when_their_connections_do() {
         let s = Sessions::default();
-        let new = |node: i64, conn: u64| NewSession {
+        let conns: Vec<Conn> =
+            (0..10).map(|i| Conn::new(i, format!("10.0.0.1:{i}"), None)).collect();
+        // A connection closes as `conns::Tracked` does: marked, and the sessions told if it
+        // carried one.
+        let close = |i: usize| {
+            if conns[i].close() {
+                s.orphan(conns[i].id);
+            }
+        };
+        let new = |node: i64, conn: usize| NewSession {
             id: s.local_id(),
             account: format!("n{node}"),
             node: Some(NodeId(node)),
             record: None,
             client: String::new(),
-            peer: format!("10.0.0.1:{conn}"),
-            conn: Some(conn),
+            peer: conns[conn].peer.clone(),
+            conn: Some(conns[conn].clone()),
         };
         s.open(new(1, 1), "a".into(), 10, 2).unwrap();
         s.open(new(1, 2), "b".into(), 10, 2).unwrap();
@@ -392,29 +389,37 @@ mod tests {
         };
         // c's client reconnects (its channel's connection dropped): its requests come over
         // connection 4; then connection 3 closes, which leaves c alive.
-        assert!(s.get("c", Some(4)).is_some());
-        s.orphan(3);
+        assert!(s.get("c", Some(&conns[4])).is_some());
+        close(3);
         assert!(ended(&s).is_empty(), "c has connection 4");
         // Connections 1 and 2 close. A request of a's that was read before its connection
         // closed runs after: it does not reclaim a. One of b's over a new connection does.
-        s.orphan(1);
-        s.orphan(2);
-        assert!(s.get("a", Some(1)).is_some());
-        assert!(s.get("b", Some(9)).is_some(), "b is reclaimed by a request");
+        close(1);
+        close(2);
+        assert!(s.get("a", Some(&conns[1])).is_some());
+        assert!(s.get("b", Some(&conns[9])).is_some(), "b is reclaimed by a request");
         assert_eq!(ended(&s), ["n1 10.0.0.1:1"]);
-        assert!(s.get("a", Some(9)).is_none() && s.get("b", Some(9)).is_some());
+        assert!(s.get("a", Some(&conns[9])).is_none() && s.get("b", Some(&conns[9])).is_some());
         // A stream in progress keeps its session from idling, not from being orphaned: c's
         // last connection closes while its stream's messages are still being read.
-        let c = s.get("c", Some(4)).unwrap();
-        s.orphan(4);
+        let c = s.get("c", Some(&conns[4])).unwrap();
+        close(4);
         c.used();
         assert_eq!(ended(&s), ["n2 10.0.0.1:3"]);
         // A login read before its connection closed and run after starts orphaned.
-        s.orphan(5);
+        close(5);
         s.open(new(3, 5), "d".into(), 10, 2).unwrap();
         assert_eq!(ended(&s), ["n3 10.0.0.1:5"]);
+        // The close lands between a request's look at the connection and its use of the
+        // session: marked closed, but not yet reported (it carried nothing then). The
+        // request's reclaim sees the mark, and the session is not kept alive by it.
+        s.open(new(4, 7), "e".into(), 10, 2).unwrap();
+        close(7);
+        assert!(!conns[6].close(), "connection 6 carried no session: nothing to report");
+        assert!(s.get("e", Some(&conns[6])).is_some());
+        assert_eq!(ended(&s), ["n4 10.0.0.1:7"]);
         // Connection 9 closes: b, the last session over it, ends.
-        s.orphan(9);
+        close(9);
         assert_eq!(ended(&s), ["n1 10.0.0.1:2"]);
     }
 }

@@ -10,7 +10,8 @@
 //! be reused by another client.
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -28,6 +29,36 @@ pub struct Conn {
     pub peer: String,
     /// A local socket's peer user.
     pub uid: Option<u32>,
+    flags: Arc<Flags>,
+}
+
+/// What a connection and the sessions using it tell each other, without a lock: a session
+/// marks the connection as carrying it and then looks whether it closed; the connection marks
+/// itself closed and then looks whether it carried any (both sequentially consistent), so
+/// whichever comes second sees the other, and no session keeps a closed connection.
+#[derive(Debug, Default)]
+struct Flags {
+    closed: AtomicBool,
+    carried: AtomicBool,
+}
+
+impl Conn {
+    /// A connection numbered `id` from `peer`.
+    pub fn new(id: u64, peer: String, uid: Option<u32>) -> Conn {
+        Conn { id, peer, uid, flags: Arc::default() }
+    }
+
+    /// Marks it as carrying a session; whether it has closed meanwhile.
+    pub fn carry(&self) -> bool {
+        self.flags.carried.store(true, Ordering::SeqCst);
+        self.flags.closed.load(Ordering::SeqCst)
+    }
+
+    /// Marks it closed; whether it carried a session (whose links must then drop it).
+    pub fn close(&self) -> bool {
+        self.flags.closed.store(true, Ordering::SeqCst);
+        self.flags.carried.load(Ordering::SeqCst)
+    }
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -51,7 +82,7 @@ pub struct Tracked<S> {
 impl<S> Tracked<S> {
     fn new(inner: S, peer: String, uid: Option<u32>, closed: UnboundedSender<u64>) -> Tracked<S> {
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-        Tracked { inner, conn: Conn { id, peer, uid }, closed }
+        Tracked { inner, conn: Conn::new(id, peer, uid), closed }
     }
 }
 
@@ -80,8 +111,12 @@ pub fn unix(
 
 impl<S> Drop for Tracked<S> {
     fn drop(&mut self) {
-        // The receiver lives as long as the server; after shutdown nobody needs to know.
-        let _ = self.closed.send(self.conn.id);
+        // Only a connection that carried a session is worth a look through the sessions (a
+        // failed TLS handshake, a port scan, an admin's local socket are not). The receiver
+        // lives as long as the server; after shutdown nobody needs to know.
+        if self.conn.close() {
+            let _ = self.closed.send(self.conn.id);
+        }
     }
 }
 

@@ -20,6 +20,7 @@ pub mod logins;
 pub mod metrics;
 pub mod node;
 pub mod node_core;
+pub mod schedules;
 pub mod state;
 pub mod streams;
 pub(crate) mod tls;
@@ -54,6 +55,8 @@ pub struct Listening {
 
 /// How often ended sessions are looked for.
 const REAP_EVERY: Duration = Duration::from_secs(3);
+/// How often schedules' windows are looked at.
+const SCHEDULE_EVERY: Duration = Duration::from_secs(2);
 /// How often (in heartbeats) the pool's file system is checked for a `pool-full` alert.
 const POOL_CHECK_BEATS: u64 = 20;
 /// How long a session whose connection closed waits for its client to come back on another:
@@ -242,6 +245,15 @@ async fn serve(config: ServerConfig, ready: impl FnOnce(&Listening)) -> Result<(
         }
     });
     let alerting = tokio::spawn(alerts::deliver(Arc::clone(&state)));
+    // Schedules' windows are looked at every few seconds (periods may be that short).
+    let scheduling = Arc::clone(&state);
+    let scheduler = tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(SCHEDULE_EVERY).await;
+            let state = Arc::clone(&scheduling);
+            let _ = tokio::task::spawn_blocking(move || schedules::tick(&state)).await;
+        }
+    });
 
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| ServerError::Failed(format!("cannot watch for SIGTERM: {e}")))?;
@@ -257,7 +269,7 @@ async fn serve(config: ServerConfig, ready: impl FnOnce(&Listening)) -> Result<(
     let _ = stop_tx.send(true);
     reaper.abort();
     heart.abort();
-    alerting.abort();
+    scheduler.abort();
     orphaner.abort();
     // Expiration and reclamation stop at their next transaction boundary.
     state.processes.cancel_all();
@@ -274,6 +286,14 @@ async fn serve(config: ServerConfig, ready: impl FnOnce(&Listening)) -> Result<(
         stopping.store.catalog().stop_server(stopping.server, "failed: its server stopped")
     })
     .await;
+    // Alerts raised by the stop (backups cut short) get a few seconds to go out.
+    let _ = tokio::time::timeout(Duration::from_secs(5), async {
+        while state.alerts.sending() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    alerting.abort();
     if let Some(path) = config.socket_path() {
         let _ = std::fs::remove_file(path);
     }

@@ -28,7 +28,7 @@ pub struct LoginAttempt {
     /// Where it comes from, for the session list and the activity log.
     pub peer: String,
     /// The connection it came over (module `conns`).
-    pub conn: Option<u64>,
+    pub conn: Option<crate::conns::Conn>,
 }
 
 impl State {

@@ -1,6 +1,6 @@
 //! Prometheus metrics (`--metrics-listen`, issue 26): what a monitoring system needs to see
 //! that every filespace was backed up lately and that the server is healthy, in the
-//! OpenMetrics text format Prometheus scrapes. The values are read when scraped: this server's
+//! Prometheus text format 0.0.4. The values are read when scraped: this server's
 //! sessions, processes and counters from memory, filespaces and pools from the catalog (so
 //! every server sharing a catalog reports the same filespaces; `qsm_server_*` say which
 //! server answered).
@@ -64,6 +64,11 @@ pub enum Kind {
 #[derive(Debug, Default)]
 pub struct Exposition(String);
 
+/// HELP text as the format wants it: backslashes and newlines escaped.
+fn escape_help(help: &str) -> String {
+    help.replace('\\', "\\\\").replace('\n', "\\n")
+}
+
 /// The content type of [`Exposition::text`].
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
@@ -78,7 +83,7 @@ impl Exposition {
         samples: impl IntoIterator<Item = (Labels, f64)>,
     ) {
         let out = &mut self.0;
-        let help = help.replace('\\', "\\\\").replace('\n', "\\n");
+        let help = escape_help(help);
         let kind = match kind {
             Kind::Gauge => "gauge",
             Kind::Counter => "counter",
@@ -302,6 +307,9 @@ pub fn render(state: &State) -> Result<String, ServerError> {
     Ok(x.text())
 }
 
+/// How long a rendering of the metrics is served again.
+const RENDER_KEPT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Serves `/metrics` on `addr` until `stopped` resolves.
 pub async fn serve(
     listener: tokio::net::TcpListener,
@@ -309,12 +317,26 @@ pub async fn serve(
     stopped: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
     use axum::http::{StatusCode, header};
+    // One rendering at a time, kept a few seconds: a scrape reads the whole catalog's
+    // counts, and several scrapers (or a hostile client) must not multiply that.
+    let cache: Arc<std::sync::Mutex<Option<(std::time::Instant, String)>>> = Arc::default();
     let app = axum::Router::new().route(
         "/metrics",
         axum::routing::get(move || {
-            let state = Arc::clone(&state);
+            let (state, cache) = (Arc::clone(&state), Arc::clone(&cache));
             async move {
-                let rendered = tokio::task::spawn_blocking(move || render(&state)).await;
+                let rendered = tokio::task::spawn_blocking(move || {
+                    let mut kept = cache.lock().unwrap_or_else(|p| p.into_inner());
+                    if let Some((at, text)) = kept.as_ref()
+                        && at.elapsed() < RENDER_KEPT
+                    {
+                        return Ok::<String, ServerError>(text.clone());
+                    }
+                    let text = render(&state)?;
+                    *kept = Some((std::time::Instant::now(), text.clone()));
+                    Ok(text)
+                })
+                .await;
                 match rendered {
                     Ok(Ok(text)) => (StatusCode::OK, [(header::CONTENT_TYPE, CONTENT_TYPE)], text),
                     Ok(Err(e)) => (
@@ -354,12 +376,15 @@ mod tests {
     #[test]
     fn latencies_fall_in_their_buckets_and_made_up_methods_stay_bounded() {
         let l = Latencies::default();
-        l.observe("/qsm.v1.Node/Login", 0.003);
-        l.observe("/qsm.v1.Node/Login", 20.0);
+        l.observe("/qsm.v1.Node/Login", true, 0.003);
+        l.observe("/qsm.v1.Node/Login", true, 20.0);
         for i in 0..500 {
-            l.observe(&format!("/qsm.v1.Node/Made{i}"), 0.0);
+            l.observe(&format!("/qsm.v1.Node/Made{i}"), false, 0.0);
         }
-        l.observe("/not/ours", 0.0);
+        l.observe("/not/ours", true, 0.0);
+        for i in 0..500 {
+            l.observe(&format!("/qsm.v1.Admin/Op{i}"), true, 0.0);
+        }
         let all = l.snapshot();
         assert!(all.len() <= MAX_METHODS + 1, "{} methods", all.len());
         let login = &all.iter().find(|(m, _)| m == "Login").unwrap().1;
@@ -406,11 +431,13 @@ pub struct Histogram {
 }
 
 impl Latencies {
-    /// Counts a request to `path` (`/qsm.v1.Node/Login`) that took `seconds`.
-    pub fn observe(&self, path: &str, seconds: f64) {
+    /// Counts a request to `path` (`/qsm.v1.Node/Login`) that took `seconds`; `served`
+    /// false when the server has no such method (its answer was UNIMPLEMENTED), so made-up
+    /// names never take a place of their own.
+    pub fn observe(&self, path: &str, served: bool, seconds: f64) {
         let method = path.rsplit('/').next().unwrap_or_default();
         let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let known = path.starts_with("/qsm.v1.") && !method.is_empty();
+        let known = served && path.starts_with("/qsm.v1.") && !method.is_empty();
         let key = if known && (map.contains_key(method) || map.len() < MAX_METHODS) {
             method
         } else {
@@ -450,6 +477,7 @@ impl Exposition {
             sums.push((labels.clone(), h.sum));
             counts.push((labels.clone(), h.count as f64));
         }
+        let help = escape_help(help);
         let out = &mut self.0;
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
         let mut part = Exposition::default();
@@ -479,9 +507,9 @@ pub struct TimedService<S> {
     state: Arc<State>,
 }
 
-impl<S, B> tower::Service<axum::http::Request<B>> for TimedService<S>
+impl<S, B, R> tower::Service<axum::http::Request<B>> for TimedService<S>
 where
-    S: tower::Service<axum::http::Request<B>>,
+    S: tower::Service<axum::http::Request<B>, Response = axum::http::Response<R>>,
     S::Future: Send + 'static,
 {
     type Response = S::Response;
@@ -503,7 +531,11 @@ where
         let state = Arc::clone(&self.state);
         Box::pin(async move {
             let answered = answer.await;
-            state.counters.latencies.observe(&path, started.elapsed().as_secs_f64());
+            // gRPC's UNIMPLEMENTED (12), in the headers of an answer without a body.
+            let served = answered.as_ref().is_ok_and(|r| {
+                r.headers().get("grpc-status").is_none_or(|s| s.as_bytes() != b"12")
+            });
+            state.counters.latencies.observe(&path, served, started.elapsed().as_secs_f64());
             answered
         })
     }

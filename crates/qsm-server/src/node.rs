@@ -59,14 +59,17 @@ pub(crate) async fn core_call<T: Send + 'static>(
     blocking(move || f().map_err(to_status)).await
 }
 
+/// Seconds a client told the server is busy with logins waits before it asks again.
+const BUSY_RETRY_AFTER: u32 = 2;
+
 /// The peer's address, for the session list.
 pub(crate) fn peer<T>(request: &Request<T>) -> String {
     conns::of(request).map_or_else(|| "unknown".into(), |c| c.peer.clone())
 }
 
-/// The number of the connection a request came over (module `conns`).
-pub(crate) fn conn<T>(request: &Request<T>) -> Option<u64> {
-    conns::of(request).map(|c| c.id)
+/// The connection a request came over (module `conns`).
+pub(crate) fn conn<T>(request: &Request<T>) -> Option<&conns::Conn> {
+    conns::of(request)
 }
 
 /// The token of a request.
@@ -99,7 +102,7 @@ impl Node for NodeService {
         &self,
         request: Request<v1::LoginRequest>,
     ) -> Result<Response<v1::LoginReply>, Status> {
-        let (peer, conn) = (peer(&request), conn(&request));
+        let (peer, conn) = (peer(&request), conn(&request).cloned());
         let r = request.into_inner();
         if r.protocol != qsm_proto::PROTOCOL {
             return Err(Status::failed_precondition(format!(
@@ -119,9 +122,13 @@ impl Node for NodeService {
         let keys = self.state.login_allowed(&mut attempt).map_err(to_status)?;
         let turn = self.state.logins.turn(std::time::Duration::from_secs(10)).await;
         let Some(_turn) = turn else {
-            return Err(Status::unavailable(
+            // Said as a gRPC `retry-after`: a flood of clients started at one moment (a
+            // schedule's window, a whole site after a power cut) waits its turn and logs in.
+            let mut busy = Status::unavailable(
                 "the server is busy checking other logins: try again in a few seconds",
-            ));
+            );
+            busy.metadata_mut().insert(qsm_proto::RETRY_AFTER, BUSY_RETRY_AFTER.into());
+            return Err(busy);
         };
         let state = Arc::clone(&self.state);
         core_call(move || {
@@ -455,7 +462,7 @@ fn run_backup(
                     group_max: usize::try_from(s.txn_group_max).unwrap_or(usize::MAX),
                     byte_limit: s.txn_byte_limit,
                 };
-                let kind = if s.partial { UploadKind::Partial } else { UploadKind::Backup };
+                let kind = if s.whole { UploadKind::Backup } else { UploadKind::Partial };
                 upload = Some(node.upload(fs, asked, kind)?);
                 continue;
             }

@@ -16,6 +16,9 @@ pub struct ChunkRowId(pub i64);
 /// Id of a policy domain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct DomainId(pub i64);
+/// Id of a schedule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ScheduleId(pub i64);
 /// Id of a management class.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct MgmtClassId(pub i64);
@@ -204,6 +207,55 @@ pub struct Filespace {
     pub last_backup: Option<BackupRun>,
     /// Its last backup that completed (with or without warnings).
     pub last_completed: Option<BackupRun>,
+}
+
+/// What a schedule says (TSM's DEFINE SCHEDULE): its action, and its windows, each
+/// `duration` seconds from `start + k * period`, on `days` only when some are named.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScheduleSpec {
+    /// `expire`, `reclaim`, `audit` or `backup-db` (run by the server).
+    pub action: String,
+    /// What the action works on (paths, for client actions).
+    pub objects: Vec<String>,
+    /// The first window's start, seconds since the epoch (UTC).
+    pub start: Timestamp,
+    /// How long each window stays open for the action to start, seconds.
+    pub duration: i64,
+    /// Seconds from one window's start to the next.
+    pub period: i64,
+    /// Weekdays (`mon` ... `sun`, UTC) the windows fall on; empty: every day.
+    pub days: Vec<String>,
+}
+
+/// A schedule of a policy domain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Schedule {
+    pub id: ScheduleId,
+    pub domain: DomainId,
+    pub domain_name: String,
+    pub name: String,
+    pub spec: ScheduleSpec,
+    /// When it was defined or last updated: windows before are not missed.
+    pub defined: Timestamp,
+}
+
+/// A run of a schedule in one of its windows (TSM's event).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    pub id: i64,
+    pub schedule: ScheduleId,
+    pub domain_name: String,
+    pub schedule_name: String,
+    pub action: String,
+    /// The node it ran for; `None` for a server action.
+    pub node: Option<String>,
+    pub window_start: Timestamp,
+    /// `started`, `completed`, `failed` or `missed`.
+    pub state: String,
+    pub started: Option<Timestamp>,
+    pub ended: Option<Timestamp>,
+    /// What the run reported, or why it failed.
+    pub detail: String,
 }
 
 /// One backup of a filespace, as the server saw it end: a client that finishes its upload

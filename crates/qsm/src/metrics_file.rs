@@ -26,7 +26,10 @@ pub fn note(name: &'static str, help: &'static str, value: f64) {
 /// figures noted) to `path`, through a temporary file beside it renamed over it.
 pub fn write(path: &Path, command: &str, exit_code: u8, seconds: f64) -> std::io::Result<()> {
     let mut x = Exposition::default();
-    let l = || labels(&[("command", command)]);
+    // The file's name tells the jobs apart: two files of backups must not give node_exporter
+    // the same series twice.
+    let job = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let l = || labels(&[("job", &job), ("command", command)]);
     let now = qsm_types::now() as f64;
     x.family(
         "qsm_client_last_run_timestamp_seconds",

@@ -297,6 +297,7 @@ fn webhooks_hear_of_failed_backups_damaged_chunks_and_a_full_pool() {
     let log = json(admin(&server).args(["query", "actlog", "--search", "alert pool-full sent"]));
     let said = log[0]["message"].as_str().unwrap_or_default();
     assert!(said.contains("(attempt 2)"), "the refused first attempt was retried: {log:#}");
+    assert!(!said.contains("/hook"), "the webhook's path (its secret, often) is logged: {said}");
 
     register(&server, "alpha", "alpha-password");
     let pw = password_file(dir.path(), "pw", "alpha-password");
@@ -327,4 +328,140 @@ fn webhooks_hear_of_failed_backups_damaged_chunks_and_a_full_pool() {
     let damaged = &hook.got("damaged")[0];
     assert!(damaged["message"].as_str().unwrap().contains("damaged chunks"), "{damaged}");
     assert_eq!(hook.got("pool-full").len(), 1, "the full pool was said once");
+}
+
+/// Issue 26: a schedule of a server action runs by itself in each of its windows, once, and
+/// is an event with its result; a window that closed while the server was down is recorded
+/// missed; each schedule's next window is a future event; a client action is refused (no
+/// client scheduler yet), and deleting a schedule takes its events.
+#[test]
+fn server_schedules_run_in_their_windows_and_missed_windows_are_recorded() {
+    let dir = TempDir::new().unwrap();
+    let data = dir.path().join("srv");
+    let mut server = ServerProc::start(&data, false);
+    register(&server, "alpha", "alpha-password");
+    let now = qsm_time_now();
+    let define = |server: &ServerProc, name: &str, args: &[&str]| {
+        admin(server).args(["define", "schedule", "standard", name]).args(args).assert().success();
+    };
+    // Windows of 3 s every 4 s, from now: expiration runs in each.
+    define(
+        &server,
+        "expire",
+        &[
+            "--action",
+            "expire",
+            "--start",
+            &format!("@{now}"),
+            "--duration",
+            "3s",
+            "--period",
+            "4s",
+        ],
+    );
+    let events = |server: &ServerProc| json(admin(server).args(["query", "event"]));
+    wait_for("two expirations run by the schedule", || {
+        events(&server)
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["schedule"] == "expire" && e["state"] == "completed")
+            .count()
+            >= 2
+    });
+    let all = events(&server);
+    let done: Vec<_> =
+        all.as_array().unwrap().iter().filter(|e| e["state"] == "completed").collect();
+    assert!(done[0]["detail"].as_str().unwrap().contains("expired"), "{all:#}");
+    assert!(done[0]["node"].is_null(), "a server action is no node's: {all:#}");
+    let windows: Vec<i64> = done.iter().map(|e| e["window_start"].as_i64().unwrap()).collect();
+    assert!(windows.windows(2).all(|w| w[1] - w[0] == 4), "one run per window: {windows:?}");
+    assert!(
+        all.as_array().unwrap().iter().any(|e| e["schedule"] == "expire" && e["state"] == "future"),
+        "no next window: {all:#}"
+    );
+    let log =
+        json(admin(&server).args(["query", "actlog", "--search", "schedule standard/expire"]));
+    assert!(
+        log.as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["message"].as_str().unwrap().contains("completed")),
+        "{log:#}"
+    );
+
+    // A catalog backup due while the server is down is missed.
+    let soon = qsm_time_now() + 3;
+    define(
+        &server,
+        "db",
+        &[
+            "--action",
+            "backup-db",
+            "--start",
+            &format!("@{soon}"),
+            "--duration",
+            "1s",
+            "--period",
+            "1d",
+        ],
+    );
+    server.kill();
+    std::thread::sleep(Duration::from_secs(5));
+    let server = ServerProc::start(&data, false);
+    wait_for("the missed window", || {
+        events(&server)
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["schedule"] == "db" && e["state"] == "missed" && e["window_start"] == soon)
+    });
+    let schedules = json(admin(&server).args(["query", "schedule"]));
+    let db = schedules.as_array().unwrap().iter().find(|s| s["name"] == "db").unwrap().clone();
+    assert_eq!(db["next_window"], soon + 86_400, "{schedules:#}");
+
+    admin(&server)
+        .args([
+            "define",
+            "schedule",
+            "standard",
+            "nightly",
+            "--action",
+            "incremental",
+            "--start",
+            "02:00",
+            "--duration",
+            "1h",
+            "--period",
+            "1d",
+        ])
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("qsm sched"));
+    admin(&server)
+        .args([
+            "define",
+            "schedule",
+            "standard",
+            "bad",
+            "--action",
+            "expire",
+            "--start",
+            "02:00",
+            "--duration",
+            "2d",
+            "--period",
+            "1d",
+        ])
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("window"));
+    admin(&server).args(["delete", "schedule", "standard", "expire"]).assert().success();
+    let left = events(&server);
+    assert!(left.as_array().unwrap().iter().all(|e| e["schedule"] != "expire"), "{left:#}");
+    admin(&server)
+        .args(["delete", "schedule", "standard", "expire"])
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("no schedule standard/expire"));
 }

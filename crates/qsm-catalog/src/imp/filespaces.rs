@@ -62,13 +62,15 @@ pub(super) fn filespaces(b: &dyn Backend, node: NodeId) -> Result<Vec<Filespace>
 fn run(r: &dyn sql::Row, at: usize) -> Result<Option<BackupRun>> {
     let Some(started) = r.opt_int(at)? else { return Ok(None) };
     let count = |i: usize| -> Result<u64> { Ok(r.opt_int(at + i)?.unwrap_or(0).max(0) as u64) };
-    let result = r.opt_text(at + 2)?.unwrap_or_default();
+    // A result this version does not know (written by a newer server sharing the catalog)
+    // leaves the run out rather than failing every read of the node's filespaces.
+    let Some(result) = RunResult::parse(&r.opt_text(at + 2)?.unwrap_or_default()) else {
+        return Ok(None);
+    };
     Ok(Some(BackupRun {
         started,
         ended: r.opt_int(at + 1)?.unwrap_or(started),
-        result: RunResult::parse(&result).ok_or_else(|| {
-            CatalogError::Damaged(format!("a filespace's backup result {result:?}"))
-        })?,
+        result,
         objects: count(3)?,
         bytes: count(4)?,
         warnings: count(5)?,

@@ -15,6 +15,7 @@ mod integrity;
 mod inventory;
 mod policy;
 mod pools;
+mod schedules;
 mod sessions;
 mod txn;
 
@@ -200,6 +201,39 @@ impl<B: Backend + std::fmt::Debug> Catalog for B {
     }
     fn record_backup(&self, filespace: FilespaceId, run: &BackupRun) -> Result<()> {
         filespaces::record_backup(self, filespace, run)
+    }
+    fn define_schedule(
+        &self,
+        domain: DomainId,
+        name: &str,
+        spec: &ScheduleSpec,
+    ) -> Result<ScheduleId> {
+        schedules::define_schedule(self, domain, name, spec)
+    }
+    fn update_schedule(&self, id: ScheduleId, spec: &ScheduleSpec) -> Result<()> {
+        schedules::update_schedule(self, id, spec)
+    }
+    fn delete_schedule(&self, id: ScheduleId) -> Result<()> {
+        schedules::delete_schedule(self, id)
+    }
+    fn schedules(&self) -> Result<Vec<Schedule>> {
+        schedules::schedules(self)
+    }
+    fn claim_event(
+        &self,
+        schedule: ScheduleId,
+        node: Option<NodeId>,
+        window_start: Timestamp,
+        state: &str,
+        now: Timestamp,
+    ) -> Result<Option<i64>> {
+        schedules::claim_event(self, schedule, node, window_start, state, now)
+    }
+    fn end_event(&self, id: i64, state: &str, detail: &str, now: Timestamp) -> Result<()> {
+        schedules::end_event(self, id, state, detail, now)
+    }
+    fn events(&self, since: Timestamp) -> Result<Vec<Event>> {
+        schedules::events(self, since)
     }
     fn delete_filespace(
         &self,

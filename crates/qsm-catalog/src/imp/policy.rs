@@ -150,6 +150,9 @@ pub(super) fn delete_domain(b: &dyn Backend, domain: DomainId) -> Result<()> {
             "DELETE FROM archive_copygroups WHERE mgmt_class_id IN \
              (SELECT id FROM mgmt_classes WHERE domain_id = ?1)",
             "DELETE FROM mgmt_classes WHERE domain_id = ?1",
+            "DELETE FROM events WHERE schedule_id IN \
+             (SELECT id FROM schedules WHERE domain_id = ?1)",
+            "DELETE FROM schedules WHERE domain_id = ?1",
             "DELETE FROM domains WHERE id = ?1",
         ] {
             // A version bound meanwhile (PostgreSQL) makes the delete fail on its foreign key.

@@ -197,10 +197,101 @@ enum DefineWhat {
         #[command(flatten)]
         groups: CopyGroups,
     },
+    /// A schedule the server runs by itself in its windows (times in UTC): expire, reclaim,
+    /// audit or backup-db. Each run is an event (`query event`).
+    Schedule {
+        domain: String,
+        name: String,
+        #[command(flatten)]
+        spec: ScheduleArgs,
+    },
+}
+
+/// What a schedule says; on update, what is given changes.
+#[derive(Debug, Clone, clap::Args)]
+struct ScheduleArgs {
+    /// expire, reclaim, audit or backup-db (incremental, selective and archive need a client
+    /// scheduler this version does not have).
+    #[arg(long)]
+    action: Option<String>,
+    /// What the action works on (repeatable).
+    #[arg(long = "objects", num_args = 1..)]
+    objects: Vec<String>,
+    /// The first window's start, UTC: HH:MM (today), "YYYY-MM-DD HH:MM" or @SECONDS.
+    #[arg(long, value_parser = schedule_start)]
+    start: Option<i64>,
+    /// How long each window stays open for the action to start: 90s, 30m, 1h, 1d.
+    #[arg(long, value_parser = seconds)]
+    duration: Option<i64>,
+    /// From one window to the next: 1d, 1w, 12h, 30s.
+    #[arg(long, value_parser = seconds)]
+    period: Option<i64>,
+    /// Only on these weekdays (mon,tue,...; UTC); `--days all` for every day again.
+    #[arg(long, value_delimiter = ',')]
+    days: Vec<String>,
+}
+
+impl ScheduleArgs {
+    fn request(self, domain: String, name: String) -> qsm_proto::v1::ScheduleRequest {
+        let every = self.days.iter().any(|d| d == "all");
+        qsm_proto::v1::ScheduleRequest {
+            domain,
+            name,
+            action: self.action,
+            set_objects: !self.objects.is_empty(),
+            objects: self.objects,
+            start: self.start,
+            duration: self.duration,
+            period: self.period,
+            set_days: every || !self.days.is_empty(),
+            days: if every { Vec::new() } else { self.days },
+        }
+    }
+}
+
+/// A window's start: `HH:MM` today (UTC), or a time `parse_time` reads.
+fn schedule_start(text: &str) -> Result<i64, String> {
+    if let Some((h, m)) = text.split_once(':')
+        && !text.contains([' ', '-', 'T'])
+    {
+        let (h, m): (i64, i64) = match (h.parse(), m.parse()) {
+            (Ok(h), Ok(m)) if (0..24).contains(&h) && (0..60).contains(&m) => (h, m),
+            _ => return Err(format!("invalid time of day {text:?} (e.g. 02:30)")),
+        };
+        let today = qsm_types::now().div_euclid(86_400) * 86_400;
+        return Ok(today + h * 3600 + m * 60);
+    }
+    qsm_types::time::parse_time(text)
+}
+
+/// Seconds from `90`, `90s`, `30m`, `1h`, `1d` or `1w`.
+fn seconds(text: &str) -> Result<i64, String> {
+    let bad = || format!("invalid length of time {text:?} (e.g. 90s, 30m, 1h, 1d, 1w)");
+    let (number, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => text.split_at(i),
+        None => (text, "s"),
+    };
+    let n: i64 = number.parse().map_err(|_| bad())?;
+    let unit = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        "w" => 7 * 86_400,
+        _ => return Err(bad()),
+    };
+    n.checked_mul(unit).filter(|s| *s > 0).ok_or_else(bad)
 }
 
 #[derive(Debug, Subcommand)]
 enum UpdateWhat {
+    /// Change a schedule (what is given changes; its windows count from now).
+    Schedule {
+        domain: String,
+        name: String,
+        #[command(flatten)]
+        spec: ScheduleArgs,
+    },
     /// Change a management class's copy groups (unset values stay).
     Mgmtclass {
         domain: String,
@@ -257,6 +348,8 @@ enum DeleteWhat {
     Domain { name: String },
     /// A management class: refused while versions are bound to it.
     Mgmtclass { domain: String, name: String },
+    /// A schedule and its events.
+    Schedule { domain: String, name: String },
     /// A node's filespace with every version in it (cannot be undone; the node's sessions
     /// are cancelled first).
     Filespace {
@@ -359,6 +452,23 @@ struct Register {
 
 #[derive(Debug, Subcommand)]
 enum AdminQuery {
+    /// Schedules, with their next windows.
+    Schedule {
+        #[arg(long)]
+        json: bool,
+    },
+    /// The runs of the schedules in their windows (future, started, completed, failed,
+    /// missed), by default of the last 24 hours and the next windows.
+    Event {
+        /// Only this node's.
+        #[arg(long)]
+        node: Option<String>,
+        /// Windows starting at this time or later (UTC: "YYYY-MM-DD[ HH:MM]" or @SECONDS).
+        #[arg(long, value_parser = qsm_types::time::parse_time)]
+        since: Option<i64>,
+        #[arg(long)]
+        json: bool,
+    },
     /// Filespaces of a node, or of every node, each with its last backup (when, its result,
     /// what it stored) and its last completed one.
     Filespace {
@@ -577,6 +687,22 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
         AdminCommand::Define(DefineWhat::Domain { name, description }) => {
             admin.define_domain(&name, &description)?;
             outln!("Domain {name} defined.");
+        }
+        AdminCommand::Define(DefineWhat::Schedule { domain, name, spec }) => {
+            admin.define_schedule(spec.request(domain.clone(), name.clone()))?;
+            outln!("Schedule {domain}/{name} defined.");
+        }
+        AdminCommand::Update(UpdateWhat::Schedule { domain, name, spec }) => {
+            admin.update_schedule(spec.request(domain.clone(), name.clone()))?;
+            outln!("Schedule {domain}/{name} updated.");
+        }
+        AdminCommand::Delete(DeleteWhat::Schedule { domain, name }) => {
+            admin.delete_schedule(&domain, &name)?;
+            outln!("Schedule {domain}/{name} deleted.");
+        }
+        AdminCommand::Query(AdminQuery::Schedule { json }) => emit(&admin.schedules()?[..], json)?,
+        AdminCommand::Query(AdminQuery::Event { node, since, json }) => {
+            emit(&admin.events(node.as_deref(), since)?[..], json)?
         }
         AdminCommand::Define(DefineWhat::Mgmtclass { domain, name, groups }) => {
             admin.define_mgmt_class(&domain, &name, &groups.values())?;

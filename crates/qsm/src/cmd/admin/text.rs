@@ -1,8 +1,8 @@
 //! How `qsm admin`'s reports read on a terminal.
 
 use qsm_proto::reports::{
-    ActlogReport, AuditReport, BackupDbReport, DomainRow, ExpireReport, NodeRow, ProcessRow,
-    ReclaimReport, SessionRow, StgpoolRow, VolhistRow,
+    ActlogReport, AuditReport, BackupDbReport, DomainRow, EventRow, ExpireReport, NodeRow,
+    ProcessRow, ReclaimReport, ScheduleRow, SessionRow, StgpoolRow, VolhistRow,
 };
 use qsm_types::model::NO_LIMIT;
 use qsm_types::time::format_time;
@@ -278,5 +278,40 @@ impl Text for qsm_catalog::copy::Migration {
             self.to,
             self.seconds
         );
+    }
+}
+
+impl Text for [ScheduleRow] {
+    fn text(&self) {
+        for s in self {
+            let days = if s.days.is_empty() { "every day".into() } else { s.days.join(",") };
+            outln!(
+                "{}/{}: {} every {} s from {}, windows of {} s, {days}; next {}",
+                s.domain,
+                s.name,
+                s.action,
+                s.period,
+                format_time(s.start),
+                s.duration,
+                s.next_window.map_or_else(|| "none".into(), format_time)
+            );
+        }
+    }
+}
+
+impl Text for [EventRow] {
+    fn text(&self) {
+        for e in self {
+            outln!(
+                "{}  {:<9} {}/{} ({}{}){}",
+                format_time(e.window_start),
+                e.state,
+                e.domain,
+                e.schedule,
+                e.action,
+                e.node.as_ref().map_or_else(String::new, |n| format!(" for {n}")),
+                if e.detail.is_empty() { String::new() } else { format!(": {}", e.detail) }
+            );
+        }
     }
 }

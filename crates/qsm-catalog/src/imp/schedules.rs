@@ -1,0 +1,176 @@
+//! Schedules and their events (issue 26).
+
+use super::*;
+use crate::sql;
+
+const COLUMNS: &str = "s.id, s.domain_id, d.name, s.name, s.action, s.objects, s.start_at, \
+                       s.duration, s.period, s.days, s.defined";
+
+fn split(text: &str, by: char) -> Vec<String> {
+    text.split(by).filter(|p| !p.is_empty()).map(str::to_owned).collect()
+}
+
+fn schedule_from_row(r: &dyn Row) -> Result<Schedule> {
+    Ok(Schedule {
+        id: ScheduleId(r.int(0)?),
+        domain: DomainId(r.int(1)?),
+        domain_name: r.text(2)?,
+        name: r.text(3)?,
+        spec: ScheduleSpec {
+            action: r.text(4)?,
+            // One path per line: paths may hold commas, never newlines (the client refuses them).
+            objects: split(&r.text(5)?, '\n'),
+            start: r.int(6)?,
+            duration: r.int(7)?,
+            period: r.int(8)?,
+            days: split(&r.text(9)?, ','),
+        },
+        defined: r.int(10)?,
+    })
+}
+
+pub(super) fn define_schedule(
+    b: &dyn Backend,
+    domain: DomainId,
+    name: &str,
+    spec: &ScheduleSpec,
+) -> Result<ScheduleId> {
+    let (objects, days) = (spec.objects.join("\n"), spec.days.join(","));
+    sql::auto(b, "defining a schedule", |s| {
+        s.insert(
+            "INSERT INTO schedules (domain_id, name, action, objects, start_at, duration, period, \
+             days, defined) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            &[
+                domain.0.into(),
+                name.into(),
+                spec.action.as_str().into(),
+                objects.as_str().into(),
+                spec.start.into(),
+                spec.duration.into(),
+                spec.period.into(),
+                days.as_str().into(),
+                crate::now().into(),
+            ],
+        )
+    })
+    .map(ScheduleId)
+    .map_err(on_constraint(|| CatalogError::Exists { what: "schedule", name: name.into() }))
+}
+
+pub(super) fn update_schedule(b: &dyn Backend, id: ScheduleId, spec: &ScheduleSpec) -> Result<()> {
+    let (objects, days) = (spec.objects.join("\n"), spec.days.join(","));
+    update_one(
+        b,
+        "updating a schedule",
+        "UPDATE schedules SET action = ?1, objects = ?2, start_at = ?3, duration = ?4, \
+         period = ?5, days = ?6, defined = ?7 WHERE id = ?8",
+        &[
+            spec.action.as_str().into(),
+            objects.as_str().into(),
+            spec.start.into(),
+            spec.duration.into(),
+            spec.period.into(),
+            days.as_str().into(),
+            crate::now().into(),
+            id.0.into(),
+        ],
+        "schedule",
+        &id.0,
+    )
+}
+
+pub(super) fn delete_schedule(b: &dyn Backend, id: ScheduleId) -> Result<()> {
+    sql::txn(b, "deleting a schedule", |s| {
+        s.execute("DELETE FROM events WHERE schedule_id = ?1", &[id.0.into()])?;
+        if s.execute("DELETE FROM schedules WHERE id = ?1", &[id.0.into()])? == 0 {
+            return Err(CatalogError::NotFound { what: "schedule", key: id.0.to_string() });
+        }
+        Ok(())
+    })
+}
+
+pub(super) fn schedules(b: &dyn Backend) -> Result<Vec<Schedule>> {
+    sql::read(b, "reading schedules", |s| {
+        s.all(
+            &format!(
+                "SELECT {COLUMNS} FROM schedules s JOIN domains d ON d.id = s.domain_id \
+                 ORDER BY d.name, s.name"
+            ),
+            &[],
+            schedule_from_row,
+        )
+    })
+}
+
+pub(super) fn claim_event(
+    b: &dyn Backend,
+    schedule: ScheduleId,
+    node: Option<NodeId>,
+    window_start: Timestamp,
+    state: &str,
+    now: Timestamp,
+) -> Result<Option<i64>> {
+    let started = (state == "started").then_some(now);
+    let ended = (state != "started").then_some(now);
+    sql::auto(b, "recording an event", |s| {
+        s.opt(
+            "INSERT INTO events (schedule_id, node_id, window_start, state, started, ended, \
+             detail) VALUES (?1, ?2, ?3, ?4, ?5, ?6, '') \
+             ON CONFLICT (schedule_id, node_id, window_start) DO NOTHING RETURNING id",
+            &[
+                schedule.0.into(),
+                node.map_or(0, |n| n.0).into(),
+                window_start.into(),
+                state.into(),
+                started.into(),
+                ended.into(),
+            ],
+            |r| r.int(0),
+        )
+    })
+}
+
+pub(super) fn end_event(
+    b: &dyn Backend,
+    id: i64,
+    state: &str,
+    detail: &str,
+    now: Timestamp,
+) -> Result<()> {
+    update_one(
+        b,
+        "ending an event",
+        "UPDATE events SET state = ?1, detail = ?2, ended = ?3 WHERE id = ?4",
+        &[state.into(), detail.into(), now.into(), id.into()],
+        "event",
+        &id,
+    )
+}
+
+pub(super) fn events(b: &dyn Backend, since: Timestamp) -> Result<Vec<Event>> {
+    sql::read(b, "reading events", |s| {
+        s.all(
+            "SELECT e.id, e.schedule_id, d.name, s.name, s.action, n.name, e.window_start, \
+             e.state, e.started, e.ended, e.detail FROM events e \
+             JOIN schedules s ON s.id = e.schedule_id JOIN domains d ON d.id = s.domain_id \
+             LEFT JOIN nodes n ON n.id = e.node_id \
+             WHERE e.window_start >= ?1 ORDER BY e.window_start, d.name, s.name, n.name",
+            &[since.into()],
+            |r| {
+                Ok(Event {
+                    id: r.int(0)?,
+                    schedule: ScheduleId(r.int(1)?),
+                    domain_name: r.text(2)?,
+                    schedule_name: r.text(3)?,
+                    action: r.text(4)?,
+                    node: r.opt_text(5)?,
+                    window_start: r.int(6)?,
+                    state: r.text(7)?,
+                    started: r.opt_int(8)?,
+                    ended: r.opt_int(9)?,
+                    detail: r.text(10)?,
+                })
+            },
+        )
+    })
+}

@@ -1,0 +1,202 @@
+//! Schedules (issue 26, TSM's DEFINE SCHEDULE): the windows a schedule opens, and the server
+//! running its own actions (expire, reclaim, audit, backup-db) in them by itself. Each run
+//! is an event in the catalog; the server that records it first runs it, so servers sharing a
+//! catalog run it once. A window that closed with no run (the server was down) is recorded
+//! missed. Client actions (incremental, selective, archive) need the client scheduler, which
+//! QSM does not have yet: they are refused when a schedule is defined.
+
+use std::sync::Arc;
+
+use qsm_catalog::{Schedule, ScheduleSpec, Severity, Timestamp};
+use qsm_proto::{AdminApi, v1};
+use qsm_types::ServerError;
+
+use crate::admin_core::{Actor, AdminSession};
+use crate::state::State;
+
+/// The actions the server runs itself.
+pub const SERVER_ACTIONS: [&str; 4] = ["expire", "reclaim", "audit", "backup-db"];
+/// The actions a client scheduler would run.
+pub const CLIENT_ACTIONS: [&str; 3] = ["incremental", "selective", "archive"];
+/// Weekday names, from the epoch's (1970-01-01 was a Thursday) onwards: `DAYS[(d + 4) % 7]`
+/// is the weekday of day `d`, counting Sunday first.
+pub const DAYS: [&str; 7] = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"];
+
+/// Refuses what no schedule can say: an unknown or client action, a window that is empty or
+/// longer than its period, an unknown day, objects that do not fit.
+pub fn check(spec: &ScheduleSpec) -> Result<(), ServerError> {
+    let action = spec.action.as_str();
+    if CLIENT_ACTIONS.contains(&action) {
+        return Err(ServerError::Refused(format!(
+            "action {action}: client schedules need a client scheduler (qsm sched), which this \
+             version does not have; the server runs {}",
+            SERVER_ACTIONS.join(", ")
+        )));
+    }
+    if !SERVER_ACTIONS.contains(&action) {
+        return Err(ServerError::invalid(format!(
+            "no action {action:?}; the server runs {}",
+            SERVER_ACTIONS.join(", ")
+        )));
+    }
+    if !(1..=366 * 86_400).contains(&spec.period) {
+        return Err(ServerError::invalid(format!(
+            "a period of {} s: it is 1 s to 366 days",
+            spec.period
+        )));
+    }
+    if !(1..=spec.period).contains(&spec.duration) {
+        return Err(ServerError::invalid(format!(
+            "a window of {} s in a period of {} s: it is 1 s to the period",
+            spec.duration, spec.period
+        )));
+    }
+    if spec.start < 0 {
+        return Err(ServerError::invalid("a start before 1970"));
+    }
+    if let Some(d) = spec.days.iter().find(|d| !DAYS.contains(&d.as_str())) {
+        return Err(ServerError::invalid(format!("no day {d:?}; the days are {}", DAYS.join(","))));
+    }
+    if spec.objects.len() > 64
+        || spec.objects.iter().any(|o| o.is_empty() || o.len() > 4096 || o.contains(['\n', '\0']))
+    {
+        return Err(ServerError::invalid(
+            "objects: at most 64, each 1 to 4096 bytes without a newline or NUL",
+        ));
+    }
+    Ok(())
+}
+
+/// Whether a window starting at `start` falls on one of `days` (all, when none).
+fn on_day(spec: &ScheduleSpec, start: Timestamp) -> bool {
+    let day = DAYS[(start.div_euclid(86_400) + 4).rem_euclid(7) as usize];
+    spec.days.is_empty() || spec.days.iter().any(|d| d == day)
+}
+
+/// How many windows back (or ahead) a day filter is searched: a week of the shortest period
+/// is more than any schedule needs, and bounds the search.
+const SEARCH: i64 = 10_000;
+
+/// The start of the last window that began at `now` or before, if any.
+pub fn last_window(spec: &ScheduleSpec, now: Timestamp) -> Option<Timestamp> {
+    if now < spec.start || spec.period <= 0 {
+        return None;
+    }
+    let k = (now - spec.start) / spec.period;
+    (0..=k.min(SEARCH)).map(|back| spec.start + (k - back) * spec.period).find(|&w| on_day(spec, w))
+}
+
+/// The start of the first window that begins after `now`, if any.
+pub fn next_window(spec: &ScheduleSpec, now: Timestamp) -> Option<Timestamp> {
+    if spec.period <= 0 {
+        return None;
+    }
+    let k = if now < spec.start { 0 } else { (now - spec.start) / spec.period + 1 };
+    (0..SEARCH).map(|ahead| spec.start + (k + ahead) * spec.period).find(|&w| on_day(spec, w))
+}
+
+/// Looks at every server schedule: runs those whose window is open and not yet run (each on a
+/// thread of its own), and records as missed the last window of each that closed with no
+/// run. Called every few seconds.
+pub fn tick(state: &Arc<State>) {
+    let catalog = state.store.catalog();
+    let Ok(schedules) = catalog.schedules() else { return };
+    let now = qsm_types::now();
+    for s in schedules.into_iter().filter(|s| SERVER_ACTIONS.contains(&s.spec.action.as_str())) {
+        let Some(window) = last_window(&s.spec, now) else { continue };
+        if now < window + s.spec.duration {
+            if let Ok(Some(event)) = catalog.claim_event(s.id, None, window, "started", now) {
+                let state = Arc::clone(state);
+                std::thread::spawn(move || run(&state, &s, event));
+            }
+        } else if window >= s.defined
+            && let Ok(Some(_)) = catalog.claim_event(s.id, None, window, "missed", now)
+        {
+            state.log(
+                Severity::Warning,
+                &format!(
+                    "schedule {}/{} missed its window of {} (the server was not running)",
+                    s.domain_name,
+                    s.name,
+                    qsm_types::time::format_time(window)
+                ),
+                None,
+                None,
+            );
+        }
+    }
+}
+
+/// Runs a schedule's action as the server itself and ends its event with what it reported.
+fn run(state: &State, s: &Schedule, event: i64) {
+    let who = format!("schedule {}/{}", s.domain_name, s.name);
+    let admin = AdminSession::new(state, Actor::Owner(who.clone()));
+    let done: Result<String, ServerError> = match s.spec.action.as_str() {
+        "expire" => admin
+            .expire_inventory(v1::ExpireRequest::default())
+            .map(|r| format!("{} backup versions and {} archives expired", r.backups, r.archives)),
+        "reclaim" => admin
+            .reclaim_stgpool(v1::ReclaimRequest::default())
+            .map(|r| format!("{} containers reclaimed", r.containers)),
+        "audit" => admin
+            .audit_stgpool(v1::AuditRequest::default())
+            .map(|r| format!("{} chunks verified, {} damaged", r.chunks_read, r.damaged.len())),
+        "backup-db" => admin
+            .backup_db(v1::BackupDbRequest::default())
+            .map(|r| format!("catalog backed up to {} ({} bytes)", r.path, r.bytes)),
+        other => Err(ServerError::invalid(format!("no action {other}"))),
+    };
+    let (end, detail, severity) = match done {
+        Ok(detail) => ("completed", detail, Severity::Info),
+        Err(e) => ("failed", e.to_string(), Severity::Error),
+    };
+    let _ = state.store.catalog().end_event(event, end, &detail, qsm_types::now());
+    state.log(severity, &format!("{who} {end}: {detail}"), None, None);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(start: i64, period: i64, days: &[&str]) -> ScheduleSpec {
+        ScheduleSpec {
+            action: "expire".into(),
+            objects: Vec::new(),
+            start,
+            duration: 60,
+            period,
+            days: days.iter().map(|d| (*d).to_owned()).collect(),
+        }
+    }
+
+    #[test]
+    fn windows_follow_the_period_and_the_days() {
+        let s = spec(1_000, 100, &[]);
+        assert_eq!(last_window(&s, 999), None);
+        assert_eq!(last_window(&s, 1_000), Some(1_000));
+        assert_eq!(last_window(&s, 1_250), Some(1_200));
+        assert_eq!(next_window(&s, 1_250), Some(1_300));
+        assert_eq!(next_window(&s, 10), Some(1_000));
+        // 1970-01-05 was a Monday: daily windows at 02:00 fall on Mondays only.
+        let monday = 4 * 86_400 + 7_200;
+        let daily = spec(7_200, 86_400, &["mon"]);
+        assert_eq!(last_window(&daily, monday + 5), Some(monday));
+        assert_eq!(last_window(&daily, monday + 3 * 86_400), Some(monday));
+        assert_eq!(next_window(&daily, monday), Some(monday + 7 * 86_400));
+        assert_eq!(DAYS[((monday / 86_400) + 4).rem_euclid(7) as usize], "mon");
+    }
+
+    #[test]
+    fn what_no_schedule_can_say_is_refused() {
+        let ok = spec(0, 60, &["mon"]);
+        assert!(check(&ok).is_ok());
+        let e = check(&ScheduleSpec { action: "incremental".into(), ..ok.clone() }).unwrap_err();
+        assert!(e.to_string().contains("qsm sched"), "{e}");
+        let e = check(&ScheduleSpec { action: "dance".into(), ..ok.clone() }).unwrap_err();
+        assert!(e.to_string().contains("backup-db"), "{e}");
+        assert!(check(&ScheduleSpec { duration: 61, ..ok.clone() }).is_err());
+        assert!(check(&ScheduleSpec { period: 0, ..ok.clone() }).is_err());
+        assert!(check(&spec(0, 60, &["funday"])).is_err());
+        assert!(check(&ScheduleSpec { objects: vec!["a\nb".into()], ..ok }).is_err());
+    }
+}
