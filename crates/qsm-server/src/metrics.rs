@@ -249,6 +249,23 @@ pub fn render(state: &State) -> Result<String, ServerError> {
     );
     x.family("qsm_catalog_objects", Gauge, "Object versions in the catalog.", one(stats.objects));
 
+    // Schedules' events of the last day, by state (every state, zero included, so that an
+    // alert on `missed` or `failed` has a series to read).
+    let mut states: std::collections::BTreeMap<String, f64> =
+        ["started", "completed", "failed", "missed"]
+            .iter()
+            .map(|s| ((*s).to_owned(), 0.0))
+            .collect();
+    for e in catalog.events(qsm_types::now() - 86_400).map_err(catalog_error)? {
+        *states.entry(e.state).or_default() += 1.0;
+    }
+    x.family(
+        "qsm_events_last_day",
+        Gauge,
+        "Schedules' events of windows that began in the last 24 hours, by state.",
+        states.into_iter().map(|(state, n)| (labels(&[("state", &state)]), n)),
+    );
+
     // This server: its sessions, processes and counters.
     let here = |pairs: &[(&str, &str)]| {
         let mut l = labels(&[("server", &state.name)]);

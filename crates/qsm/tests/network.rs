@@ -173,6 +173,7 @@ fn prometheus_scrapes_the_last_backup_of_each_filespace() {
         "qsm_server_backups_total{",
         "qsm_catalog_size_bytes ",
         "qsm_server_request_duration_seconds_bucket{server=",
+        "qsm_events_last_day{state=\"missed\"} 0",
     ] {
         assert!(text.contains(line), "no {line} in\n{text}");
     }
