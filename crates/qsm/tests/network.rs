@@ -314,16 +314,7 @@ fn webhooks_hear_of_failed_backups_damaged_chunks_and_a_full_pool() {
     assert_eq!(failed["filespace"], src.canonicalize().unwrap().display().to_string(), "{failed}");
     assert!(failed["message"].as_str().unwrap().contains("failed"), "{failed}");
 
-    // Damage a container, then audit.
-    let mut containers = container_files(&server);
-    containers.sort();
-    let (len, victim) = containers.last().unwrap().clone();
-    let mut bytes = fs::read(&victim).unwrap();
-    let at = (len / 2) as usize;
-    for b in &mut bytes[at..at + 16] {
-        *b ^= 0x5a;
-    }
-    fs::write(&victim, bytes).unwrap();
+    damage_the_biggest_container(&server);
     admin(&server).args(["audit", "stgpool"]).assert().code(4);
     wait_for("the damaged alert", || !hook.got("damaged").is_empty());
     let damaged = &hook.got("damaged")[0];

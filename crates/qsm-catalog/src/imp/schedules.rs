@@ -1,6 +1,7 @@
 //! Schedules and their events (issue 26).
 
 use super::*;
+use crate::copy::Value;
 use crate::sql;
 
 const COLUMNS: &str = "s.id, s.domain_id, d.name, s.name, s.action, s.objects, s.start_at, \
@@ -18,7 +19,6 @@ fn schedule_from_row(r: &dyn Row) -> Result<Schedule> {
         name: r.text(3)?,
         spec: ScheduleSpec {
             action: r.text(4)?,
-            // One path per line: paths may hold commas, never newlines (the client refuses them).
             objects: split(&r.text(5)?, '\n'),
             start: r.int(6)?,
             duration: r.int(7)?,
@@ -29,54 +29,53 @@ fn schedule_from_row(r: &dyn Row) -> Result<Schedule> {
     })
 }
 
+/// A schedule's columns as stored, from `action` to `defined` (now), in the order of
+/// [`SPEC_COLUMNS`].
+fn spec_values(spec: &ScheduleSpec) -> Vec<Value> {
+    vec![
+        Value::Text(spec.action.clone()),
+        // One path per line: paths may hold commas, never newlines (`check` refuses them).
+        Value::Text(spec.objects.join("\n")),
+        Value::Int(spec.start),
+        Value::Int(spec.duration),
+        Value::Int(spec.period),
+        Value::Text(spec.days.join(",")),
+        Value::Int(crate::now()),
+    ]
+}
+
+/// The columns [`spec_values`] gives.
+const SPEC_COLUMNS: [&str; 7] =
+    ["action", "objects", "start_at", "duration", "period", "days", "defined"];
+
 pub(super) fn define_schedule(
     b: &dyn Backend,
     domain: DomainId,
     name: &str,
     spec: &ScheduleSpec,
 ) -> Result<ScheduleId> {
-    let (objects, days) = (spec.objects.join("\n"), spec.days.join(","));
-    sql::auto(b, "defining a schedule", |s| {
-        s.insert(
-            "INSERT INTO schedules (domain_id, name, action, objects, start_at, duration, period, \
-             days, defined) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-            &[
-                domain.0.into(),
-                name.into(),
-                spec.action.as_str().into(),
-                objects.as_str().into(),
-                spec.start.into(),
-                spec.duration.into(),
-                spec.period.into(),
-                days.as_str().into(),
-                crate::now().into(),
-            ],
-        )
-    })
-    .map(ScheduleId)
-    .map_err(on_constraint(|| CatalogError::Exists { what: "schedule", name: name.into() }))
+    let mut values = vec![Value::Int(domain.0), Value::Text(name.to_owned())];
+    values.extend(spec_values(spec));
+    let args: Vec<Arg<'_>> = values.iter().map(Arg::from).collect();
+    let params: Vec<String> = (1..=args.len()).map(|i| format!("?{i}")).collect();
+    let sql = format!(
+        "INSERT INTO schedules (domain_id, name, {}) VALUES ({})",
+        SPEC_COLUMNS.join(", "),
+        params.join(", ")
+    );
+    sql::auto(b, "defining a schedule", |s| s.insert(&sql, &args))
+        .map(ScheduleId)
+        .map_err(on_constraint(|| CatalogError::Exists { what: "schedule", name: name.into() }))
 }
 
 pub(super) fn update_schedule(b: &dyn Backend, id: ScheduleId, spec: &ScheduleSpec) -> Result<()> {
-    let (objects, days) = (spec.objects.join("\n"), spec.days.join(","));
-    update_one(
-        b,
-        "updating a schedule",
-        "UPDATE schedules SET action = ?1, objects = ?2, start_at = ?3, duration = ?4, \
-         period = ?5, days = ?6, defined = ?7 WHERE id = ?8",
-        &[
-            spec.action.as_str().into(),
-            objects.as_str().into(),
-            spec.start.into(),
-            spec.duration.into(),
-            spec.period.into(),
-            days.as_str().into(),
-            crate::now().into(),
-            id.0.into(),
-        ],
-        "schedule",
-        &id.0,
-    )
+    let mut values = spec_values(spec);
+    values.push(Value::Int(id.0));
+    let args: Vec<Arg<'_>> = values.iter().map(Arg::from).collect();
+    let set: Vec<String> =
+        SPEC_COLUMNS.iter().enumerate().map(|(i, c)| format!("{c} = ?{}", i + 1)).collect();
+    let sql = format!("UPDATE schedules SET {} WHERE id = ?{}", set.join(", "), args.len());
+    update_one(b, "updating a schedule", &sql, &args, "schedule", &id.0)
 }
 
 pub(super) fn delete_schedule(b: &dyn Backend, id: ScheduleId) -> Result<()> {

@@ -170,6 +170,19 @@ fn container_file(server: &ServerProc, id: u64) -> PathBuf {
 }
 
 /// Every container file of `server`'s pool, with its length.
+/// Flips 16 bytes in the middle of the server's biggest container.
+fn damage_the_biggest_container(server: &ServerProc) {
+    let mut containers = container_files(server);
+    containers.sort();
+    let (len, victim) = containers.last().unwrap().clone();
+    let mut bytes = fs::read(&victim).unwrap();
+    let at = (len / 2) as usize;
+    for b in &mut bytes[at..at + 16] {
+        *b ^= 0x5a;
+    }
+    fs::write(&victim, bytes).unwrap();
+}
+
 fn container_files(server: &ServerProc) -> Vec<(u64, PathBuf)> {
     let top = if S3 {
         s3_server(&server.data).object_file(S3_BUCKET, &format!("{S3_PREFIX}/containers"))
@@ -1476,16 +1489,8 @@ fn audit_finds_a_corrupt_chunk_and_the_next_backup_repairs_it() {
     assert!(clean["damaged"].as_array().unwrap().is_empty(), "{clean}");
     assert!(clean["chunks_read"].as_u64().unwrap() >= 5, "{clean}");
 
-    // Flip bytes in the middle of the biggest container: inside b.bin's chunks.
-    let mut containers = container_files(&server);
-    containers.sort();
-    let (len, victim) = containers.last().unwrap().clone();
-    let mut bytes = fs::read(&victim).unwrap();
-    let at = (len / 2) as usize;
-    for b in &mut bytes[at..at + 16] {
-        *b ^= 0x5a;
-    }
-    fs::write(&victim, bytes).unwrap();
+    // Inside b.bin's chunks.
+    damage_the_biggest_container(&server);
 
     let mut audit = admin(&server);
     let out = audit.args(["audit", "stgpool", "--mark-damaged", "--json"]).output().unwrap();
