@@ -1463,3 +1463,21 @@ fn every_command_writes_its_outcome_as_a_metrics_textfile() {
             predicate::str::contains("--metrics-file").and(predicate::str::contains("not written")),
         );
 }
+
+/// Issue 26: the embedded store lives only while a command runs, so nothing would run its
+/// schedules: defining one is refused, saying where schedules run.
+#[test]
+fn the_embedded_store_refuses_schedules_it_could_never_run() {
+    let dir = TempDir::new().unwrap();
+    let home = dir.path().join("home");
+    let src = dir.path().join("src");
+    tree(&src);
+    qsm(&home).arg("backup").arg(&src).assert().success();
+    qsm(&home)
+        .args(["admin", "define", "schedule", "standard", "nightly", "--action", "expire"])
+        .args(["--start", "01:00", "--duration", "1h", "--period", "1d"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("embedded store runs no schedules"));
+    qsm(&home).args(["admin", "query", "schedule"]).assert().success();
+}

@@ -125,8 +125,8 @@ enum AdminCommand {
     UnlockAdmin { name: String },
     /// Remove an administrator account (it owns no data); its sessions are cancelled.
     RemoveAdmin { name: String },
-    /// List nodes, sessions, processes, policy, storage pools, the activity log or the volume
-    /// history.
+    /// List nodes, filespaces, sessions, processes, schedules and their events, policy, storage
+    /// pools, the activity log or the volume history.
     #[command(subcommand)]
     Query(AdminQuery),
     /// Cancel a session (its committed transactions stay).
@@ -200,7 +200,9 @@ enum DefineWhat {
     /// A schedule the server runs by itself in its windows (times in UTC): expire, reclaim,
     /// audit or backup-db. Each run is an event (`query event`).
     Schedule {
+        /// The policy domain it belongs to.
         domain: String,
+        /// Its name in the domain.
         name: String,
         #[command(flatten)]
         spec: ScheduleArgs,
@@ -639,6 +641,19 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
             &session
         }
     });
+    // Nothing runs the embedded store's schedules: it lives only while a command does.
+    if matches!(target, AdminTarget::Embedded(_))
+        && matches!(
+            args.command,
+            AdminCommand::Define(DefineWhat::Schedule { .. })
+                | AdminCommand::Update(UpdateWhat::Schedule { .. })
+        )
+    {
+        return Err(crate::usage::usage(
+            "the embedded store runs no schedules (it lives only while a qsm command runs): \
+             define them on a qsm server (--server)",
+        ));
+    }
     match args.command {
         AdminCommand::RegisterNode(r) => {
             admin.register_node(&r.name, new_password()?)?;
