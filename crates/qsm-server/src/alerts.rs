@@ -116,11 +116,9 @@ impl Alerts {
         self.hooks.iter().any(|h| h.events.iter().any(|e| e == kind))
     }
 
-    /// Queues `alert` for the webhooks that want its kind; never waits.
-    pub fn raise(&self, alert: Alert) {
-        if !self.wanted(alert.event) {
-            return;
-        }
+    /// Queues `alert` for the webhooks (`State::alert` has checked that one wants its kind);
+    /// never waits.
+    fn raise(&self, alert: Alert) {
         match self.queue.try_send(alert) {
             Ok(()) => {}
             Err(mpsc::error::TrySendError::Full(a)) => {

@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use qsm_catalog::RunResult;
 use qsm_types::ServerError;
 
+use crate::admin_core::{Actor, AdminSession};
 use crate::node_core::catalog_error;
 use crate::state::State;
 
@@ -23,8 +24,8 @@ pub struct Counters {
     pub logins_failed: AtomicU64,
     /// Frame bytes received from clients.
     pub received_bytes: AtomicU64,
-    /// Backups ended, by result (`RunResult` order).
-    pub backups: [AtomicU64; 3],
+    /// Backups ended, by result (in `RunResult::ALL`'s order).
+    pub backups: [AtomicU64; RunResult::ALL.len()],
     /// How long requests took.
     pub latencies: Latencies,
 }
@@ -32,12 +33,9 @@ pub struct Counters {
 impl Counters {
     /// Counts a backup that ended `result`.
     pub fn backup_ended(&self, result: RunResult) {
-        let i = match result {
-            RunResult::Completed => 0,
-            RunResult::CompletedWithWarnings => 1,
-            RunResult::Failed => 2,
-        };
-        self.backups[i].fetch_add(1, Ordering::Relaxed);
+        if let Some(i) = RunResult::ALL.iter().position(|r| *r == result) {
+            self.backups[i].fetch_add(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -128,38 +126,37 @@ impl Exposition {
 pub fn render(state: &State) -> Result<String, ServerError> {
     use Kind::{Counter, Gauge};
     let mut x = Exposition::default();
-    let catalog = state.store.catalog();
+    // What the catalog says is read through the administrative core, as `qsm admin query`
+    // reads it: one implementation of each listing.
+    let core = AdminSession::new(state, Actor::Owner("the metrics endpoint".into()));
+    let admin = qsm_proto::Admin(&core);
 
     // Backups: what an alert on a missed backup reads is the last completed one's end.
     let mut ok: [Vec<(Labels, f64)>; 5] = Default::default();
     let mut run: [Vec<(Labels, f64)>; 2] = Default::default();
-    let mut node_last = Vec::new();
-    for node in catalog.nodes().map_err(catalog_error)? {
-        let mut newest: Option<i64> = None;
-        for f in catalog.filespaces(node.id).map_err(catalog_error)? {
-            let l = labels(&[("node", &node.name), ("filespace", &f.name)]);
-            if let Some(c) = f.last_completed {
-                let values = [
-                    c.ended as f64,
-                    (c.ended - c.started).max(0) as f64,
-                    c.bytes as f64,
-                    c.objects as f64,
-                    c.warnings as f64,
-                ];
-                for (list, v) in ok.iter_mut().zip(values) {
-                    list.push((l.clone(), v));
-                }
-                newest = newest.max(Some(c.ended));
+    let mut newest = std::collections::BTreeMap::<String, i64>::new();
+    for f in admin.filespaces(None)? {
+        let l = labels(&[("node", &f.node), ("filespace", &f.name)]);
+        if let Some(c) = f.last_completed {
+            let values = [
+                c.ended as f64,
+                (c.ended - c.started).max(0) as f64,
+                c.bytes as f64,
+                c.objects as f64,
+                c.warnings as f64,
+            ];
+            for (list, v) in ok.iter_mut().zip(values) {
+                list.push((l.clone(), v));
             }
-            if let Some(r) = f.last_backup {
-                run[0].push((l.clone(), r.ended as f64));
-                run[1].push((l, f64::from(u8::from(r.result == RunResult::Failed))));
-            }
+            let t = newest.entry(f.node.clone()).or_insert(c.ended);
+            *t = (*t).max(c.ended);
         }
-        if let Some(t) = newest {
-            node_last.push((labels(&[("node", &node.name)]), t as f64));
+        if let Some(r) = f.last_backup {
+            run[0].push((l.clone(), r.ended as f64));
+            run[1].push((l, f64::from(u8::from(r.result == RunResult::Failed.name()))));
         }
     }
+    let node_last = newest.into_iter().map(|(node, t)| (labels(&[("node", &node)]), t as f64));
     let [ended, took, bytes, objects, skipped] = ok;
     let last = "the filespace's last completed backup (with or without warnings)";
     x.family(
@@ -214,9 +211,8 @@ pub fn render(state: &State) -> Result<String, ServerError> {
 
     // Storage.
     let mut pools: [Vec<(Labels, f64)>; 5] = Default::default();
-    for p in catalog.pools().map_err(catalog_error)? {
-        let u = catalog.pool_usage(p.id).map_err(catalog_error)?;
-        let l = labels(&[("pool", &p.name)]);
+    for u in admin.stgpools()? {
+        let l = labels(&[("pool", &u.name)]);
         let values = [
             u.containers as f64,
             u.bytes as f64,
@@ -239,7 +235,7 @@ pub fn render(state: &State) -> Result<String, ServerError> {
         reclaimable,
     );
     x.family("qsm_pool_damaged_chunks", Gauge, "Chunks an audit found damaged.", damaged);
-    let stats = catalog.stats().map_err(catalog_error)?;
+    let stats = state.store.catalog().stats().map_err(catalog_error)?;
     let one = |v: u64| [(Labels::new(), v as f64)];
     x.family(
         "qsm_catalog_size_bytes",
@@ -256,8 +252,11 @@ pub fn render(state: &State) -> Result<String, ServerError> {
             .iter()
             .map(|s| ((*s).to_owned(), 0.0))
             .collect();
-    for e in catalog.events(qsm_types::now() - 86_400).map_err(catalog_error)? {
-        *states.entry(e.state).or_default() += 1.0;
+    // The events run, not the next windows `query event` adds as `future`.
+    for e in admin.events(None, Some(qsm_types::now() - 86_400))? {
+        if e.state != "future" {
+            *states.entry(e.state).or_default() += 1.0;
+        }
     }
     x.family(
         "qsm_events_last_day",
@@ -302,12 +301,14 @@ pub fn render(state: &State) -> Result<String, ServerError> {
         "Frame bytes clients sent to this server since it started.",
         [(here(&[]), count(&c.received_bytes))],
     );
-    let results = [RunResult::Completed, RunResult::CompletedWithWarnings, RunResult::Failed];
     x.family(
         "qsm_server_backups_total",
         Counter,
         "Backups that ended on this server since it started, by result.",
-        results.iter().zip(&c.backups).map(|(r, n)| (here(&[("result", r.name())]), count(n))),
+        RunResult::ALL
+            .iter()
+            .zip(&c.backups)
+            .map(|(r, n)| (here(&[("result", r.name())]), count(n))),
     );
     let latencies: Vec<(Labels, Histogram)> = c
         .latencies

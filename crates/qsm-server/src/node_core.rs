@@ -275,8 +275,6 @@ impl<'a> NodeSession<'a> {
             byte_limit: cap(asked.byte_limit, config.txn_byte_limit),
         };
         Ok(NodeUpload {
-            node: *self,
-            fs,
             batch: self.core.store.batch(limits).map_err(store_error)?,
             in_object: false,
             current: (Vec::new(), 0),
@@ -309,8 +307,6 @@ impl<'a> NodeSession<'a> {
 
 /// Objects on their way into the store for one node: see [`qsm_types::node::Upload`].
 pub struct NodeUpload<'a> {
-    node: NodeSession<'a>,
-    fs: FilespaceId,
     batch: Batch<'a>,
     in_object: bool,
     /// The current object's path and chunk count, for messages.
@@ -327,7 +323,8 @@ pub struct NodeUpload<'a> {
 
 /// A backup's end, recorded in its filespace (`Catalog::record_backup`) and the activity log:
 /// completed when its upload finishes, failed when the upload is dropped unfinished (its
-/// stream broke, its client died or gave up, the server stopped).
+/// stream broke, its client died or gave up, the server stopped). It holds the upload's
+/// node, filespace and counts, which its `Drop` needs.
 struct RunRecord<'a> {
     node: NodeSession<'a>,
     fs: FilespaceId,
@@ -395,8 +392,8 @@ impl Drop for RunRecord<'_> {
 impl std::fmt::Debug for NodeUpload<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("NodeUpload")
-            .field("node", &self.node.node)
-            .field("filespace", &self.fs)
+            .field("node", &self.run.node.node)
+            .field("filespace", &self.run.fs)
             .field("committed", &self.run.committed)
             .finish_non_exhaustive()
     }
@@ -411,22 +408,22 @@ impl NodeUpload<'_> {
     /// Counts a commit; whether there was one.
     fn count(&mut self, c: Option<Committed>) -> bool {
         let Some(c) = c else { return false };
-        record(self.node, &mut self.run.committed, c);
+        record(self.run.node, &mut self.run.committed, c);
         true
     }
 
     fn scope(&mut self) -> Result<&(DedupScopeId, qsm_crypt::ChunkIdKey)> {
         if self.scope.is_none() {
-            let s = self.node.scope()?;
+            let s = self.run.node.scope()?;
             self.scope = Some((s.id, qsm_crypt::ChunkIdKey::from_scope_secret(&s.secret)));
         }
         self.scope.as_ref().ok_or_else(|| ServerError::Failed("no dedup scope".into()))
     }
 
     fn sent(&self, bytes: usize) {
-        if let Some(s) = self.node.session {
+        if let Some(s) = self.run.node.session {
             s.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
-            self.node.core.counters.received_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+            self.run.node.core.counters.received_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
         }
     }
 
@@ -467,7 +464,7 @@ impl NodeUpload<'_> {
         if object.description.as_ref().is_some_and(|d| d.len() > 4096) {
             return Err(ServerError::Invalid("a description is too long".into()));
         }
-        object.filespace = self.fs;
+        object.filespace = self.run.fs;
         if object.kind != ObjectKind::Archive {
             object.description = None;
             object.retain_until = None;
@@ -476,9 +473,9 @@ impl NodeUpload<'_> {
             None => None,
             Some(name) => {
                 if self.classes.is_none() {
-                    let catalog = self.node.core.store.catalog();
+                    let catalog = self.run.node.core.store.catalog();
                     self.classes = Some(
-                        qsm_catalog::node_classes(catalog.as_ref(), self.node.node)
+                        qsm_catalog::node_classes(catalog.as_ref(), self.run.node.node)
                             .map_err(catalog_error)?,
                     );
                 }
@@ -506,7 +503,7 @@ impl NodeUpload<'_> {
     pub fn append_chunk(&mut self, frame: &[u8], id: &[u8; 32], shared: bool) -> Result<()> {
         self.in_object("a chunk")?;
         let scope = if shared {
-            let verify = self.node.core.verify_shared_chunks;
+            let verify = self.run.node.core.verify_shared_chunks;
             let (scope, ids) = self.scope()?.clone();
             if verify {
                 check_plain_id(&ids, frame, id, &mut self.decoder, &mut self.raw).map_err(|e| {
@@ -555,14 +552,14 @@ impl NodeUpload<'_> {
     /// Marks the active version of `path` inactive.
     pub fn deactivate(&mut self, path: &[u8]) -> Result<()> {
         check_path(path)?;
-        self.batch.deactivate(self.fs, path);
+        self.batch.deactivate(self.run.fs, path);
         Ok(())
     }
 
     /// Marks the active versions below `path` inactive (the empty path: the whole filespace).
     pub fn deactivate_tree(&mut self, path: &[u8]) -> Result<()> {
         check_path(path)?;
-        self.batch.deactivate_tree(self.fs, path);
+        self.batch.deactivate_tree(self.run.fs, path);
         Ok(())
     }
 
@@ -571,9 +568,9 @@ impl NodeUpload<'_> {
         if self.in_object {
             return Err(ServerError::Invalid("Finish in the middle of an object".into()));
         }
-        let NodeUpload { node, batch, mut run, .. } = self;
+        let NodeUpload { batch, mut run, .. } = self;
         let c = batch.finish(qsm_types::now()).map_err(store_error)?;
-        record(node, &mut run.committed, c);
+        record(run.node, &mut run.committed, c);
         let result =
             if warnings > 0 { RunResult::CompletedWithWarnings } else { RunResult::Completed };
         run.end(result, warnings);

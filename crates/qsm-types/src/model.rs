@@ -288,6 +288,10 @@ pub enum RunResult {
 }
 
 impl RunResult {
+    /// Every result, in the order the metrics count them.
+    pub const ALL: [RunResult; 3] =
+        [RunResult::Completed, RunResult::CompletedWithWarnings, RunResult::Failed];
+
     /// The name stored and shown.
     pub fn name(self) -> &'static str {
         match self {
@@ -299,9 +303,7 @@ impl RunResult {
 
     /// The result a name stands for.
     pub fn parse(name: &str) -> Option<RunResult> {
-        [RunResult::Completed, RunResult::CompletedWithWarnings, RunResult::Failed]
-            .into_iter()
-            .find(|r| r.name() == name)
+        RunResult::ALL.into_iter().find(|r| r.name() == name)
     }
 }
 
