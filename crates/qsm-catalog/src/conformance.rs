@@ -30,6 +30,8 @@ pub const CASES: &[(&str, Case)] = &[
     ("nodes_and_filespaces", nodes_and_filespaces),
     ("backup_runs_are_recorded_per_filespace", backup_runs_are_recorded_per_filespace),
     ("schedules_and_their_events", schedules_and_their_events),
+    ("associations_and_node_events", associations_and_node_events),
+    ("client_option_sets", client_option_sets),
     ("versions_and_active_inventory", versions_and_active_inventory),
     ("chunks_and_reference_counts", chunks_and_reference_counts),
     ("transactions_are_atomic", transactions_are_atomic),
@@ -252,6 +254,115 @@ pub fn schedules_and_their_events(cat: &dyn Catalog) -> CaseResult {
     cat.delete_domain(other).map_err(e)?;
     ensure!(cat.schedules().map_err(e)?.is_empty(), "a deleted domain's schedules stayed");
     ensure!(cat.events(0).map_err(e)?.is_empty(), "a deleted domain's events stayed");
+    Ok(())
+}
+
+/// A client schedule runs for the nodes associated with it, once each; a node ends only its
+/// own started event; moving a node to another domain or deleting it, or deleting the
+/// schedule, ends its associations.
+pub fn associations_and_node_events(cat: &dyn Catalog) -> CaseResult {
+    let d = cat.define_domain("standard", "").map_err(e)?;
+    let other = cat.define_domain("other", "").map_err(e)?;
+    let spec = ScheduleSpec {
+        action: "incremental".into(),
+        objects: vec!["/home".into()],
+        start: 0,
+        duration: 60,
+        period: 3_600,
+        days: Vec::new(),
+    };
+    let s = cat.define_schedule(d, "nightly", &spec).map_err(e)?;
+    let a = cat.register_node("alpha", "h", d).map_err(e)?;
+    let b = cat.register_node("beta", "h", d).map_err(e)?;
+    ensure!(cat.associate(s, a).map_err(e)?, "a first association");
+    ensure!(!cat.associate(s, a).map_err(e)?, "an association made twice");
+    cat.associate(s, b).map_err(e)?;
+    let all = cat.associations().map_err(e)?;
+    let names: Vec<&str> = all.iter().map(|x| x.node_name.as_str()).collect();
+    ensure!(names == ["alpha", "beta"] && all[0].schedule_name == "nightly", "{all:?}");
+
+    let ea = cat.claim_event(s, Some(a), 3_600, "started", 3_610).map_err(e)?.ok_or("claim")?;
+    let eb = cat.claim_event(s, Some(b), 3_600, "started", 3_620).map_err(e)?.ok_or("claim")?;
+    ensure!(
+        cat.end_node_event(b, ea, "completed", "not mine", 3_700).is_err(),
+        "a node ended another's event"
+    );
+    cat.end_node_event(a, ea, "completed with warnings", "2 files skipped", 3_700).map_err(e)?;
+    ensure!(
+        cat.end_node_event(a, ea, "failed", "again", 3_800).is_err(),
+        "an ended event ended again"
+    );
+    cat.end_event(eb, "severed", "the node's session ended", 3_900).map_err(e)?;
+    ensure!(
+        cat.end_node_event(b, eb, "completed", "late", 4_000).is_err(),
+        "a severed event ended"
+    );
+    let events = cat.events(0).map_err(e)?;
+    let of = |n: &str| events.iter().find(|v| v.node.as_deref() == Some(n)).cloned();
+    let (va, vb) = (of("alpha").ok_or("alpha's event")?, of("beta").ok_or("beta's event")?);
+    ensure!(va.state == "completed with warnings" && va.detail == "2 files skipped", "{va:?}");
+    ensure!(vb.state == "severed", "{vb:?}");
+
+    cat.set_node_domain(b, other).map_err(e)?;
+    let all = cat.associations().map_err(e)?;
+    ensure!(all.len() == 1 && all[0].node == a, "a node moved away kept its schedule: {all:?}");
+    cat.dissociate(s, a).map_err(e)?;
+    ensure!(cat.dissociate(s, a).is_err(), "an association removed twice");
+    cat.associate(s, a).map_err(e)?;
+    cat.delete_schedule(s).map_err(e)?;
+    ensure!(cat.associations().map_err(e)?.is_empty(), "a deleted schedule's associations");
+    let s2 = cat.define_schedule(d, "again", &spec).map_err(e)?;
+    let c = cat.register_node("gamma", "h", d).map_err(e)?;
+    cat.associate(s2, c).map_err(e)?;
+    cat.delete_node(c).map_err(e)?;
+    ensure!(cat.associations().map_err(e)?.is_empty(), "a deleted node's associations");
+    Ok(())
+}
+
+/// Option sets keep their options in the order defined, replace a single-valued one, and
+/// give them to the nodes that use them; deleting a set leaves its nodes without one.
+pub fn client_option_sets(cat: &dyn Catalog) -> CaseResult {
+    let d = cat.define_domain("standard", "").map_err(e)?;
+    let a = cat.register_node("alpha", "h", d).map_err(e)?;
+    cat.define_cloptset("servers", "the data centre").map_err(e)?;
+    ensure!(
+        matches!(cat.define_cloptset("servers", ""), Err(CatalogError::Exists { .. })),
+        "a second set of one name"
+    );
+    let opt = |name: &str, value: &str, force: bool| ClientOpt {
+        name: name.into(),
+        value: value.into(),
+        force,
+    };
+    cat.add_clientopt("servers", &opt("exclude", "*.tmp", true), false).map_err(e)?;
+    cat.add_clientopt("servers", &opt("compression", "lz4", false), true).map_err(e)?;
+    cat.add_clientopt("servers", &opt("exclude", "/var/cache", false), false).map_err(e)?;
+    cat.add_clientopt("servers", &opt("compression", "zstd:9", true), true).map_err(e)?;
+    ensure!(
+        cat.add_clientopt("nothing", &opt("threads", "2", false), true).is_err(),
+        "an option added to no set"
+    );
+    ensure!(cat.node_cloptset(a).map_err(e)?.is_none(), "a node with a set it was not given");
+    cat.set_node_cloptset(a, Some("servers")).map_err(e)?;
+    ensure!(cat.set_node_cloptset(a, Some("nothing")).is_err(), "a node given no set");
+    let set = cat.node_cloptset(a).map_err(e)?.ok_or("the node's set")?;
+    ensure!(
+        set.name == "servers"
+            && set.description == "the data centre"
+            && set.options
+                == [
+                    opt("exclude", "*.tmp", true),
+                    opt("exclude", "/var/cache", false),
+                    opt("compression", "zstd:9", true),
+                ],
+        "{set:?}"
+    );
+    ensure!(cat.delete_clientopt("servers", "exclude").map_err(e)? == 2, "two excludes deleted");
+    ensure!(cat.cloptsets().map_err(e)?[0].options.len() == 1, "{:?}", cat.cloptsets());
+    cat.delete_cloptset("servers").map_err(e)?;
+    ensure!(cat.node_cloptset(a).map_err(e)?.is_none(), "a deleted set still given");
+    ensure!(cat.cloptsets().map_err(e)?.is_empty(), "a deleted set listed");
+    ensure!(cat.delete_cloptset("servers").is_err(), "a set deleted twice");
     Ok(())
 }
 

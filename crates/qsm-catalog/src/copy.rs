@@ -75,6 +75,7 @@ pub const TABLES: &[Table] = &[
             ("registered", I),
             ("dedup_scope", I),
             ("key_file", B),
+            ("cloptset_id", I),
         ],
     ),
     (
@@ -128,6 +129,9 @@ pub const TABLES: &[Table] = &[
             ("detail", T),
         ],
     ),
+    ("associations", &[("id", I), ("schedule_id", I), ("node_id", I), ("since", I)]),
+    ("cloptsets", &[("id", I), ("name", T), ("description", T)]),
+    ("clientopts", &[("id", I), ("set_id", I), ("name", T), ("value", T), ("force", I)]),
     ("containers", &[("id", I), ("pool_id", I), ("size", I), ("sealed", I)]),
     (
         "chunks",

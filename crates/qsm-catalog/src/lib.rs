@@ -209,6 +209,36 @@ pub trait Catalog: Send + Sync + std::fmt::Debug {
     fn end_event(&self, id: i64, state: &str, detail: &str, now: Timestamp) -> Result<()>;
     /// The events of windows starting at `since` or later, oldest first.
     fn events(&self, since: Timestamp) -> Result<Vec<Event>>;
+    /// Ends `node`'s started event `id` in `state` with what it reported (`NotFound` if it is
+    /// another's, or not started).
+    fn end_node_event(
+        &self,
+        node: NodeId,
+        id: i64,
+        state: &str,
+        detail: &str,
+        now: Timestamp,
+    ) -> Result<()>;
+    /// Has `schedule` run for `node` from now on; `false` if it did already.
+    fn associate(&self, schedule: ScheduleId, node: NodeId) -> Result<bool>;
+    /// Stops `schedule` running for `node`.
+    fn dissociate(&self, schedule: ScheduleId, node: NodeId) -> Result<()>;
+    /// Every association, by domain, schedule and node.
+    fn associations(&self) -> Result<Vec<Association>>;
+    /// Defines client option set `name` (`Exists` if there is one).
+    fn define_cloptset(&self, name: &str, description: &str) -> Result<()>;
+    /// Deletes an option set and its options; its nodes keep their own options only.
+    fn delete_cloptset(&self, name: &str) -> Result<()>;
+    /// Adds `opt` to option set `set`, after those of the same name unless `replace`.
+    fn add_clientopt(&self, set: &str, opt: &ClientOpt, replace: bool) -> Result<()>;
+    /// Deletes every value of option `name` from `set`; how many there were.
+    fn delete_clientopt(&self, set: &str, name: &str) -> Result<u64>;
+    /// Every option set with its options, by name.
+    fn cloptsets(&self) -> Result<Vec<OptionSet>>;
+    /// Has `node` use option set `set` (`None`: none).
+    fn set_node_cloptset(&self, node: NodeId, set: Option<&str>) -> Result<()>;
+    /// The option set `node` uses, if any.
+    fn node_cloptset(&self, node: NodeId) -> Result<Option<OptionSet>>;
     /// Deletes a node and its session history; refused while it has filespaces.
     fn delete_node(&self, node: NodeId) -> Result<()>;
 

@@ -307,6 +307,32 @@ CREATE TABLE events (
     UNIQUE (schedule_id, node_id, window_start)
 );
 "#,
+    // 11: the nodes a client schedule runs for (issue 26, TSM's DEFINE ASSOCIATION; `since`:
+    // the node misses no window before it), and client option sets (TSM's DEFINE CLOPTSET
+    // and CLIENTOPT): options the server gives the nodes using the set, in the order defined
+    // (`id`; a copy pages every table by a unique first column), a `force`d one overriding the node's own.
+    r#"
+CREATE TABLE associations (
+    id {ID},
+    schedule_id BIGINT NOT NULL,
+    node_id BIGINT NOT NULL,
+    since BIGINT NOT NULL,
+    UNIQUE (schedule_id, node_id)
+);
+CREATE TABLE cloptsets (
+    id {ID},
+    name TEXT NOT NULL UNIQUE,
+    description TEXT NOT NULL
+);
+CREATE TABLE clientopts (
+    id {ID},
+    set_id BIGINT NOT NULL,
+    name TEXT NOT NULL,
+    value TEXT NOT NULL,
+    force BIGINT NOT NULL
+);
+ALTER TABLE nodes ADD COLUMN cloptset_id BIGINT;
+"#,
 ];
 
 /// The newest schema version this program knows.

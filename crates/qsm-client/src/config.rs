@@ -85,6 +85,97 @@ impl ClientConfig {
     }
 }
 
+/// What a server's client option set gives a node (issue 26, TSM's client option sets). The
+/// precedence, highest first: forced server options, flags, client.toml, the server's other
+/// options, the defaults. Include and exclude patterns are not overridden but added, forced or
+/// not, to the node's own (as TSM adds a set's INCLEXCL statements).
+#[derive(Debug, Default)]
+pub struct ServerOptions {
+    /// The option set's name (`None`: the node uses none).
+    pub set: Option<String>,
+    forced: ClientConfig,
+    unforced: ClientConfig,
+    forced_names: Vec<String>,
+    /// Each option given, as `name=value`, with ` (forced)` when it is.
+    pub given: Vec<String>,
+}
+
+impl ServerOptions {
+    /// What `set` gives; a value the client cannot use is refused, naming the set (an option
+    /// unknown to this client too: a forced `encryption` must not be dropped silently).
+    pub fn new(set: Option<&qsm_types::model::OptionSet>) -> Result<ServerOptions> {
+        let Some(set) = set else { return Ok(ServerOptions::default()) };
+        let mut out = ServerOptions { set: Some(set.name.clone()), ..ServerOptions::default() };
+        for o in &set.options {
+            let bad = |why: String| {
+                ClientError::Usage(format!("the server's client option set {}: {why}", set.name))
+            };
+            qsm_types::clientopts::check(&o.name, &o.value).map_err(bad)?;
+            let layer = if o.force { &mut out.forced } else { &mut out.unforced };
+            let number = |what: &str| -> Result<u64> {
+                o.value.parse().map_err(|_| bad(format!("{what} {:?}: not a number", o.value)))
+            };
+            let switch = || qsm_types::clientopts::switch(&o.value);
+            match o.name.as_str() {
+                "include" => layer.include.push(o.value.clone()),
+                "exclude" => layer.exclude.push(o.value.clone()),
+                "compression" => layer.compression = Some(o.value.clone()),
+                "dedup" => layer.dedup = switch(),
+                "encryption" => layer.encryption = switch(),
+                "limit_upload" => layer.limit_upload = Some(o.value.clone()),
+                "txn_group_max" => layer.txn_group_max = Some(number(&o.name)? as usize),
+                "txn_byte_limit" => layer.txn_byte_limit = Some(number(&o.name)?),
+                "threads" => layer.threads = Some(number(&o.name)? as usize),
+                other => return Err(bad(format!("option {other} is not known to this client"))),
+            }
+            if o.force {
+                out.forced_names.push(o.name.clone());
+            }
+            let force = if o.force { " (forced)" } else { "" };
+            out.given.push(format!("{}={}{force}", o.name, o.value));
+        }
+        Ok(out)
+    }
+
+    /// Whether the set forces option `name` (a flag giving it is then overridden).
+    pub fn forces(&self, name: &str) -> bool {
+        self.forced_names.iter().any(|n| n == name)
+    }
+
+    /// `file` (the client configuration) with the set's options in their places: forced ones
+    /// over it, others under it.
+    pub fn apply(&self, file: ClientConfig) -> ClientConfig {
+        let mut c = file;
+        let (f, u) = (&self.forced, &self.unforced);
+        macro_rules! layer {
+            ($($field:ident),*) => {$(
+                if c.$field.is_none() {
+                    c.$field = u.$field.clone();
+                }
+                if f.$field.is_some() {
+                    c.$field = f.$field.clone();
+                }
+            )*};
+        }
+        layer!(
+            compression,
+            dedup,
+            encryption,
+            limit_upload,
+            txn_group_max,
+            txn_byte_limit,
+            threads
+        );
+        let mut include = [u.include.clone(), f.include.clone()].concat();
+        include.append(&mut c.include);
+        c.include = include;
+        let mut exclude = [u.exclude.clone(), f.exclude.clone()].concat();
+        exclude.append(&mut c.exclude);
+        c.exclude = exclude;
+        c
+    }
+}
+
 /// What a backup's or archive's flags say, before the configuration fills in the rest.
 #[derive(Debug, Clone, Default)]
 pub struct Given<'a> {
@@ -295,40 +386,53 @@ pub fn read_password(path: &Path) -> Result<String> {
     Ok(password.to_owned())
 }
 
-/// A rate such as `10Mbit`, `1Gbit`, `500kbit` (bits per second) or `5MB`, `100KiB` (bytes
-/// per second), in bytes per second.
-pub fn parse_rate(text: &str) -> std::result::Result<u64, String> {
-    let t = text.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: f64 = num.parse().map_err(|_| format!("{text:?}: expected e.g. 10Mbit or 5MB"))?;
-    let per_second = match unit.trim().trim_end_matches("/s").trim_end_matches("ps") {
-        "bit" | "b" => n / 8.0,
-        "kbit" | "Kbit" => n * 1e3 / 8.0,
-        "Mbit" | "mbit" => n * 1e6 / 8.0,
-        "Gbit" | "gbit" => n * 1e9 / 8.0,
-        "" | "B" => n,
-        "kB" | "KB" => n * 1e3,
-        "MB" => n * 1e6,
-        "GB" => n * 1e9,
-        "KiB" => n * 1024.0,
-        "MiB" => n * 1024.0 * 1024.0,
-        "GiB" => n * 1024.0 * 1024.0 * 1024.0,
-        other => {
-            return Err(format!(
-                "{text:?}: unknown unit {other:?} (use bit, kbit, Mbit, Gbit, B, kB, MB, GB, KiB, MiB, GiB)"
-            ));
-        }
-    };
-    if per_second < 1.0 {
-        return Err(format!("{text:?}: at least 1 byte per second"));
-    }
-    Ok(per_second as u64)
-}
+pub use qsm_types::clientopts::parse_rate;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn forced_server_options_win_and_others_fill_in() {
+        let opt = |name: &str, value: &str, force: bool| qsm_types::model::ClientOpt {
+            name: name.into(),
+            value: value.into(),
+            force,
+        };
+        let set = qsm_types::model::OptionSet {
+            name: "servers".into(),
+            description: String::new(),
+            options: vec![
+                opt("compression", "zstd:9", true),
+                opt("threads", "3", false),
+                opt("limit_upload", "10Mbit", false),
+                opt("exclude", "*.tmp", true),
+                opt("dedup", "on", false),
+            ],
+        };
+        let given = ServerOptions::new(Some(&set)).unwrap();
+        let file = ClientConfig {
+            compression: Some("lz4".into()),
+            limit_upload: Some("1Gbit".into()),
+            exclude: vec!["*.o".into()],
+            ..ClientConfig::default()
+        };
+        let c = given.apply(file);
+        assert_eq!(c.compression.as_deref(), Some("zstd:9"), "forced over the file");
+        assert_eq!(c.limit_upload.as_deref(), Some("1Gbit"), "the file over the unforced");
+        assert_eq!(c.threads, Some(3), "the unforced fills in");
+        assert_eq!(c.dedup, Some(true));
+        assert_eq!(c.exclude, ["*.tmp", "*.o"], "patterns add up");
+        assert!(given.forces("compression") && !given.forces("threads"));
+        assert_eq!(given.given[0], "compression=zstd:9 (forced)");
+        let bad = qsm_types::model::OptionSet {
+            options: vec![opt("threads", "lots", true)],
+            ..set.clone()
+        };
+        let e = ServerOptions::new(Some(&bad)).unwrap_err().to_string();
+        assert!(e.contains("servers") && e.contains("threads"), "{e}");
+        assert!(ServerOptions::new(None).unwrap().set.is_none());
+    }
 
     #[test]
     fn rates_in_bits_and_bytes() {

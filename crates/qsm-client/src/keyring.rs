@@ -919,6 +919,23 @@ mod tests {
         fn mgmt_classes(&self) -> qsm_types::node::Result<Vec<ClassInfo>> {
             not_keys()
         }
+        fn schedules(&self) -> qsm_types::node::Result<qsm_types::node::Schedules> {
+            not_keys()
+        }
+        fn start_event(&self, _: &str, _: i64) -> qsm_types::node::Result<Option<i64>> {
+            not_keys()
+        }
+        fn end_event(
+            &self,
+            _: i64,
+            _: qsm_types::RunResult,
+            _: &str,
+        ) -> qsm_types::node::Result<()> {
+            not_keys()
+        }
+        fn client_options(&self) -> qsm_types::node::Result<Option<qsm_types::model::OptionSet>> {
+            not_keys()
+        }
     }
 
     /// Passphrases from a table, each question recorded; `None` for a question no one can

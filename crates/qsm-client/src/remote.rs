@@ -559,6 +559,42 @@ impl Server for RemoteServer {
         Ok(())
     }
 
+    fn schedules(&self) -> NodeResult<qsm_types::node::Schedules> {
+        let mut node = self.node();
+        let r = self.rt.block_on(node.schedules(v1::Empty {})).map_err(|s| self.error(s))?;
+        Ok(convert::schedules_from_wire(r.into_inner()))
+    }
+
+    fn start_event(&self, schedule: &str, window: i64) -> NodeResult<Option<i64>> {
+        let mut node = self.node();
+        let request = v1::StartEventRequest { schedule: schedule.to_owned(), window_start: window };
+        let r = self.rt.block_on(node.start_event(request)).map_err(|s| self.error(s))?;
+        let event = r.into_inner().event;
+        Ok((event != 0).then_some(event))
+    }
+
+    fn end_event(&self, event: i64, result: qsm_types::RunResult, detail: &str) -> NodeResult<()> {
+        let mut node = self.node();
+        let request = v1::EndEventRequest {
+            event,
+            state: result.name().to_owned(),
+            detail: detail.to_owned(),
+        };
+        self.rt.block_on(node.end_event(request)).map_err(|s| self.error(s))?;
+        Ok(())
+    }
+
+    fn client_options(&self) -> NodeResult<Option<qsm_types::model::OptionSet>> {
+        let mut node = self.node();
+        let r = self.rt.block_on(node.client_options(v1::Empty {}));
+        match r {
+            Ok(r) => Ok(convert::cloptset_from_wire(r.into_inner())),
+            // A server older than option sets gives none.
+            Err(s) if s.code() == tonic::Code::Unimplemented => Ok(None),
+            Err(s) => Err(self.error(s)),
+        }
+    }
+
     fn mgmt_classes(&self) -> NodeResult<Vec<ClassInfo>> {
         let mut node = self.node();
         let r = self.rt.block_on(node.mgmt_classes(v1::Empty {})).map_err(|s| self.error(s))?;

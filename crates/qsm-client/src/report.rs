@@ -54,6 +54,10 @@ pub struct BackupReport {
     pub encrypted_bytes: u64,
     pub encrypt_seconds: f64,
     pub key_fingerprint: Option<String>,
+    /// The options the server's client option set gave (`name=value`, ` (forced)` when it
+    /// overrode the node's own).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub server_options: Vec<String>,
     pub journal: Option<String>,
     pub journal_used: bool,
     /// "network-bound at 9.8 Mbit/s: zstd:9 on 71% of quanta, ...".
@@ -110,6 +114,7 @@ impl From<&BackupSummary> for BackupReport {
             encrypted_bytes: s.encrypted_bytes,
             encrypt_seconds: s.encrypt_seconds,
             key_fingerprint: s.key_fingerprint.clone(),
+            server_options: Vec::new(),
             journal: s.journal.clone(),
             journal_used: s.journal_used,
             compression: s.compression.describe(),

@@ -6,9 +6,9 @@
 use qsm_types::ServerError;
 
 use crate::reports::{
-    ActlogReport, AuditReport, BackupDbReport, DeleteFilespaceReport, DomainRow, EventRow,
-    ExpireReport, FilespaceRow, NodeRow, ProcessRow, ReclaimReport, ScheduleRow, SessionRow,
-    StgpoolRow, VolhistRow,
+    ActlogReport, AssociationRow, AuditReport, BackupDbReport, CloptsetRow, DeleteFilespaceReport,
+    DomainRow, EventRow, ExpireReport, FilespaceRow, NodeRow, ProcessRow, ReclaimReport,
+    ScheduleRow, SessionRow, StgpoolRow, VolhistRow,
 };
 use crate::v1;
 
@@ -54,6 +54,14 @@ macro_rules! admin_operations {
             delete_schedule(ScheduleRequest) -> Empty;
             query_schedules(Empty) -> ScheduleList;
             query_events(EventRequest) -> EventList;
+            define_association(AssociationRequest) -> Empty;
+            delete_association(AssociationRequest) -> Empty;
+            query_associations(Empty) -> AssociationList;
+            define_cloptset(CloptsetRequest) -> Empty;
+            delete_cloptset(CloptsetRequest) -> Empty;
+            define_clientopt(ClientoptRequest) -> Empty;
+            delete_clientopt(ClientoptRequest) -> Empty;
+            query_cloptsets(Empty) -> CloptsetList;
         }
     };
 }
@@ -179,6 +187,57 @@ impl Admin<'_> {
         Ok(list.into_iter().map(ScheduleRow::from).collect())
     }
 
+    /// Has schedule `domain`/`schedule` run for `nodes` (of its domain).
+    pub fn associate(&self, domain: &str, schedule: &str, nodes: &[String]) -> Result<()> {
+        self.0.define_association(association(domain, schedule, nodes))?;
+        Ok(())
+    }
+
+    /// Stops schedule `domain`/`schedule` running for `nodes`.
+    pub fn dissociate(&self, domain: &str, schedule: &str, nodes: &[String]) -> Result<()> {
+        self.0.delete_association(association(domain, schedule, nodes))?;
+        Ok(())
+    }
+
+    pub fn associations(&self) -> Result<Vec<AssociationRow>> {
+        let list = self.0.query_associations(v1::Empty {})?.associations;
+        Ok(list.into_iter().map(AssociationRow::from).collect())
+    }
+
+    pub fn define_cloptset(&self, name: &str, description: &str) -> Result<()> {
+        let r = v1::CloptsetRequest { name: name.to_owned(), description: description.to_owned() };
+        self.0.define_cloptset(r)?;
+        Ok(())
+    }
+
+    pub fn delete_cloptset(&self, name: &str) -> Result<()> {
+        self.0
+            .delete_cloptset(v1::CloptsetRequest { name: name.to_owned(), ..Default::default() })?;
+        Ok(())
+    }
+
+    /// Adds option `name` = `value` to option set `set` (replacing a single-valued option's
+    /// value); `force`d, it overrides the node's own.
+    pub fn define_clientopt(&self, set: &str, name: &str, value: &str, force: bool) -> Result<()> {
+        let option = v1::ClientOption { name: name.to_owned(), value: value.to_owned(), force };
+        self.0
+            .define_clientopt(v1::ClientoptRequest { set: set.to_owned(), option: Some(option) })?;
+        Ok(())
+    }
+
+    /// Deletes every value of option `name` from option set `set`.
+    pub fn delete_clientopt(&self, set: &str, name: &str) -> Result<()> {
+        let option = v1::ClientOption { name: name.to_owned(), ..Default::default() };
+        self.0
+            .delete_clientopt(v1::ClientoptRequest { set: set.to_owned(), option: Some(option) })?;
+        Ok(())
+    }
+
+    pub fn cloptsets(&self) -> Result<Vec<CloptsetRow>> {
+        let list = self.0.query_cloptsets(v1::Empty {})?.sets;
+        Ok(list.into_iter().map(CloptsetRow::from).collect())
+    }
+
     /// The events of windows from `since` (default: the last day), of `node` or all.
     pub fn events(&self, node: Option<&str>, since: Option<i64>) -> Result<Vec<EventRow>> {
         let r = v1::EventRequest {
@@ -276,14 +335,23 @@ impl Admin<'_> {
     }
 
     /// Moves the node to `domain` and/or sets its password.
+    /// Changes what is given of node `name`: its domain, its password, its client option set
+    /// (`Some("")`: none).
     pub fn update_node(
         &self,
         name: &str,
         domain: Option<&str>,
         password: Option<String>,
+        cloptset: Option<&str>,
     ) -> Result<()> {
         let domain = domain.unwrap_or_default().to_owned();
-        self.0.update_node(v1::UpdateNodeRequest { name: name.to_owned(), domain, password })?;
+        let cloptset = cloptset.map(str::to_owned);
+        self.0.update_node(v1::UpdateNodeRequest {
+            name: name.to_owned(),
+            domain,
+            password,
+            cloptset,
+        })?;
         Ok(())
     }
 
@@ -338,5 +406,13 @@ impl Admin<'_> {
     ) -> Result<AuditReport> {
         let request = v1::AuditRequest { mark_damaged, release_unknown, containers };
         Ok(self.0.audit_stgpool(request)?.into())
+    }
+}
+
+fn association(domain: &str, schedule: &str, nodes: &[String]) -> v1::AssociationRequest {
+    v1::AssociationRequest {
+        domain: domain.to_owned(),
+        schedule: schedule.to_owned(),
+        nodes: nodes.to_vec(),
     }
 }

@@ -1,6 +1,8 @@
 //! Between the catalog's types and the wire's. Conversions from the wire check what a peer
 //! could get wrong (unknown enum values, missing fields) and say which field.
 
+use qsm_types::model::{ClientOpt, OptionSet};
+use qsm_types::node::{Due, Schedules};
 use qsm_types::{
     Attributes, BackupRun, Filespace, FilespaceId, NodeId, ObjectId, ObjectKind, ObjectType,
     ObjectVersion, RunResult,
@@ -308,5 +310,73 @@ mod tests {
         let mut w = version_to_wire(&v);
         w.id = u64::MAX;
         assert!(version_from_wire(&w).unwrap_err().0.contains("out of range"));
+    }
+}
+
+/// An option set as the protocol carries it.
+pub fn cloptset_to_wire(set: &OptionSet) -> v1::Cloptset {
+    v1::Cloptset {
+        name: set.name.clone(),
+        description: set.description.clone(),
+        options: set
+            .options
+            .iter()
+            .map(|o| v1::ClientOption {
+                name: o.name.clone(),
+                value: o.value.clone(),
+                force: o.force,
+            })
+            .collect(),
+    }
+}
+
+/// The option set a node uses, from the protocol (one with no name: none).
+pub fn cloptset_from_wire(set: v1::Cloptset) -> Option<OptionSet> {
+    (!set.name.is_empty()).then(|| OptionSet {
+        name: set.name,
+        description: set.description,
+        options: set
+            .options
+            .into_iter()
+            .map(|o| ClientOpt { name: o.name, value: o.value, force: o.force })
+            .collect(),
+    })
+}
+
+/// A node's schedules as the protocol carries them.
+pub fn schedules_to_wire(s: Schedules) -> v1::DueList {
+    v1::DueList {
+        now: s.now,
+        due: s
+            .due
+            .into_iter()
+            .map(|d| v1::Due {
+                domain: d.domain,
+                schedule: d.schedule,
+                action: d.action,
+                objects: d.objects,
+                window_start: d.window_start,
+                window_end: d.window_end,
+            })
+            .collect(),
+    }
+}
+
+/// A node's schedules from the protocol.
+pub fn schedules_from_wire(s: v1::DueList) -> Schedules {
+    Schedules {
+        now: s.now,
+        due: s
+            .due
+            .into_iter()
+            .map(|d| Due {
+                domain: d.domain,
+                schedule: d.schedule,
+                action: d.action,
+                objects: d.objects,
+                window_start: d.window_start,
+                window_end: d.window_end,
+            })
+            .collect(),
     }
 }

@@ -140,7 +140,7 @@ pub struct EventRow {
     /// The node it is for; none for a server action.
     pub node: Option<String>,
     pub window_start: i64,
-    /// future, started, completed, failed or missed.
+    /// future, started, completed, completed with warnings, failed, missed or severed.
     pub state: String,
     pub started: Option<i64>,
     pub ended: Option<i64>,
@@ -160,6 +160,53 @@ impl From<v1::EventInfo> for EventRow {
             started: when(e.started),
             ended: when(e.ended),
             detail: e.detail,
+        }
+    }
+}
+
+/// A node a client schedule runs for (`query association`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AssociationRow {
+    pub domain: String,
+    pub schedule: String,
+    pub node: String,
+    /// When it was made, seconds since the epoch: the node misses no window before.
+    pub since: i64,
+}
+
+impl From<v1::AssociationInfo> for AssociationRow {
+    fn from(a: v1::AssociationInfo) -> AssociationRow {
+        AssociationRow { domain: a.domain, schedule: a.schedule, node: a.node, since: a.since }
+    }
+}
+
+/// One option of a client option set.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ClientOptionRow {
+    pub name: String,
+    pub value: String,
+    /// It overrides the node's own flags and configuration.
+    pub force: bool,
+}
+
+/// A client option set and its options (`query cloptset`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CloptsetRow {
+    pub name: String,
+    pub description: String,
+    pub options: Vec<ClientOptionRow>,
+}
+
+impl From<v1::Cloptset> for CloptsetRow {
+    fn from(c: v1::Cloptset) -> CloptsetRow {
+        CloptsetRow {
+            name: c.name,
+            description: c.description,
+            options: c
+                .options
+                .into_iter()
+                .map(|o| ClientOptionRow { name: o.name, value: o.value, force: o.force })
+                .collect(),
         }
     }
 }

@@ -109,6 +109,28 @@ fn class_named(
         })
 }
 
+/// A catalog error naming a client option set that does not exist, said so.
+fn no_set(e: qsm_catalog::CatalogError, name: &str) -> ServerError {
+    match e {
+        qsm_catalog::CatalogError::NotFound { what: "client option set", .. } => {
+            ServerError::not_found(format!("no client option set {name}"))
+        }
+        e => catalog_error(e),
+    }
+}
+
+/// Refuses a compression setting the client could not use: `auto`, its objectives and fixed
+/// levels, or a codec of this build with a level it has.
+fn check_compression(value: &str) -> Result<(), ServerError> {
+    let v = value.to_ascii_lowercase();
+    if v == "auto" || v == "auto:fast" || v == "auto:small" {
+        return Ok(());
+    }
+    qsm_codec::Compression::parse(&v)
+        .map(|_| ())
+        .map_err(|e| ServerError::invalid(format!("compression {value:?}: {e}")))
+}
+
 /// A catalog refusal, with the name of what was refused.
 fn named(e: qsm_catalog::CatalogError, what: &str, name: &str) -> ServerError {
     match e {
@@ -443,6 +465,162 @@ impl AdminApi for AdminSession<'_> {
         Ok(v1::EventList { events })
     }
 
+    fn define_association(&self, r: v1::AssociationRequest) -> Result<v1::Empty, ServerError> {
+        let actor = self.need(POLICY)?;
+        if r.nodes.is_empty() {
+            return Err(ServerError::invalid("name the nodes the schedule is to run for"));
+        }
+        self.policy(|state| {
+            let catalog = state.store.catalog();
+            let s = schedule_named(catalog.as_ref(), &r.domain, &r.schedule)?;
+            if !crate::schedules::CLIENT_ACTIONS.contains(&s.spec.action.as_str()) {
+                return Err(ServerError::refused(format!(
+                    "schedule {}/{} runs {} on the server: only client schedules have nodes",
+                    r.domain, r.schedule, s.spec.action
+                )));
+            }
+            let mut nodes = Vec::with_capacity(r.nodes.len());
+            for name in &r.nodes {
+                let node = catalog
+                    .node(name)
+                    .map_err(catalog_error)?
+                    .ok_or_else(|| ServerError::not_found(format!("no node {name}")))?;
+                // As TSM's DEFINE ASSOCIATION: a node follows its own domain's schedules.
+                if node.domain != s.domain {
+                    return Err(ServerError::refused(format!(
+                        "node {name} is not in domain {}: move it there first",
+                        r.domain
+                    )));
+                }
+                nodes.push(node);
+            }
+            for node in &nodes {
+                catalog.associate(s.id, node.id).map_err(catalog_error)?;
+            }
+            Ok(format!(
+                "{actor} associated {} with schedule {}/{}",
+                r.nodes.join(", "),
+                r.domain,
+                r.schedule
+            ))
+        })
+    }
+
+    fn delete_association(&self, r: v1::AssociationRequest) -> Result<v1::Empty, ServerError> {
+        let actor = self.need(POLICY)?;
+        self.policy(|state| {
+            let catalog = state.store.catalog();
+            let s = schedule_named(catalog.as_ref(), &r.domain, &r.schedule)?;
+            for name in &r.nodes {
+                let node = catalog.node(name).map_err(catalog_error)?;
+                let gone = || {
+                    ServerError::not_found(format!(
+                        "node {name} is not associated with schedule {}/{}",
+                        r.domain, r.schedule
+                    ))
+                };
+                let node = node.ok_or_else(gone)?;
+                catalog.dissociate(s.id, node.id).map_err(|_| gone())?;
+            }
+            Ok(format!(
+                "{actor} removed {} from schedule {}/{}",
+                r.nodes.join(", "),
+                r.domain,
+                r.schedule
+            ))
+        })
+    }
+
+    fn query_associations(&self, _: v1::Empty) -> Result<v1::AssociationList, ServerError> {
+        self.need(ANY)?;
+        let all = self.core.store.catalog().associations().map_err(catalog_error)?;
+        Ok(v1::AssociationList {
+            associations: all
+                .into_iter()
+                .map(|a| v1::AssociationInfo {
+                    domain: a.domain_name,
+                    schedule: a.schedule_name,
+                    node: a.node_name,
+                    since: a.since,
+                })
+                .collect(),
+        })
+    }
+
+    fn define_cloptset(&self, r: v1::CloptsetRequest) -> Result<v1::Empty, ServerError> {
+        let actor = self.need(POLICY)?;
+        check_name(&r.name)?;
+        if r.description.len() > 1024 {
+            return Err(ServerError::invalid("a description is at most 1024 bytes"));
+        }
+        self.policy(|state| {
+            let catalog = state.store.catalog();
+            catalog
+                .define_cloptset(&r.name, &r.description)
+                .map_err(|e| named(e, "client option set", &r.name))?;
+            Ok(format!("{actor} defined client option set {}", r.name))
+        })
+    }
+
+    fn delete_cloptset(&self, r: v1::CloptsetRequest) -> Result<v1::Empty, ServerError> {
+        let actor = self.need(POLICY)?;
+        self.policy(|state| {
+            state.store.catalog().delete_cloptset(&r.name).map_err(|e| no_set(e, &r.name))?;
+            Ok(format!("{actor} deleted client option set {}", r.name))
+        })
+    }
+
+    fn define_clientopt(&self, r: v1::ClientoptRequest) -> Result<v1::Empty, ServerError> {
+        let actor = self.need(POLICY)?;
+        let o = r.option.ok_or_else(|| ServerError::invalid("no option given"))?;
+        let kind = qsm_types::clientopts::check(&o.name, &o.value).map_err(ServerError::invalid)?;
+        if kind == qsm_types::clientopts::Kind::Compression {
+            check_compression(&o.value)?;
+        }
+        // Patterns add up (every include and exclude applies); any other option has one value.
+        let replace = kind != qsm_types::clientopts::Kind::Pattern;
+        let opt = qsm_catalog::ClientOpt { name: o.name, value: o.value, force: o.force };
+        self.policy(|state| {
+            state
+                .store
+                .catalog()
+                .add_clientopt(&r.set, &opt, replace)
+                .map_err(|e| no_set(e, &r.set))?;
+            let force = if opt.force { " (forced)" } else { "" };
+            Ok(format!(
+                "{actor} set {}={}{force} in client option set {}",
+                opt.name, opt.value, r.set
+            ))
+        })
+    }
+
+    fn delete_clientopt(&self, r: v1::ClientoptRequest) -> Result<v1::Empty, ServerError> {
+        let actor = self.need(POLICY)?;
+        let name = r.option.map(|o| o.name).unwrap_or_default();
+        self.policy(|state| {
+            let n = state
+                .store
+                .catalog()
+                .delete_clientopt(&r.set, &name)
+                .map_err(|e| no_set(e, &r.set))?;
+            if n == 0 {
+                return Err(ServerError::not_found(format!(
+                    "client option set {} has no option {name}",
+                    r.set
+                )));
+            }
+            Ok(format!("{actor} deleted {name} from client option set {}", r.set))
+        })
+    }
+
+    fn query_cloptsets(&self, _: v1::Empty) -> Result<v1::CloptsetList, ServerError> {
+        self.need(ANY)?;
+        let sets = self.core.store.catalog().cloptsets().map_err(catalog_error)?;
+        Ok(v1::CloptsetList {
+            sets: sets.iter().map(qsm_proto::convert::cloptset_to_wire).collect(),
+        })
+    }
+
     fn query_sessions(&self, _: v1::Empty) -> Result<v1::SessionList, ServerError> {
         self.need(ANY)?;
         let state = self.core;
@@ -761,8 +939,10 @@ impl AdminApi for AdminSession<'_> {
 
     fn update_node(&self, r: v1::UpdateNodeRequest) -> Result<v1::Empty, ServerError> {
         let actor = self.need(POLICY)?;
-        if r.domain.is_empty() && r.password.is_none() {
-            return Err(ServerError::invalid("nothing to change: give a domain or a password"));
+        if r.domain.is_empty() && r.password.is_none() && r.cloptset.is_none() {
+            return Err(ServerError::invalid(
+                "nothing to change: give a domain, a password or a client option set",
+            ));
         }
         if let Some(p) = &r.password {
             check_password(p)?;
@@ -783,6 +963,19 @@ impl AdminApi for AdminSession<'_> {
                 let d = domain_named(catalog.as_ref(), &r.domain)?;
                 catalog.set_node_domain(node.id, d.id).map_err(catalog_error)?;
                 done.push(format!("moved to domain {}", r.domain));
+            }
+            if let Some(set) = &r.cloptset {
+                let set = (!set.is_empty()).then_some(set.as_str());
+                catalog.set_node_cloptset(node.id, set).map_err(|e| match e {
+                    qsm_catalog::CatalogError::NotFound { what: "client option set", key } => {
+                        ServerError::not_found(format!("no client option set {key}"))
+                    }
+                    e => catalog_error(e),
+                })?;
+                done.push(match set {
+                    Some(set) => format!("gave client option set {set} to"),
+                    None => "took the client option set from".to_owned(),
+                });
             }
             Ok(format!("{actor} {} node {}", done.join(" and "), r.name))
         })

@@ -1,5 +1,6 @@
 //! Alerts (`[[alert]]` in server.toml, issue 26): webhooks told, as JSON, what an
-//! administrator must not learn from a user: a backup that failed, damaged chunks an audit
+//! administrator must not learn from a user: a backup that failed or a scheduled one that
+//! was missed, damaged chunks an audit
 //! found, a pool's file system nearly full. Sending never holds up what raised the alert: an
 //! alert is queued, and a task posts it to every webhook that asked for its kind, retrying
 //! with back-off, each delivery or give-up written to the activity log.
@@ -27,7 +28,7 @@ pub struct AlertConfig {
 }
 
 /// The kinds of alert.
-pub const KINDS: [&str; 3] = ["failed", "damaged", "pool-full"];
+pub const KINDS: [&str; 4] = ["failed", "missed", "damaged", "pool-full"];
 
 fn every_kind() -> Vec<String> {
     KINDS.iter().map(|k| (*k).to_owned()).collect()
@@ -46,7 +47,7 @@ impl AlertConfig {
         }
         if let Some(k) = self.events.iter().find(|k| !KINDS.contains(&k.as_str())) {
             return Err(format!(
-                "alert {}: no event {k:?}; the events are {} (\"missed\" comes with schedules)",
+                "alert {}: no event {k:?}; the events are {}",
                 self.url,
                 KINDS.join(", ")
             ));

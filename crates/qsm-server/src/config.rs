@@ -335,7 +335,11 @@ mod plaintext_tests {
             c.validate().map(|()| c)
         };
         let c = with("[[alert]]\nurl = \"https://hooks.example/qsm\"\n").unwrap();
-        assert_eq!(c.alerts[0].events, ["failed", "damaged", "pool-full"], "every kind by default");
+        assert_eq!(
+            c.alerts[0].events,
+            ["failed", "missed", "damaged", "pool-full"],
+            "every kind by default"
+        );
         let e = with("[[alert]]\nurl = \"ftp://x/y\"\n").unwrap_err();
         assert!(e.contains("ftp://x/y"), "{e}");
         let e = with("[[alert]]\nurl = \"http://h/\"\nevents = [\"failed\", \"exploded\"]\n")

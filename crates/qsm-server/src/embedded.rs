@@ -239,6 +239,22 @@ impl node::Server for EmbeddedNode<'_> {
     fn mgmt_classes(&self) -> Result<Vec<ClassInfo>> {
         Ok(self.session.policy()?.1)
     }
+
+    fn schedules(&self) -> Result<node::Schedules> {
+        self.session.schedules()
+    }
+
+    fn start_event(&self, schedule: &str, window: qsm_catalog::Timestamp) -> Result<Option<i64>> {
+        self.session.start_event(schedule, window)
+    }
+
+    fn end_event(&self, event: i64, result: qsm_catalog::RunResult, detail: &str) -> Result<()> {
+        self.session.end_event(event, result, detail)
+    }
+
+    fn client_options(&self) -> Result<Option<qsm_catalog::OptionSet>> {
+        self.session.client_options()
+    }
 }
 
 impl node::Upload for NodeUpload<'_> {

@@ -331,6 +331,69 @@ impl Node for NodeService {
         .await
     }
 
+    async fn schedules(
+        &self,
+        request: Request<v1::Empty>,
+    ) -> Result<Response<v1::DueList>, Status> {
+        let (session, node) = self.session(&request)?;
+        let state = Arc::clone(&self.state);
+        core_call(move || {
+            let s = NodeSession::new(&state, node, Some(&session)).schedules()?;
+            Ok(Response::new(qsm_proto::convert::schedules_to_wire(s)))
+        })
+        .await
+    }
+
+    async fn start_event(
+        &self,
+        request: Request<v1::StartEventRequest>,
+    ) -> Result<Response<v1::StartEventReply>, Status> {
+        let (session, node) = self.session(&request)?;
+        let r = request.into_inner();
+        let state = Arc::clone(&self.state);
+        core_call(move || {
+            let event = NodeSession::new(&state, node, Some(&session))
+                .start_event(&r.schedule, r.window_start)?;
+            Ok(Response::new(v1::StartEventReply { event: event.unwrap_or(0) }))
+        })
+        .await
+    }
+
+    async fn end_event(
+        &self,
+        request: Request<v1::EndEventRequest>,
+    ) -> Result<Response<v1::Empty>, Status> {
+        let (session, node) = self.session(&request)?;
+        let r = request.into_inner();
+        let result = qsm_catalog::RunResult::parse(&r.state).ok_or_else(|| {
+            Status::invalid_argument(format!(
+                "an event ends completed, completed with warnings or failed, not {:?}",
+                r.state
+            ))
+        })?;
+        let state = Arc::clone(&self.state);
+        core_call(move || {
+            NodeSession::new(&state, node, Some(&session)).end_event(r.event, result, &r.detail)?;
+            Ok(Response::new(v1::Empty {}))
+        })
+        .await
+    }
+
+    async fn client_options(
+        &self,
+        request: Request<v1::Empty>,
+    ) -> Result<Response<v1::Cloptset>, Status> {
+        let (session, node) = self.session(&request)?;
+        let state = Arc::clone(&self.state);
+        core_call(move || {
+            let set = NodeSession::new(&state, node, Some(&session)).client_options()?;
+            Ok(Response::new(
+                set.as_ref().map(qsm_proto::convert::cloptset_to_wire).unwrap_or_default(),
+            ))
+        })
+        .await
+    }
+
     async fn mgmt_classes(
         &self,
         request: Request<v1::Empty>,

@@ -13,7 +13,8 @@ use qsm_catalog::{
 };
 use qsm_store::{Batch, Committed, StoreError};
 use qsm_types::ServerError;
-use qsm_types::node::{ClassInfo, DedupInfo, Fetched, UploadKind, Uploaded};
+use qsm_types::model::Timestamp;
+use qsm_types::node::{ClassInfo, DedupInfo, Due, Fetched, Schedules, UploadKind, Uploaded};
 
 use crate::auth::Session;
 use crate::state::State;
@@ -32,6 +33,8 @@ pub const HAVE_MAX: usize = 10_000;
 const KEY_FILE_MAX: usize = 4096;
 /// The longest filespace name.
 const MAX_FILESPACE_NAME: usize = 4096;
+/// The longest outcome a node may report of a scheduled event (bytes).
+const MAX_EVENT_DETAIL: usize = 4096;
 /// Versions an inventory lists between two looks at whether its session was cancelled.
 const CANCEL_CHECK_EVERY: u32 = 1000;
 
@@ -256,6 +259,110 @@ impl<'a> NodeSession<'a> {
             .map(|c| ClassInfo { name: c.name, archive_days: c.archive.retain_version_days })
             .collect();
         Ok((domain.name, classes))
+    }
+
+    /// The node's record.
+    fn record(&self) -> Result<qsm_catalog::Node> {
+        let nodes = self.core.store.catalog().nodes().map_err(catalog_error)?;
+        nodes
+            .into_iter()
+            .find(|n| n.id == self.node)
+            .ok_or_else(|| ServerError::not_found("this node was deleted"))
+    }
+
+    /// The node's client schedules, each with the window it is due to run in.
+    pub fn schedules(&self) -> Result<Schedules> {
+        let now = qsm_types::now();
+        let due = crate::schedules::due(self.core, &self.record()?, now)?;
+        Ok(Schedules {
+            now,
+            due: due
+                .into_iter()
+                .map(|(s, w)| Due {
+                    domain: s.domain_name,
+                    schedule: s.name,
+                    window_end: w + s.spec.duration,
+                    action: s.spec.action,
+                    objects: s.spec.objects,
+                    window_start: w,
+                })
+                .collect(),
+        })
+    }
+
+    /// Starts the node's event of `schedule` in its window open now, which starts at
+    /// `window`; `None` if the node has that event already.
+    pub fn start_event(&self, schedule: &str, window: Timestamp) -> Result<Option<i64>> {
+        let node = self.record()?;
+        let now = qsm_types::now();
+        let due = crate::schedules::due(self.core, &node, now)?;
+        let Some((s, _)) = due.into_iter().find(|(s, _)| s.name == schedule) else {
+            return Err(ServerError::not_found(format!(
+                "node {} has no schedule {schedule}",
+                node.name
+            )));
+        };
+        let open = crate::schedules::last_window(&s.spec, now)
+            .filter(|&w| w == window && now < w + s.spec.duration);
+        if open.is_none() {
+            return Err(ServerError::refused(format!(
+                "the window of {} of schedule {schedule} is not open",
+                qsm_types::time::format_time(window)
+            )));
+        }
+        let catalog = self.core.store.catalog();
+        let event = catalog
+            .claim_event(s.id, Some(self.node), window, "started", now)
+            .map_err(catalog_error)?;
+        if event.is_some() {
+            self.core.log(
+                Severity::Info,
+                &format!(
+                    "node {} started schedule {}/{} ({})",
+                    node.name, s.domain_name, s.name, s.spec.action
+                ),
+                Some(self.node),
+                self.session.and_then(|x| x.record),
+            );
+        }
+        Ok(event)
+    }
+
+    /// Ends the node's started event `event` with its outcome (what a node reports is cut to
+    /// [`MAX_EVENT_DETAIL`] bytes).
+    pub fn end_event(&self, event: i64, result: RunResult, detail: &str) -> Result<()> {
+        let mut end = detail.len().min(MAX_EVENT_DETAIL);
+        while !detail.is_char_boundary(end) {
+            end -= 1;
+        }
+        let detail = &detail[..end];
+        let catalog = self.core.store.catalog();
+        let now = qsm_types::now();
+        catalog.end_node_event(self.node, event, result.name(), detail, now).map_err(
+            |e| match e {
+                CatalogError::NotFound { .. } => {
+                    ServerError::not_found(format!("the node has no started event {event}"))
+                }
+                e => catalog_error(e),
+            },
+        )?;
+        let name = self.record().map(|n| n.name).unwrap_or_default();
+        let what = format!("node {name}'s scheduled event {event} {}: {detail}", result.name());
+        let severity = match result {
+            RunResult::Completed => Severity::Info,
+            RunResult::CompletedWithWarnings => Severity::Warning,
+            RunResult::Failed => Severity::Error,
+        };
+        self.core.log(severity, &what, Some(self.node), self.session.and_then(|x| x.record));
+        if result == RunResult::Failed {
+            self.core.alert("failed", &what, Some(self.node), None, None);
+        }
+        Ok(())
+    }
+
+    /// The client option set the node uses, if any.
+    pub fn client_options(&self) -> Result<Option<qsm_catalog::OptionSet>> {
+        self.core.store.catalog().node_cloptset(self.node).map_err(catalog_error)
     }
 
     /// Starts sending objects into `fs`, in transactions no larger than `asked` (zero: the

@@ -2,12 +2,16 @@
 //! running its own actions (expire, reclaim, audit, backup-db) in them by itself. Each run
 //! is an event in the catalog; the server that records it first runs it, so servers sharing a
 //! catalog run it once. A window that closed with no run (the server was down) is recorded
-//! missed. Client actions (incremental, selective, archive) need the client scheduler, which
-//! QSM does not have yet: they are refused when a schedule is defined.
+//! missed.
+//!
+//! Client actions (incremental, selective, archive) run on the nodes associated with the
+//! schedule, whose client scheduler (`qsm sched`) asks for its windows ([`due`]), starts and
+//! ends its own event; a node whose window closed with no event missed it, and a started
+//! event whose node has no session left after its window was severed.
 
 use std::sync::Arc;
 
-use qsm_catalog::{Schedule, ScheduleSpec, Severity, Timestamp};
+use qsm_catalog::{Schedule, ScheduleId, ScheduleSpec, Severity, Timestamp};
 use qsm_proto::{AdminApi, v1};
 use qsm_types::ServerError;
 
@@ -26,18 +30,17 @@ pub const DAYS: [&str; 7] = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"];
 /// longer than its period, an unknown day, objects that do not fit.
 pub fn check(spec: &ScheduleSpec) -> Result<(), ServerError> {
     let action = spec.action.as_str();
-    if CLIENT_ACTIONS.contains(&action) {
-        return Err(ServerError::Refused(format!(
-            "action {action}: client schedules need a client scheduler (qsm sched), which this \
-             version does not have; the server runs {}",
-            SERVER_ACTIONS.join(", ")
+    if !SERVER_ACTIONS.contains(&action) && !CLIENT_ACTIONS.contains(&action) {
+        return Err(ServerError::invalid(format!(
+            "no action {action:?}; the server runs {}, its nodes {}",
+            SERVER_ACTIONS.join(", "),
+            CLIENT_ACTIONS.join(", ")
         )));
     }
-    if !SERVER_ACTIONS.contains(&action) {
-        return Err(ServerError::invalid(format!(
-            "no action {action:?}; the server runs {}",
-            SERVER_ACTIONS.join(", ")
-        )));
+    // An incremental with no objects backs up each of the node's filespaces (TSM's domain);
+    // a selective backup or an archive must say what.
+    if action != "incremental" && CLIENT_ACTIONS.contains(&action) && spec.objects.is_empty() {
+        return Err(ServerError::invalid(format!("a {action} schedule needs --objects")));
     }
     if !(1..=366 * 86_400).contains(&spec.period) {
         return Err(ServerError::invalid(format!(
@@ -95,18 +98,19 @@ pub fn next_window(spec: &ScheduleSpec, now: Timestamp) -> Option<Timestamp> {
     (0..SEARCH).map(|ahead| spec.start + (k + ahead) * spec.period).find(|&w| on_day(spec, w))
 }
 
-/// Looks at every server schedule: runs those whose window is open and not yet run (each on a
-/// thread of its own), and records as missed the last window of each that closed with no
-/// run. Called every few seconds.
+/// Looks at every schedule: runs the server's whose window is open and not yet run (each
+/// on a thread of its own), and records as missed the last window of each that closed with
+/// no run; then the same for each node of the client schedules, and severs the events of
+/// nodes that went away mid-run. Called every few seconds.
 pub fn tick(state: &Arc<State>) {
     let catalog = state.store.catalog();
     let Ok(schedules) = catalog.schedules() else { return };
     let now = qsm_types::now();
-    for s in schedules.into_iter().filter(|s| SERVER_ACTIONS.contains(&s.spec.action.as_str())) {
+    for s in schedules.iter().filter(|s| SERVER_ACTIONS.contains(&s.spec.action.as_str())) {
         let Some(window) = last_window(&s.spec, now) else { continue };
         if now < window + s.spec.duration {
             if let Ok(Some(event)) = catalog.claim_event(s.id, None, window, "started", now) {
-                let state = Arc::clone(state);
+                let (state, s) = (Arc::clone(state), s.clone());
                 std::thread::spawn(move || run(&state, &s, event));
             }
         } else if window >= s.defined
@@ -125,6 +129,95 @@ pub fn tick(state: &Arc<State>) {
             );
         }
     }
+    let Ok(associations) = catalog.associations() else { return };
+    for a in &associations {
+        let Some(s) = schedules.iter().find(|s| s.id == a.schedule) else { continue };
+        let Some(window) = last_window(&s.spec, now) else { continue };
+        if now < window + s.spec.duration || window < s.defined.max(a.since) {
+            continue;
+        }
+        if let Ok(Some(_)) = catalog.claim_event(s.id, Some(a.node), window, "missed", now) {
+            let what = format!(
+                "node {} missed the window of {} of schedule {}/{} (no client scheduler \
+                 started it)",
+                a.node_name,
+                qsm_types::time::format_time(window),
+                s.domain_name,
+                s.name
+            );
+            state.log(Severity::Warning, &what, Some(a.node), None);
+            state.alert("missed", &what, Some(a.node), None, None);
+        }
+    }
+    sever(state, &schedules, now);
+}
+
+/// Ends as severed the started events of nodes that have no session left once their window
+/// closed: their scheduler was killed or lost its server mid-run, and will not report.
+fn sever(state: &State, schedules: &[Schedule], now: Timestamp) {
+    let catalog = state.store.catalog();
+    // A week back is further than any run lasts.
+    let Ok(events) = catalog.events(now - 7 * 86_400) else { return };
+    let mut started = events.into_iter().filter(|e| e.state == "started" && e.node.is_some());
+    let Some(first) = started.next() else { return };
+    let Ok(sessions) = catalog.running_sessions() else { return };
+    let Ok(nodes) = catalog.nodes() else { return };
+    for e in std::iter::once(first).chain(started) {
+        let Some(s) = schedules.iter().find(|s| s.id == e.schedule) else { continue };
+        let Some(node) = nodes.iter().find(|n| Some(&n.name) == e.node.as_ref()) else { continue };
+        let open = e.window_start + s.spec.duration > now;
+        if open || sessions.iter().any(|x| x.node == node.id) {
+            continue;
+        }
+        let why = "the node's sessions ended before it reported an outcome";
+        if catalog.end_event(e.id, "severed", why, now).is_ok() {
+            let what = format!(
+                "schedule {}/{} of node {} severed: {why}",
+                s.domain_name, s.name, node.name
+            );
+            state.log(Severity::Warning, &what, Some(node.id), None);
+            state.alert("failed", &what, Some(node.id), None, None);
+        }
+    }
+}
+
+/// A client schedule's window for a node: the one open now if the node has not run it, else
+/// the next.
+pub fn due(
+    state: &State,
+    node: &qsm_catalog::Node,
+    now: Timestamp,
+) -> Result<Vec<(Schedule, Timestamp)>, ServerError> {
+    let name = Some(node.name.clone());
+    use crate::node_core::catalog_error;
+    let catalog = state.store.catalog();
+    let mine: Vec<ScheduleId> = catalog
+        .associations()
+        .map_err(catalog_error)?
+        .into_iter()
+        .filter(|a| a.node == node.id)
+        .map(|a| a.schedule)
+        .collect();
+    if mine.is_empty() {
+        return Ok(Vec::new());
+    }
+    let schedules = catalog.schedules().map_err(catalog_error)?;
+    let events = catalog.events(now - 7 * 86_400).map_err(catalog_error)?;
+    let mut due = Vec::new();
+    for s in schedules.into_iter().filter(|s| mine.contains(&s.id)) {
+        let open = last_window(&s.spec, now).filter(|&w| now < w + s.spec.duration);
+        let ran = |w: Timestamp| {
+            events.iter().any(|e| e.schedule == s.id && e.window_start == w && e.node == name)
+        };
+        let window = match open {
+            Some(w) if !ran(w) => Some(w),
+            _ => next_window(&s.spec, now),
+        };
+        if let Some(w) = window {
+            due.push((s, w));
+        }
+    }
+    Ok(due)
 }
 
 /// Runs a schedule's action as the server itself and ends its event with what it reported.
@@ -190,8 +283,9 @@ mod tests {
     fn what_no_schedule_can_say_is_refused() {
         let ok = spec(0, 60, &["mon"]);
         assert!(check(&ok).is_ok());
-        let e = check(&ScheduleSpec { action: "incremental".into(), ..ok.clone() }).unwrap_err();
-        assert!(e.to_string().contains("qsm sched"), "{e}");
+        assert!(check(&ScheduleSpec { action: "incremental".into(), ..ok.clone() }).is_ok());
+        let e = check(&ScheduleSpec { action: "archive".into(), ..ok.clone() }).unwrap_err();
+        assert!(e.to_string().contains("--objects"), "{e}");
         let e = check(&ScheduleSpec { action: "dance".into(), ..ok.clone() }).unwrap_err();
         assert!(e.to_string().contains("backup-db"), "{e}");
         assert!(check(&ScheduleSpec { duration: 61, ..ok.clone() }).is_err());

@@ -7,6 +7,7 @@
 //!
 //! Nothing here touches a disk, a database or a socket.
 
+pub mod clientopts;
 pub mod durable;
 mod error;
 pub mod model;

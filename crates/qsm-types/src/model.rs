@@ -239,6 +239,39 @@ pub struct Schedule {
     pub defined: Timestamp,
 }
 
+/// A node a client schedule runs for (TSM's DEFINE ASSOCIATION).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Association {
+    pub schedule: ScheduleId,
+    pub domain_name: String,
+    pub schedule_name: String,
+    pub node: NodeId,
+    pub node_name: String,
+    /// When it was made: the node misses no window before.
+    pub since: Timestamp,
+}
+
+/// One option of a client option set (TSM's DEFINE CLIENTOPT).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientOpt {
+    /// The option, as client.toml names it (`compression`, `exclude`, ...).
+    pub name: String,
+    pub value: String,
+    /// Whether it overrides the node's own flags and configuration, rather than filling in
+    /// what they leave unset.
+    pub force: bool,
+}
+
+/// A client option set (TSM's DEFINE CLOPTSET): options the server gives the nodes that use
+/// it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OptionSet {
+    pub name: String,
+    pub description: String,
+    /// In the order they were defined (include and exclude patterns keep it).
+    pub options: Vec<ClientOpt>,
+}
+
 /// A run of a schedule in one of its windows (TSM's event).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Event {
@@ -250,7 +283,7 @@ pub struct Event {
     /// The node it ran for; `None` for a server action.
     pub node: Option<String>,
     pub window_start: Timestamp,
-    /// `started`, `completed`, `failed` or `missed`.
+    /// `started`, `completed`, `completed with warnings`, `failed`, `missed` or `severed`.
     pub state: String,
     pub started: Option<Timestamp>,
     pub ended: Option<Timestamp>,

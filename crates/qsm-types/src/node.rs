@@ -5,7 +5,8 @@
 
 use crate::ServerError;
 use crate::model::{
-    ArchiveCopyGroup, Filespace, FilespaceId, NewObject, ObjectId, ObjectVersion, TxnLimits,
+    ArchiveCopyGroup, Filespace, FilespaceId, NewObject, ObjectId, ObjectVersion, OptionSet,
+    RunResult, Timestamp, TxnLimits,
 };
 
 /// The result of a server operation.
@@ -77,6 +78,37 @@ pub trait Server: Send + Sync {
     fn get_key(&self) -> Result<Option<Vec<u8>>>;
     /// The management classes of the node's policy domain.
     fn mgmt_classes(&self) -> Result<Vec<ClassInfo>>;
+    /// The node's client schedules, each with the window it is due to run in.
+    fn schedules(&self) -> Result<Schedules>;
+    /// Starts the node's event of `schedule` in its window open now, starting at `window`:
+    /// its id, or `None` if the node has this window's event already (another scheduler of
+    /// the node ran it).
+    fn start_event(&self, schedule: &str, window: Timestamp) -> Result<Option<i64>>;
+    /// Ends the node's started event `event` with its outcome.
+    fn end_event(&self, event: i64, result: RunResult, detail: &str) -> Result<()>;
+    /// The client option set the server gives the node, if any.
+    fn client_options(&self) -> Result<Option<OptionSet>>;
+}
+
+/// A client schedule's window a node is due to run in (`qsm sched`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Due {
+    pub domain: String,
+    pub schedule: String,
+    /// `incremental`, `selective` or `archive`.
+    pub action: String,
+    /// The paths (none, for an incremental: each of the node's filespaces).
+    pub objects: Vec<String>,
+    /// The window opens at `window_start` and closes at `window_end` (server time).
+    pub window_start: Timestamp,
+    pub window_end: Timestamp,
+}
+
+/// A node's client schedules, with the server's clock (which the windows follow).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Schedules {
+    pub now: Timestamp,
+    pub due: Vec<Due>,
 }
 
 /// A management class of the node's domain, as a client needs to know it.
@@ -181,6 +213,18 @@ impl<T: Server + ?Sized> Server for &T {
     }
     fn mgmt_classes(&self) -> Result<Vec<ClassInfo>> {
         (**self).mgmt_classes()
+    }
+    fn schedules(&self) -> Result<Schedules> {
+        (**self).schedules()
+    }
+    fn start_event(&self, schedule: &str, window: Timestamp) -> Result<Option<i64>> {
+        (**self).start_event(schedule, window)
+    }
+    fn end_event(&self, event: i64, result: RunResult, detail: &str) -> Result<()> {
+        (**self).end_event(event, result, detail)
+    }
+    fn client_options(&self) -> Result<Option<OptionSet>> {
+        (**self).client_options()
     }
 }
 

@@ -238,6 +238,27 @@ impl Node for Faulty {
     async fn mgmt_classes(&self, r: Request<v1::Empty>) -> Result<Response<v1::ClassList>, Status> {
         self.up().mgmt_classes(r).await
     }
+    async fn schedules(&self, r: Request<v1::Empty>) -> Result<Response<v1::DueList>, Status> {
+        self.up().schedules(r).await
+    }
+    async fn start_event(
+        &self,
+        r: Request<v1::StartEventRequest>,
+    ) -> Result<Response<v1::StartEventReply>, Status> {
+        self.up().start_event(r).await
+    }
+    async fn end_event(
+        &self,
+        r: Request<v1::EndEventRequest>,
+    ) -> Result<Response<v1::Empty>, Status> {
+        self.up().end_event(r).await
+    }
+    async fn client_options(
+        &self,
+        r: Request<v1::Empty>,
+    ) -> Result<Response<v1::Cloptset>, Status> {
+        self.up().client_options(r).await
+    }
 }
 
 /// A faulty server in front of `upstream` on a free port of 127.0.0.1, serving until the

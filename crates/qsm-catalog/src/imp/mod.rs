@@ -13,6 +13,7 @@ mod chunks;
 mod filespaces;
 mod integrity;
 mod inventory;
+mod options;
 mod policy;
 mod pools;
 mod schedules;
@@ -234,6 +235,46 @@ impl<B: Backend + std::fmt::Debug> Catalog for B {
     }
     fn events(&self, since: Timestamp) -> Result<Vec<Event>> {
         schedules::events(self, since)
+    }
+    fn end_node_event(
+        &self,
+        node: NodeId,
+        id: i64,
+        state: &str,
+        detail: &str,
+        now: Timestamp,
+    ) -> Result<()> {
+        schedules::end_node_event(self, node, id, state, detail, now)
+    }
+    fn associate(&self, schedule: ScheduleId, node: NodeId) -> Result<bool> {
+        schedules::associate(self, schedule, node)
+    }
+    fn dissociate(&self, schedule: ScheduleId, node: NodeId) -> Result<()> {
+        schedules::dissociate(self, schedule, node)
+    }
+    fn associations(&self) -> Result<Vec<Association>> {
+        schedules::associations(self)
+    }
+    fn define_cloptset(&self, name: &str, description: &str) -> Result<()> {
+        options::define_cloptset(self, name, description)
+    }
+    fn delete_cloptset(&self, name: &str) -> Result<()> {
+        options::delete_cloptset(self, name)
+    }
+    fn add_clientopt(&self, set: &str, opt: &ClientOpt, replace: bool) -> Result<()> {
+        options::add_clientopt(self, set, opt, replace)
+    }
+    fn delete_clientopt(&self, set: &str, name: &str) -> Result<u64> {
+        options::delete_clientopt(self, set, name)
+    }
+    fn cloptsets(&self) -> Result<Vec<OptionSet>> {
+        options::cloptsets(self)
+    }
+    fn set_node_cloptset(&self, node: NodeId, set: Option<&str>) -> Result<()> {
+        options::set_node_cloptset(self, node, set)
+    }
+    fn node_cloptset(&self, node: NodeId) -> Result<Option<OptionSet>> {
+        options::node_cloptset(self, node)
     }
     fn delete_filespace(
         &self,

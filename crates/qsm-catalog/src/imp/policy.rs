@@ -152,6 +152,8 @@ pub(super) fn delete_domain(b: &dyn Backend, domain: DomainId) -> Result<()> {
             "DELETE FROM mgmt_classes WHERE domain_id = ?1",
             "DELETE FROM events WHERE schedule_id IN \
              (SELECT id FROM schedules WHERE domain_id = ?1)",
+            "DELETE FROM associations WHERE schedule_id IN \
+             (SELECT id FROM schedules WHERE domain_id = ?1)",
             "DELETE FROM schedules WHERE domain_id = ?1",
             "DELETE FROM domains WHERE id = ?1",
         ] {
@@ -238,11 +240,18 @@ pub(super) fn delete_mgmt_class(b: &dyn Backend, class: MgmtClassId) -> Result<(
 }
 
 pub(super) fn set_node_domain(b: &dyn Backend, node: NodeId, domain: DomainId) -> Result<()> {
-    let n = sql::auto(b, "moving a node to a domain", |s| {
-        s.execute(
+    let n = sql::txn(b, "moving a node to a domain", |s| {
+        let n = s.execute(
             "UPDATE nodes SET domain_id = ?1 WHERE id = ?2",
             &[domain.0.into(), node.0.into()],
-        )
+        )?;
+        // A schedule runs for nodes of its own domain (as TSM's associations do).
+        s.execute(
+            "DELETE FROM associations WHERE node_id = ?1 AND schedule_id NOT IN \
+             (SELECT id FROM schedules WHERE domain_id = ?2)",
+            &[node.0.into(), domain.0.into()],
+        )?;
+        Ok(n)
     })
     .map_err(on_constraint(|| CatalogError::NotFound {
         what: "domain",

@@ -81,6 +81,7 @@ pub(super) fn update_schedule(b: &dyn Backend, id: ScheduleId, spec: &ScheduleSp
 pub(super) fn delete_schedule(b: &dyn Backend, id: ScheduleId) -> Result<()> {
     sql::txn(b, "deleting a schedule", |s| {
         s.execute("DELETE FROM events WHERE schedule_id = ?1", &[id.0.into()])?;
+        s.execute("DELETE FROM associations WHERE schedule_id = ?1", &[id.0.into()])?;
         if s.execute("DELETE FROM schedules WHERE id = ?1", &[id.0.into()])? == 0 {
             return Err(CatalogError::NotFound { what: "schedule", key: id.0.to_string() });
         }
@@ -172,4 +173,69 @@ pub(super) fn events(b: &dyn Backend, since: Timestamp) -> Result<Vec<Event>> {
             },
         )
     })
+}
+
+pub(super) fn associate(b: &dyn Backend, schedule: ScheduleId, node: NodeId) -> Result<bool> {
+    sql::auto(b, "associating a node with a schedule", |s| {
+        s.execute(
+            "INSERT INTO associations (schedule_id, node_id, since) VALUES (?1, ?2, ?3) \
+             ON CONFLICT (schedule_id, node_id) DO NOTHING",
+            &[schedule.0.into(), node.0.into(), crate::now().into()],
+        )
+    })
+    .map(|n| n > 0)
+}
+
+pub(super) fn dissociate(b: &dyn Backend, schedule: ScheduleId, node: NodeId) -> Result<()> {
+    update_one(
+        b,
+        "removing a node from a schedule",
+        "DELETE FROM associations WHERE schedule_id = ?1 AND node_id = ?2",
+        &[schedule.0.into(), node.0.into()],
+        "association",
+        &format!("of node {} with schedule {}", node.0, schedule.0),
+    )
+}
+
+pub(super) fn associations(b: &dyn Backend) -> Result<Vec<Association>> {
+    sql::read(b, "reading associations", |s| {
+        s.all(
+            "SELECT a.schedule_id, d.name, s.name, a.node_id, n.name, a.since \
+             FROM associations a JOIN schedules s ON s.id = a.schedule_id \
+             JOIN domains d ON d.id = s.domain_id JOIN nodes n ON n.id = a.node_id \
+             ORDER BY d.name, s.name, n.name",
+            &[],
+            |r| {
+                Ok(Association {
+                    schedule: ScheduleId(r.int(0)?),
+                    domain_name: r.text(1)?,
+                    schedule_name: r.text(2)?,
+                    node: NodeId(r.int(3)?),
+                    node_name: r.text(4)?,
+                    since: r.int(5)?,
+                })
+            },
+        )
+    })
+}
+
+pub(super) fn end_node_event(
+    b: &dyn Backend,
+    node: NodeId,
+    id: i64,
+    state: &str,
+    detail: &str,
+    now: Timestamp,
+) -> Result<()> {
+    // Only the node's own event, and only while it is started: a node cannot rewrite
+    // another's record, nor a severed or ended one.
+    update_one(
+        b,
+        "ending an event",
+        "UPDATE events SET state = ?1, detail = ?2, ended = ?3 \
+         WHERE id = ?4 AND node_id = ?5 AND state = 'started'",
+        &[state.into(), detail.into(), now.into(), id.into(), node.0.into()],
+        "started event of the node",
+        &id,
+    )
 }

@@ -47,11 +47,27 @@ pub struct ArchiveArgs {
 }
 
 pub fn archive(args: ArchiveArgs) -> Result<Complete> {
-    let config = args.home.config()?;
-    let mut options = backup_options(&config, args.compression.as_deref(), None, &args.patterns)?;
-    options.default_class = args.archmc.clone();
     let connected = args.home.open()?;
-    args.protect.apply(&config, &connected, &args.home, &mut options)?;
+    let server_options = server_options(&connected)?;
+    let config = server_options.apply(args.home.config()?);
+    let compression =
+        unless_forced(&server_options, "compression", args.compression.as_deref(), "--compression");
+    let mut options = backup_options(&config, compression, None, &args.patterns)?;
+    options.default_class = args.archmc.clone();
+    args.protect.unless_forced(&server_options).apply(
+        &config,
+        &connected,
+        &args.home,
+        &mut options,
+    )?;
+    if !args.json
+        && let Some(set) = &server_options.set
+    {
+        outln!(
+            "Options from the server's client option set {set}: {}.",
+            server_options.given.join(", ")
+        );
+    }
     let server = connected.server();
     // The retention the server will enforce: the class's, lengthened by --retain-days only.
     let classes = server.mgmt_classes()?;

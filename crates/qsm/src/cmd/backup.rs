@@ -104,9 +104,15 @@ pub fn patterns_fingerprint(config: &ClientConfig, patterns: &Patterns) -> Resul
 }
 
 pub fn backup(args: BackupArgs) -> Result<Complete> {
-    let config = args.home.config()?;
-    let mut options =
-        backup_options(&config, args.compression.as_deref(), args.threads, &args.patterns)?;
+    let mut which = 0;
+    let mut connected = args.home.open_from(&mut which)?;
+    let server_options = server_options(&connected)?;
+    let config = server_options.apply(args.home.config()?);
+    let so = &server_options;
+    let compression =
+        unless_forced(so, "compression", args.compression.as_deref(), "--compression");
+    let threads = unless_forced(so, "threads", args.threads, "-T");
+    let mut options = backup_options(&config, compression, threads, &args.patterns)?;
     options.full = args.selective;
     options.one_file_system = args.one_file_system;
     if let Some(n) = args.changing_retries {
@@ -122,18 +128,21 @@ pub fn backup(args: BackupArgs) -> Result<Complete> {
             None => qsm_client::journal::default_path().filter(|p| p.exists()),
         }
     };
-    if args.limit_upload.is_some() {
-        options.limit_upload = args.limit_upload;
+    if let Some(rate) = unless_forced(so, "limit_upload", args.limit_upload, "--limit-upload") {
+        options.limit_upload = Some(rate);
     }
-    if let Some(n) = args.txn_group_max {
+    if let Some(n) = unless_forced(so, "txn_group_max", args.txn_group_max, "--txn-group-max") {
         options.limits.group_max = n;
     }
-    if let Some(n) = args.txn_byte_limit {
+    if let Some(n) = unless_forced(so, "txn_byte_limit", args.txn_byte_limit, "--txn-byte-limit") {
         options.limits.byte_limit = n;
     }
-    let mut which = 0;
-    let mut connected = args.home.open_from(&mut which)?;
-    args.protect.apply(&config, &connected, &args.home, &mut options)?;
+    args.protect.unless_forced(&server_options).apply(
+        &config,
+        &connected,
+        &args.home,
+        &mut options,
+    )?;
     // Servers sharing one catalog and pool take over from each other: a backup whose server
     // is lost starts again on the next, as an incremental against the shared inventory, so
     // what the lost one committed is not sent again.
@@ -171,10 +180,21 @@ pub fn backup(args: BackupArgs) -> Result<Complete> {
         Connected::Embedded(e) => expire_embedded(e),
         Connected::Remote(_) => None,
     };
-    let mut reports: Vec<BackupReport> = summaries.iter().map(BackupReport::from).collect();
+    let mut reports: Vec<BackupReport> = summaries
+        .iter()
+        .map(|s| BackupReport { server_options: server_options.given.clone(), ..s.into() })
+        .collect();
     if let (Some(last), Some(x)) = (reports.last_mut(), &expired) {
         last.expired =
             Some(ExpiredReport { backups: x.backups, archives: x.archives, seconds: x.seconds });
+    }
+    if !args.json
+        && let Some(set) = &server_options.set
+    {
+        outln!(
+            "Options from the server's client option set {set}: {}.",
+            server_options.given.join(", ")
+        );
     }
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&reports)?);

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use clap::Args;
+use qsm_client::config::ServerOptions;
 use qsm_client::{BackupOptions, BackupSummary};
 
 use crate::cmd::key::KeyUse;
@@ -38,6 +39,15 @@ pub(crate) fn on_off(text: &str) -> std::result::Result<bool, String> {
 }
 
 impl Protect {
+    /// These flags, without those the server's option set forces (said on stderr).
+    pub(crate) fn unless_forced(&self, server: &ServerOptions) -> Protect {
+        Protect {
+            dedup: unless_forced(server, "dedup", self.dedup, "--dedup"),
+            encryption: unless_forced(server, "encryption", self.encryption, "--encryption"),
+            key_file: self.key_file.clone(),
+        }
+    }
+
     /// Sets `options.dedup`, `.encryption` and `.dedup_cache` from the flags, then the
     /// configuration; opens (or makes) the key before anything is read.
     pub(crate) fn apply(
@@ -64,6 +74,32 @@ impl Protect {
         }
         Ok(())
     }
+}
+
+/// The client option set the server gives this node (none from the embedded store unless
+/// its administrator set one, or from a server older than option sets).
+pub(crate) fn server_options(connected: &Connected) -> Result<ServerOptions> {
+    let set =
+        connected.server().client_options().context("asking for the node's client options")?;
+    Ok(ServerOptions::new(set.as_ref())?)
+}
+
+/// `flag` (spelled `spelled`), unless the server's option set forces option `name`: a forced
+/// option wins over flags (said on stderr, so the user knows the flag did nothing).
+pub(crate) fn unless_forced<T>(
+    server: &ServerOptions,
+    name: &str,
+    flag: Option<T>,
+    spelled: &str,
+) -> Option<T> {
+    if flag.is_some() && server.forces(name) {
+        errln!(
+            "qsm: warning: {spelled} is overridden: the server's client option set {} forces {name}",
+            server.set.as_deref().unwrap_or_default()
+        );
+        return None;
+    }
+    flag
 }
 
 /// Include and exclude patterns, added to those of the client configuration.

@@ -197,8 +197,10 @@ enum DefineWhat {
         #[command(flatten)]
         groups: CopyGroups,
     },
-    /// A schedule the server runs by itself in its windows (times in UTC): expire, reclaim,
-    /// audit or backup-db. Each run is an event (`query event`).
+    /// A schedule, with its windows (times in UTC): one the server runs by itself (expire,
+    /// reclaim, audit, backup-db), or one its nodes' schedulers run (incremental, selective,
+    /// archive; `define association` names the nodes, `qsm sched` runs it on each). Each run
+    /// is an event (`query event`).
     Schedule {
         /// The policy domain it belongs to.
         domain: String,
@@ -207,16 +209,45 @@ enum DefineWhat {
         #[command(flatten)]
         spec: ScheduleArgs,
     },
+    /// Have a client schedule run for nodes of its domain (TSM's DEFINE ASSOCIATION): each
+    /// node's `qsm sched` runs it in its windows; a window a node lets pass is missed.
+    Association {
+        domain: String,
+        schedule: String,
+        #[arg(required = true)]
+        nodes: Vec<String>,
+    },
+    /// A client option set (TSM's DEFINE CLOPTSET): options the server gives the nodes using
+    /// it (`update node NAME --cloptset SET`).
+    Cloptset {
+        name: String,
+        #[arg(long, default_value = "")]
+        description: String,
+    },
+    /// An option of a client option set (TSM's DEFINE CLIENTOPT), named as in client.toml:
+    /// include, exclude (several add up), compression, dedup, encryption (on|off),
+    /// limit_upload, txn_group_max, txn_byte_limit, threads. It fills in what a node's flags
+    /// and client.toml leave unset; with --force it overrides them. Patterns always add to
+    /// the node's own.
+    Clientopt {
+        set: String,
+        option: String,
+        value: String,
+        /// Override the node's own flags and client.toml.
+        #[arg(long)]
+        force: bool,
+    },
 }
 
 /// What a schedule says; on update, what is given changes.
 #[derive(Debug, Clone, clap::Args)]
 struct ScheduleArgs {
-    /// expire, reclaim, audit or backup-db (incremental, selective and archive need a client
-    /// scheduler this version does not have).
+    /// expire, reclaim, audit or backup-db (run by the server); incremental, selective or
+    /// archive (run by the associated nodes' `qsm sched`).
     #[arg(long)]
     action: Option<String>,
-    /// What the action works on (repeatable).
+    /// The paths a client action backs up or archives (an incremental with none: each of the
+    /// node's filespaces).
     #[arg(long = "objects", num_args = 1..)]
     objects: Vec<String>,
     /// The first window's start, UTC: HH:MM (today), "YYYY-MM-DD HH:MM" or @SECONDS.
@@ -301,12 +332,18 @@ enum UpdateWhat {
         #[command(flatten)]
         groups: CopyGroups,
     },
-    /// Move a node to another domain, or change its password (--new-password-file, or
-    /// --password to read it from stdin).
+    /// Move a node to another domain, give it a client option set, or change its password
+    /// (--new-password-file, or --password to read it from stdin).
     Node {
         name: String,
         #[arg(long)]
         domain: Option<String>,
+        /// The client option set it uses.
+        #[arg(long, value_name = "SET")]
+        cloptset: Option<String>,
+        /// Use no client option set any more.
+        #[arg(long, conflicts_with = "cloptset")]
+        no_cloptset: bool,
         #[command(flatten)]
         password: NewPassword,
     },
@@ -350,8 +387,19 @@ enum DeleteWhat {
     Domain { name: String },
     /// A management class: refused while versions are bound to it.
     Mgmtclass { domain: String, name: String },
-    /// A schedule and its events.
+    /// A schedule, its associations and its events.
     Schedule { domain: String, name: String },
+    /// Stop a client schedule running for nodes.
+    Association {
+        domain: String,
+        schedule: String,
+        #[arg(required = true)]
+        nodes: Vec<String>,
+    },
+    /// A client option set and its options (its nodes keep only their own).
+    Cloptset { name: String },
+    /// Every value of an option of a client option set.
+    Clientopt { set: String, option: String },
     /// A node's filespace with every version in it (cannot be undone; the node's sessions
     /// are cancelled first).
     Filespace {
@@ -459,8 +507,19 @@ enum AdminQuery {
         #[arg(long)]
         json: bool,
     },
-    /// The runs of the schedules in their windows (future, started, completed, failed,
-    /// missed), by default of the last 24 hours and the next windows.
+    /// The nodes each client schedule runs for.
+    Association {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Client option sets and their options.
+    Cloptset {
+        #[arg(long)]
+        json: bool,
+    },
+    /// The runs of the schedules in their windows (future, started, completed, completed with
+    /// warnings, failed, missed, severed), by default of the last 24 hours and the next
+    /// windows.
     Event {
         /// Only this node's.
         #[arg(long)]
@@ -650,8 +709,8 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
         )
     {
         return Err(crate::usage::usage(
-            "the embedded store runs no schedules (it lives only while a qsm command runs): \
-             define them on a qsm server (--server)",
+            "the embedded store runs no schedules (it lives only while a qsm command runs, and \
+             no scheduler can reach it): define them on a qsm server (--server)",
         ));
     }
     match args.command {
@@ -716,6 +775,35 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
             outln!("Schedule {domain}/{name} deleted.");
         }
         AdminCommand::Query(AdminQuery::Schedule { json }) => emit(&admin.schedules()?[..], json)?,
+        AdminCommand::Define(DefineWhat::Association { domain, schedule, nodes }) => {
+            admin.associate(&domain, &schedule, &nodes)?;
+            outln!("Schedule {domain}/{schedule} runs for {}.", nodes.join(", "));
+        }
+        AdminCommand::Delete(DeleteWhat::Association { domain, schedule, nodes }) => {
+            admin.dissociate(&domain, &schedule, &nodes)?;
+            outln!("Schedule {domain}/{schedule} no longer runs for {}.", nodes.join(", "));
+        }
+        AdminCommand::Query(AdminQuery::Association { json }) => {
+            emit(&admin.associations()?[..], json)?
+        }
+        AdminCommand::Define(DefineWhat::Cloptset { name, description }) => {
+            admin.define_cloptset(&name, &description)?;
+            outln!("Client option set {name} defined.");
+        }
+        AdminCommand::Define(DefineWhat::Clientopt { set, option, value, force }) => {
+            admin.define_clientopt(&set, &option, &value, force)?;
+            let how = if force { ", forced" } else { "" };
+            outln!("Client option set {set}: {option} = {value}{how}.");
+        }
+        AdminCommand::Delete(DeleteWhat::Cloptset { name }) => {
+            admin.delete_cloptset(&name)?;
+            outln!("Client option set {name} deleted.");
+        }
+        AdminCommand::Delete(DeleteWhat::Clientopt { set, option }) => {
+            admin.delete_clientopt(&set, &option)?;
+            outln!("Client option set {set}: {option} deleted.");
+        }
+        AdminCommand::Query(AdminQuery::Cloptset { json }) => emit(&admin.cloptsets()?[..], json)?,
         AdminCommand::Query(AdminQuery::Event { node, since, json }) => {
             emit(&admin.events(node.as_deref(), since)?[..], json)?
         }
@@ -727,12 +815,18 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
             admin.update_mgmt_class(&domain, &name, &groups.values())?;
             outln!("Management class {domain}/{name} updated.");
         }
-        AdminCommand::Update(UpdateWhat::Node { name, domain, .. }) => {
+        AdminCommand::Update(UpdateWhat::Node { name, domain, cloptset, no_cloptset, .. }) => {
             let password = new_password().ok();
             let changes_password = password.is_some();
-            admin.update_node(&name, domain.as_deref(), password)?;
+            let set = if no_cloptset { Some("") } else { cloptset.as_deref() };
+            admin.update_node(&name, domain.as_deref(), password, set)?;
             if let Some(domain) = domain {
                 outln!("Node {name} is in domain {domain}.");
+            }
+            match set {
+                Some("") => outln!("Node {name} uses no client option set."),
+                Some(set) => outln!("Node {name} uses client option set {set}."),
+                None => {}
             }
             if changes_password {
                 outln!("Node {name} has a new password.");

@@ -1,8 +1,9 @@
 //! How `qsm admin`'s reports read on a terminal.
 
 use qsm_proto::reports::{
-    ActlogReport, AuditReport, BackupDbReport, DomainRow, EventRow, ExpireReport, NodeRow,
-    ProcessRow, ReclaimReport, ScheduleRow, SessionRow, StgpoolRow, VolhistRow,
+    ActlogReport, AssociationRow, AuditReport, BackupDbReport, CloptsetRow, DomainRow, EventRow,
+    ExpireReport, NodeRow, ProcessRow, ReclaimReport, ScheduleRow, SessionRow, StgpoolRow,
+    VolhistRow,
 };
 use qsm_types::model::NO_LIMIT;
 use qsm_types::time::format_time;
@@ -295,6 +296,30 @@ impl Text for [ScheduleRow] {
                 s.duration,
                 s.next_window.map_or_else(|| "none".into(), format_time)
             );
+        }
+    }
+}
+
+impl Text for [AssociationRow] {
+    fn text(&self) {
+        for a in self {
+            outln!("{}/{}: {} (since {})", a.domain, a.schedule, a.node, format_time(a.since));
+        }
+    }
+}
+
+impl Text for [CloptsetRow] {
+    fn text(&self) {
+        for c in self {
+            let about = if c.description.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", c.description)
+            };
+            outln!("{}{about}:", c.name);
+            for o in &c.options {
+                outln!("  {} = {}{}", o.name, o.value, if o.force { " (forced)" } else { "" });
+            }
         }
     }
 }
