@@ -63,6 +63,12 @@ pub struct ClientConfig {
     /// How many times a file that changed while read is read again (`qsm backup
     /// --changing-retries`).
     pub changing_retries: Option<u32>,
+    /// `qsm sched` runs this (`sh -c`) before each scheduled action; if it fails, the event
+    /// fails and the action is skipped (TSM's PRESCHEDULECMD).
+    pub pre_command: Option<String>,
+    /// `qsm sched` runs this after each scheduled action, whatever its outcome (in
+    /// `$QSM_EVENT_STATE`); if it fails, a completed event is completed with warnings.
+    pub post_command: Option<String>,
 }
 
 impl ClientConfig {
@@ -387,6 +393,15 @@ pub fn read_password(path: &Path) -> Result<String> {
 }
 
 pub use qsm_types::clientopts::parse_rate;
+
+/// Where the client keeps its state (the change journal, the scheduler's lock):
+/// `$XDG_STATE_HOME/qsm`, or `~/.local/state/qsm`.
+pub fn state_dir() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_STATE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))?;
+    Some(base.join("qsm"))
+}
 
 #[cfg(test)]
 mod tests {

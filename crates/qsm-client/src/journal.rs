@@ -99,10 +99,7 @@ pub fn default_path() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("QSM_JOURNAL") {
         return Some(PathBuf::from(p));
     }
-    let base = std::env::var_os("XDG_STATE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))?;
-    Some(base.join("qsm").join("journal.db"))
+    Some(crate::config::state_dir()?.join("journal.db"))
 }
 
 fn lock_path(path: &Path) -> PathBuf {

@@ -32,6 +32,7 @@ pub mod remote;
 pub mod report;
 pub mod restore;
 pub mod scan;
+pub mod sched;
 pub mod server;
 pub mod tar;
 pub mod throttle;

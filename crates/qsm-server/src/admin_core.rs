@@ -446,19 +446,30 @@ impl AdminApi for AdminSession<'_> {
                 detail: e.detail,
             })
             .collect();
-        // Each server schedule's next window, as a future event.
-        if r.node.is_empty() {
-            for s in catalog.schedules().map_err(catalog_error)? {
-                if let Some(next) = crate::schedules::next_window(&s.spec, now) {
-                    events.push(v1::EventInfo {
-                        domain: s.domain_name,
-                        schedule: s.name,
-                        action: s.spec.action,
-                        window_start: next,
-                        state: "future".into(),
-                        ..v1::EventInfo::default()
-                    });
-                }
+        // Each schedule's next window, as a future event: the server's, and each associated
+        // node's.
+        let associations = catalog.associations().map_err(catalog_error)?;
+        for s in catalog.schedules().map_err(catalog_error)? {
+            let Some(next) = crate::schedules::next_window(&s.spec, now) else { continue };
+            let nodes: Vec<String> =
+                if crate::schedules::CLIENT_ACTIONS.contains(&s.spec.action.as_str()) {
+                    let of = associations.iter().filter(|a| a.schedule == s.id);
+                    of.map(|a| a.node_name.clone()).filter(|n| mine(&Some(n.clone()))).collect()
+                } else if r.node.is_empty() {
+                    vec![String::new()]
+                } else {
+                    Vec::new()
+                };
+            for node in nodes {
+                events.push(v1::EventInfo {
+                    domain: s.domain_name.clone(),
+                    schedule: s.name.clone(),
+                    action: s.spec.action.clone(),
+                    node,
+                    window_start: next,
+                    state: "future".into(),
+                    ..v1::EventInfo::default()
+                });
             }
         }
         events.sort_by_key(|e| e.window_start);

@@ -248,10 +248,7 @@ pub fn render(state: &State) -> Result<String, ServerError> {
     // Schedules' events of the last day, by state (every state, zero included, so that an
     // alert on `missed` or `failed` has a series to read).
     let mut states: std::collections::BTreeMap<String, f64> =
-        ["started", "completed", "failed", "missed"]
-            .iter()
-            .map(|s| ((*s).to_owned(), 0.0))
-            .collect();
+        qsm_types::model::EVENT_STATES.iter().map(|s| ((*s).to_owned(), 0.0)).collect();
     // The events run, not the next windows `query event` adds as `future`.
     for e in admin.events(None, Some(qsm_types::now() - 86_400))? {
         if e.state != "future" {

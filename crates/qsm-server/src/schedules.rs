@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use qsm_catalog::{Schedule, ScheduleId, ScheduleSpec, Severity, Timestamp};
+use qsm_catalog::{Coordination, Schedule, ScheduleId, ScheduleSpec, Severity, Timestamp};
 use qsm_proto::{AdminApi, v1};
 use qsm_types::ServerError;
 
@@ -160,13 +160,14 @@ fn sever(state: &State, schedules: &[Schedule], now: Timestamp) {
     let Ok(events) = catalog.events(now - 7 * 86_400) else { return };
     let mut started = events.into_iter().filter(|e| e.state == "started" && e.node.is_some());
     let Some(first) = started.next() else { return };
-    let Ok(sessions) = catalog.running_sessions() else { return };
+    // The sessions open on live servers (those of a server that died end with its lease).
+    let Ok(sessions) = catalog.open_sessions() else { return };
     let Ok(nodes) = catalog.nodes() else { return };
     for e in std::iter::once(first).chain(started) {
         let Some(s) = schedules.iter().find(|s| s.id == e.schedule) else { continue };
         let Some(node) = nodes.iter().find(|n| Some(&n.name) == e.node.as_ref()) else { continue };
         let open = e.window_start + s.spec.duration > now;
-        if open || sessions.iter().any(|x| x.node == node.id) {
+        if open || sessions.iter().any(|x| x.node == Some(node.id)) {
             continue;
         }
         let why = "the node's sessions ended before it reported an outcome";

@@ -272,6 +272,12 @@ pub struct OptionSet {
     pub options: Vec<ClientOpt>,
 }
 
+/// The states an event is recorded in: a run under way, how it ended (a [`RunResult`]), or
+/// why there was none (`missed`), or why it never reported (`severed`). `query event` adds
+/// each next window as `future`.
+pub const EVENT_STATES: [&str; 6] =
+    ["started", "completed", "completed with warnings", "failed", "missed", "severed"];
+
 /// A run of a schedule in one of its windows (TSM's event).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Event {

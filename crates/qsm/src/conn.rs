@@ -85,8 +85,30 @@ pub fn password_from_stdin() -> Result<String> {
 }
 
 impl Conn {
+    /// The flags that take another `qsm` to the same place (the scheduler's children), as
+    /// given: what came from the environment reaches the child through its environment.
+    pub fn args(&self) -> Vec<std::ffi::OsString> {
+        let mut args = Vec::new();
+        let mut flag = |name: &str, value: Option<std::ffi::OsString>| {
+            if let Some(v) = value {
+                args.push(name.into());
+                args.push(v);
+            }
+        };
+        flag("--home", self.home.clone().map(Into::into));
+        flag("--server", self.server.clone().map(Into::into));
+        flag("--node", self.node.clone().map(Into::into));
+        flag("--password-file", self.password_file.clone().map(Into::into));
+        flag("--ca", self.ca.clone().map(Into::into));
+        flag("--config", self.config.clone().map(Into::into));
+        if self.insecure {
+            args.push("--insecure".into());
+        }
+        args
+    }
+
     /// The flags as the library takes them.
-    fn reach(&self) -> Reach {
+    pub(crate) fn reach(&self) -> Reach {
         Reach {
             home: self.home.clone(),
             server: self.server.clone(),

@@ -59,6 +59,9 @@ enum Command {
     Key(cmd::key::KeyArgs),
     /// The change journal: a daemon recording what changes, so backups need not scan.
     Journal(cmd::journal::JournalArgs),
+    /// The client scheduler: runs the node's scheduled backups and archives in the windows
+    /// its server gives, until stopped (for systemd: contrib/qsm-sched.service).
+    Sched(cmd::sched::SchedArgs),
 }
 
 /// Exit code when an operation completed but skipped some files (TSM uses 4 likewise).
@@ -87,6 +90,7 @@ fn main() -> ExitCode {
         Command::Stand(cmd) => cmd::stand::stand(cmd),
         Command::Key(args) => cmd::key::key(args),
         Command::Journal(args) => cmd::journal::journal(args),
+        Command::Sched(args) => cmd::sched::sched(args),
     };
     let code = exit_code(result);
     if let Some(path) = &cli.metrics_file
@@ -134,6 +138,7 @@ impl Command {
             Command::Stand(_) => "stand",
             Command::Key(_) => "key",
             Command::Journal(_) => "journal",
+            Command::Sched(_) => "sched",
         }
     }
 }
@@ -170,6 +175,7 @@ mod tests {
             "stand compare a b",
             "stand compare a b --threshold 2.5",
             "stand load cpu:1 --seconds 1.5",
+            "sched --poll 5m --spread 0",
         ] {
             let args = std::iter::once("qsm").chain(line.split(' '));
             if let Err(e) = Cli::try_parse_from(args) {

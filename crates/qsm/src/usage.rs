@@ -88,6 +88,25 @@ pub fn or_nolimit(
     }
 }
 
+/// Seconds from `90`, `90s`, `30m`, `1h`, `1d` or `1w`.
+pub fn seconds(text: &str) -> Result<i64, String> {
+    let bad = || format!("invalid length of time {text:?} (e.g. 90s, 30m, 1h, 1d, 1w)");
+    let (number, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => text.split_at(i),
+        None => (text, "s"),
+    };
+    let n: i64 = number.parse().map_err(|_| bad())?;
+    let unit = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        "w" => 7 * 86_400,
+        _ => return Err(bad()),
+    };
+    n.checked_mul(unit).filter(|s| *s > 0).ok_or_else(bad)
+}
+
 /// An error's message with each cause said once (see [`qsm_client::error::chain`]).
 pub fn chain(e: &anyhow::Error) -> String {
     qsm_client::error::chain(e.as_ref())

@@ -324,8 +324,8 @@ fn webhooks_hear_of_failed_backups_damaged_chunks_and_a_full_pool() {
 
 /// Issue 26: a schedule of a server action runs by itself in each of its windows, once, and
 /// is an event with its result; a window that closed while the server was down is recorded
-/// missed; each schedule's next window is a future event; a client action is refused (no
-/// client scheduler yet), and deleting a schedule takes its events.
+/// missed; each schedule's next window is a future event; an archive schedule without
+/// objects is refused, and deleting a schedule takes its events.
 #[test]
 fn server_schedules_run_in_their_windows_and_missed_windows_are_recorded() {
     let dir = TempDir::new().unwrap();
@@ -419,7 +419,7 @@ fn server_schedules_run_in_their_windows_and_missed_windows_are_recorded() {
             "standard",
             "nightly",
             "--action",
-            "incremental",
+            "archive",
             "--start",
             "02:00",
             "--duration",
@@ -429,7 +429,7 @@ fn server_schedules_run_in_their_windows_and_missed_windows_are_recorded() {
         ])
         .assert()
         .failure()
-        .stderr(predicate::str::contains("qsm sched"));
+        .stderr(predicate::str::contains("needs --objects"));
     admin(&server)
         .args([
             "define",
@@ -456,4 +456,270 @@ fn server_schedules_run_in_their_windows_and_missed_windows_are_recorded() {
         .assert()
         .failure()
         .stderr(predicate::str::contains("no schedule standard/expire"));
+}
+
+/// A `qsm sched` of `node` in a process group of its own (so that it and the backup it runs
+/// can be killed together), reaching the server through its local socket, which stays the
+/// same when the server restarts; with `config` as its client.toml.
+fn scheduler(server: &ServerProc, node: &str, pw: &Path, config: &Path) -> Scheduler {
+    use std::os::unix::process::CommandExt;
+    let child = StdCommand::new(assert_cmd::cargo::cargo_bin("qsm"))
+        .env("QSM_SERVER", server.socket())
+        .env("QSM_NODE", node)
+        .env("QSM_PASSWORD_FILE", pw)
+        .env("QSM_CONFIG", config)
+        .env("QSM_HOME", "/nonexistent/embedded-must-not-be-used")
+        .env("HOME", server.data.parent().unwrap())
+        .args(["sched", "--poll", "1s"])
+        .process_group(0)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    Scheduler(child)
+}
+
+/// A `qsm sched` process group, killed (with what it runs) when dropped: a failed test
+/// leaves no scheduler behind.
+struct Scheduler(Child);
+
+impl Scheduler {
+    /// SIGKILL to the scheduler and the commands it runs.
+    fn kill(&mut self) {
+        let group = format!("-{}", self.0.id());
+        let _ = StdCommand::new("kill").args(["-s", "KILL", "--", &group]).status();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Scheduler {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The event (not the future window) of `schedule` for `node` in the window starting at
+/// `window`.
+fn event_of(
+    server: &ServerProc,
+    schedule: &str,
+    node: &str,
+    window: i64,
+) -> Option<serde_json::Value> {
+    let all = json(admin(server).args(["query", "event", "--since", &format!("@{window}")]));
+    all.as_array()?
+        .iter()
+        .find(|e| {
+            e["schedule"] == schedule
+                && e["node"] == node
+                && e["window_start"] == window
+                && e["state"] != "future"
+        })
+        .cloned()
+}
+
+/// Issue 26: a client schedule runs on every node associated with it, each node's `qsm sched`
+/// starting it inside the window: alpha's completes (its post-command told the outcome),
+/// beta's pre-command fails (the event fails and nothing is backed up), gamma has no scheduler
+/// (missed); a server expire schedule runs beside them. The webhook hears of the failure and
+/// the miss. Alpha's scheduler survives a server restart and runs the next window; killed in
+/// the middle of a run, its event is severed once the window closes.
+#[test]
+fn client_schedules_run_on_their_nodes_and_every_outcome_is_an_event() {
+    let dir = TempDir::new().unwrap();
+    let hook = Webhook::start();
+    let data = dir.path().join("srv");
+    fs::DirBuilder::new().recursive(true).mode(0o700).create(&data).unwrap();
+    let settings =
+        format!("[[alert]]\nurl = \"{}\"\nevents = [\"failed\", \"missed\"]\n", hook.url);
+    fs::write(data.join("server.toml"), settings).unwrap();
+    let mut server = ServerProc::start(&data, false);
+    let mut pws = Vec::new();
+    for node in ["alpha", "beta", "gamma"] {
+        register(&server, node, &format!("{node}-password"));
+        pws.push(password_file(dir.path(), &format!("{node}.pw"), &format!("{node}-password")));
+    }
+    // Alpha's and beta's filespaces exist: the schedule backs up each of a node's filespaces.
+    let (src_a, src_b) = (dir.path().join("a"), dir.path().join("b"));
+    tree(&src_a);
+    tree(&src_b);
+    client(&server, "alpha", &pws[0]).arg("backup").arg(&src_a).assert().success();
+    client(&server, "beta", &pws[1]).arg("backup").arg(&src_b).assert().success();
+
+    let told = dir.path().join("post-said");
+    let hang = dir.path().join("hang");
+    let alpha_toml = dir.path().join("alpha.toml");
+    fs::write(
+        &alpha_toml,
+        format!(
+            "pre_command = \"if [ -e '{}' ]; then sleep 60; fi\"\npost_command = \"echo $QSM_SCHEDULE $QSM_EVENT_STATE >> '{}'\"\n",
+            hang.display(),
+            told.display()
+        ),
+    )
+    .unwrap();
+    let beta_toml = dir.path().join("beta.toml");
+    fs::write(&beta_toml, "pre_command = \"echo the disk is not mounted >&2; exit 3\"\n").unwrap();
+
+    // Windows of 4 s every 10 s, the first in 6 s (the schedulers log in meanwhile).
+    let first = qsm_time_now() + 6;
+    let define = |name: &str, action: &str| {
+        admin(&server)
+            .args(["define", "schedule", "standard", name, "--action", action])
+            .args(["--start", &format!("@{first}"), "--duration", "4s", "--period", "10s"])
+            .assert()
+            .success();
+    };
+    define("nightly", "incremental");
+    define("cleanup", "expire");
+    admin(&server)
+        .args(["define", "association", "standard", "nightly", "alpha", "beta", "gamma"])
+        .assert()
+        .success();
+    admin(&server)
+        .args(["define", "association", "standard", "cleanup", "alpha"])
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("only client schedules have nodes"));
+    let listed = json(admin(&server).args(["query", "association"]));
+    assert_eq!(listed.as_array().unwrap().len(), 3, "{listed:#}");
+    let mut alpha = scheduler(&server, "alpha", &pws[0], &alpha_toml);
+    let mut beta = scheduler(&server, "beta", &pws[1], &beta_toml);
+
+    wait_for("the first window's events", || {
+        ["alpha", "beta", "gamma"].iter().all(|n| {
+            event_of(&server, "nightly", n, first).is_some_and(|e| e["state"] != "started")
+        })
+    });
+    let a = event_of(&server, "nightly", "alpha", first).unwrap();
+    assert_eq!(a["state"], "completed", "{a:#}");
+    assert!(a["detail"].as_str().unwrap().contains("1 filespaces"), "{a:#}");
+    let started = a["started"].as_i64().unwrap();
+    assert!((first..first + 4).contains(&started), "started inside its window: {a:#}");
+    let b = event_of(&server, "nightly", "beta", first).unwrap();
+    assert_eq!(b["state"], "failed", "{b:#}");
+    assert!(
+        b["detail"]
+            .as_str()
+            .unwrap()
+            .contains("pre_command failed (exit 3: the disk is not mounted)"),
+        "{b:#}"
+    );
+    let g = event_of(&server, "nightly", "gamma", first).unwrap();
+    assert_eq!(g["state"], "missed", "{g:#}");
+    let all = json(admin(&server).args(["query", "event"]));
+    assert!(
+        all.as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["schedule"] == "cleanup" && e["state"] == "completed"),
+        "the server's expire schedule ran: {all:#}"
+    );
+    assert!(
+        all.as_array().unwrap().iter().any(|e| e["node"] == "gamma" && e["state"] == "future"),
+        "each node's next window is a future event: {all:#}"
+    );
+    wait_for("the failed and missed alerts", || {
+        hook.got("failed").iter().any(|x| x["node"] == "beta")
+            && hook.got("missed").iter().any(|x| x["node"] == "gamma")
+    });
+    assert_eq!(fs::read_to_string(&told).unwrap(), "nightly completed\n", "the post-command");
+    // Beta's pre-command failed: its filespace was not backed up again.
+    let fs_b = json(client(&server, "beta", &pws[1]).args(["query", "filespace"]));
+    assert!(fs_b[0]["last_backup"]["started"].as_i64().unwrap() < first, "{fs_b:#}");
+
+    // The server restarts between two windows: alpha's scheduler connects again and runs
+    // the next one.
+    server.kill();
+    std::thread::sleep(Duration::from_secs(1));
+    let server = ServerProc::start(&data, false);
+    let second = first + 10;
+    wait_for("alpha's second window", || {
+        event_of(&server, "nightly", "alpha", second).is_some_and(|e| e["state"] == "completed")
+    });
+    let fs_a = json(client(&server, "alpha", &pws[0]).args(["query", "filespace"]));
+    assert!(fs_a[0]["last_backup"]["started"].as_i64().unwrap() >= second, "{fs_a:#}");
+    beta.kill();
+
+    // Killed mid-run (its pre-command hangs), alpha's scheduler leaves a started event,
+    // which the server severs once the window has closed and alpha's sessions have ended.
+    fs::write(&hang, "").unwrap();
+    let third = second + 10;
+    wait_for("alpha's third window to start", || {
+        event_of(&server, "nightly", "alpha", third).is_some_and(|e| e["state"] == "started")
+    });
+    alpha.kill();
+    wait_for("the severed event", || {
+        event_of(&server, "nightly", "alpha", third).is_some_and(|e| e["state"] == "severed")
+    });
+    let text = admin(&server).args(["query", "event"]).assert().success();
+    let text = String::from_utf8_lossy(&text.get_output().stdout).into_owned();
+    for state in ["completed", "failed", "missed", "severed", "future"] {
+        assert!(text.contains(state), "query event shows {state}: {text}");
+    }
+}
+
+/// Issue 26: a client option set gives its nodes options: a forced one overrides the node's
+/// own flag (said on stderr), an unforced one fills in, patterns add to the node's own; the
+/// backup summary names them; a value no client could use is refused when defined; a node
+/// taken out of the set has its own options only again.
+#[test]
+fn client_option_sets_give_nodes_their_options_with_forced_ones_first() {
+    let dir = TempDir::new().unwrap();
+    let server = ServerProc::start(&dir.path().join("srv"), false);
+    register(&server, "alpha", "alpha-password");
+    let pw = password_file(dir.path(), "pw", "alpha-password");
+    let src = dir.path().join("src");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("keep.txt"), "kept ".repeat(1000)).unwrap();
+    fs::write(src.join("scratch.skip"), "skipped").unwrap();
+    let opt =
+        |args: &[&str]| admin(&server).args(["define", "clientopt", "lab"]).args(args).assert();
+    admin(&server)
+        .args(["define", "cloptset", "lab", "--description", "the lab"])
+        .assert()
+        .success();
+    opt(&["exclude", "*.skip", "--force"]).success();
+    opt(&["compression", "lz4", "--force"]).success();
+    opt(&["threads", "2"]).success();
+    opt(&["colour", "blue"]).failure().stderr(predicate::str::contains("no client option"));
+    opt(&["compression", "zstd:99"]).failure().stderr(predicate::str::contains("compression"));
+    opt(&["dedup", "maybe"]).failure().stderr(predicate::str::contains("on or off"));
+    admin(&server)
+        .args(["define", "clientopt", "none", "threads", "2"])
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("no client option set none"));
+    admin(&server).args(["update", "node", "alpha", "--cloptset", "lab"]).assert().success();
+    let sets = json(admin(&server).args(["query", "cloptset"]));
+    assert_eq!(sets[0]["options"].as_array().unwrap().len(), 3, "{sets:#}");
+
+    let run = client(&server, "alpha", &pw)
+        .args(["backup", "--json", "--compression", "zstd:3"])
+        .arg(&src)
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("--compression is overridden"));
+    let report: serde_json::Value = serde_json::from_slice(&run.get_output().stdout).unwrap();
+    let given = report[0]["server_options"].as_array().unwrap();
+    assert_eq!(given[0], "exclude=*.skip (forced)", "{report:#}");
+    assert!(given.iter().any(|g| g == "threads=2"), "{report:#}");
+    assert!(report[0]["compression"].as_str().unwrap().contains("lz4"), "{report:#}");
+    let to = dir.path().join("out");
+    client(&server, "alpha", &pw).arg("restore").arg(&src).arg("--to").arg(&to).assert().success();
+    assert!(
+        to.join("keep.txt").exists() && !to.join("scratch.skip").exists(),
+        "the forced exclude"
+    );
+    let text = client(&server, "alpha", &pw).arg("backup").arg(&src).assert().success();
+    let said = String::from_utf8_lossy(&text.get_output().stdout).into_owned();
+    assert!(said.contains("Options from the server's client option set lab"), "{said}");
+
+    admin(&server).args(["update", "node", "alpha", "--no-cloptset"]).assert().success();
+    let run = client(&server, "alpha", &pw).args(["backup", "--json"]).arg(&src).assert().success();
+    let report: serde_json::Value = serde_json::from_slice(&run.get_output().stdout).unwrap();
+    assert!(report[0].get("server_options").is_none(), "{report:#}");
+    assert_eq!(report[0]["backed_up"], 1, "scratch.skip is the node's own again: {report:#}");
+    admin(&server).args(["delete", "cloptset", "lab"]).assert().success();
+    admin(&server).args(["delete", "cloptset", "lab"]).assert().failure();
 }

@@ -9,6 +9,7 @@ pub mod key;
 pub mod query;
 pub mod restore;
 pub mod retrieve;
+pub mod sched;
 mod send;
 pub mod server;
 pub mod stand;

@@ -254,10 +254,10 @@ struct ScheduleArgs {
     #[arg(long, value_parser = schedule_start)]
     start: Option<i64>,
     /// How long each window stays open for the action to start: 90s, 30m, 1h, 1d.
-    #[arg(long, value_parser = seconds)]
+    #[arg(long, value_parser = crate::usage::seconds)]
     duration: Option<i64>,
     /// From one window to the next: 1d, 1w, 12h, 30s.
-    #[arg(long, value_parser = seconds)]
+    #[arg(long, value_parser = crate::usage::seconds)]
     period: Option<i64>,
     /// Only on these weekdays (mon,tue,...; UTC); `--days all` for every day again.
     #[arg(long, value_delimiter = ',')]
@@ -295,25 +295,6 @@ fn schedule_start(text: &str) -> Result<i64, String> {
         return Ok(today + h * 3600 + m * 60);
     }
     qsm_types::time::parse_time(text)
-}
-
-/// Seconds from `90`, `90s`, `30m`, `1h`, `1d` or `1w`.
-fn seconds(text: &str) -> Result<i64, String> {
-    let bad = || format!("invalid length of time {text:?} (e.g. 90s, 30m, 1h, 1d, 1w)");
-    let (number, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
-        Some(i) => text.split_at(i),
-        None => (text, "s"),
-    };
-    let n: i64 = number.parse().map_err(|_| bad())?;
-    let unit = match unit {
-        "s" => 1,
-        "m" => 60,
-        "h" => 3600,
-        "d" => 86_400,
-        "w" => 7 * 86_400,
-        _ => return Err(bad()),
-    };
-    n.checked_mul(unit).filter(|s| *s > 0).ok_or_else(bad)
 }
 
 #[derive(Debug, Subcommand)]
@@ -655,10 +636,15 @@ fn before_connecting(command: &AdminCommand) -> Result<Option<String>> {
         AdminCommand::RegisterNode(r) if !r.privilege.is_empty() => {
             "--privilege is for administrators: a node has no privilege classes"
         }
-        AdminCommand::Update(UpdateWhat::Node { domain: None, password, .. })
-            if !password.given() =>
-        {
-            "say what to change: --domain, --new-password-file or --password"
+        AdminCommand::Update(UpdateWhat::Node {
+            domain: None,
+            cloptset: None,
+            no_cloptset: false,
+            password,
+            ..
+        }) if !password.given() => {
+            "say what to change: --domain, --cloptset, --no-cloptset, --new-password-file or \
+             --password"
         }
         AdminCommand::Update(UpdateWhat::Admin { password, .. }) if !password.given() => {
             "give the new password: --new-password-file or --password"
