@@ -281,6 +281,29 @@ pub fn render(state: &State) -> Result<String, ServerError> {
     }
     let processes = by_kind.into_iter().map(|(kind, n)| (here(&[("kind", &kind)]), n));
     x.family("qsm_server_processes", Gauge, "Processes running on this server.", processes);
+    // Each session's bytes: rate() of it is the session's throughput.
+    let received = sessions.iter().filter(|s| s.node.is_some()).map(|s| {
+        let id = s.id.to_string();
+        (here(&[("session", &id), ("node", &s.account)]), s.bytes.load(Ordering::Relaxed) as f64)
+    });
+    x.family(
+        "qsm_session_received_bytes_total",
+        Counter,
+        "Frame bytes each open node session has sent this server.",
+        received,
+    );
+    // How long each process has run (its progress in words: `qsm admin query process`).
+    let now = qsm_types::now();
+    let elapsed = state.processes.list().into_iter().map(|(id, kind, started, _)| {
+        let id = id.to_string();
+        (here(&[("process", &id), ("kind", &kind)]), (now - started).max(0) as f64)
+    });
+    x.family(
+        "qsm_server_process_elapsed_seconds",
+        Gauge,
+        "How long each process running on this server has run.",
+        elapsed,
+    );
     let c = &state.counters;
     let count = |v: &AtomicU64| v.load(Ordering::Relaxed) as f64;
     x.family(
