@@ -302,6 +302,14 @@ pub fn associations_and_node_events(cat: &dyn Catalog) -> CaseResult {
     let (va, vb) = (of("alpha").ok_or("alpha's event")?, of("beta").ok_or("beta's event")?);
     ensure!(va.state == "completed with warnings" && va.detail == "2 files skipped", "{va:?}");
     ensure!(vb.state == "severed", "{vb:?}");
+    let mine = cat.node_events(a, 0).map_err(e)?;
+    ensure!(mine.len() == 1 && mine[0].id == ea, "alpha's events only: {mine:?}");
+    ensure!(cat.node_events(a, 3_601).map_err(e)?.is_empty(), "events since a time");
+    ensure!(cat.started_node_events().map_err(e)?.is_empty(), "ended events listed as started");
+    let ec = cat.claim_event(s, Some(a), 7_200, "started", 7_210).map_err(e)?.ok_or("claim")?;
+    cat.claim_event(s, None, 7_200, "started", 7_210).map_err(e)?;
+    let started = cat.started_node_events().map_err(e)?;
+    ensure!(started.len() == 1 && started[0].id == ec, "a node's started event: {started:?}");
 
     cat.set_node_domain(b, other).map_err(e)?;
     let all = cat.associations().map_err(e)?;

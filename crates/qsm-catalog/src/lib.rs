@@ -209,6 +209,10 @@ pub trait Catalog: Send + Sync + std::fmt::Debug {
     fn end_event(&self, id: i64, state: &str, detail: &str, now: Timestamp) -> Result<()>;
     /// The events of windows starting at `since` or later, oldest first.
     fn events(&self, since: Timestamp) -> Result<Vec<Event>>;
+    /// `node`'s events of windows starting at `since` or later, oldest first.
+    fn node_events(&self, node: NodeId, since: Timestamp) -> Result<Vec<Event>>;
+    /// The nodes' events still started, oldest first (a scheduler's that may never report).
+    fn started_node_events(&self) -> Result<Vec<Event>>;
     /// Ends `node`'s started event `id` in `state` with what it reported (`NotFound` if it is
     /// another's, or not started).
     fn end_node_event(

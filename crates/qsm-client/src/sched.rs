@@ -141,6 +141,12 @@ pub fn run(
         };
         let server = match link.server() {
             Ok(s) => s,
+            // Trying a refused password again and again would only lock the node out: a
+            // wrong password, a locked node or a bad setting stops the scheduler, said.
+            Err(
+                e @ (ClientError::Usage(_)
+                | ClientError::Server(ServerError::Unauthenticated(_) | ServerError::Denied(_))),
+            ) => return Err(e),
             Err(e) => {
                 failed(link, say, &e);
                 nap(backoff.as_secs_f64(), stop);

@@ -156,9 +156,8 @@ pub fn tick(state: &Arc<State>) {
 /// closed: their scheduler was killed or lost its server mid-run, and will not report.
 fn sever(state: &State, schedules: &[Schedule], now: Timestamp) {
     let catalog = state.store.catalog();
-    // A week back is further than any run lasts.
-    let Ok(events) = catalog.events(now - 7 * 86_400) else { return };
-    let mut started = events.into_iter().filter(|e| e.state == "started" && e.node.is_some());
+    let Ok(events) = catalog.started_node_events() else { return };
+    let mut started = events.into_iter();
     let Some(first) = started.next() else { return };
     // The sessions open on live servers (those of a server that died end with its lease).
     let Ok(sessions) = catalog.open_sessions() else { return };
@@ -189,7 +188,6 @@ pub fn due(
     node: &qsm_catalog::Node,
     now: Timestamp,
 ) -> Result<Vec<(Schedule, Timestamp)>, ServerError> {
-    let name = Some(node.name.clone());
     use crate::node_core::catalog_error;
     let catalog = state.store.catalog();
     let mine: Vec<ScheduleId> = catalog
@@ -202,15 +200,20 @@ pub fn due(
     if mine.is_empty() {
         return Ok(Vec::new());
     }
-    let schedules = catalog.schedules().map_err(catalog_error)?;
-    let events = catalog.events(now - 7 * 86_400).map_err(catalog_error)?;
+    let schedules: Vec<Schedule> = catalog
+        .schedules()
+        .map_err(catalog_error)?
+        .into_iter()
+        .filter(|s| mine.contains(&s.id))
+        .collect();
+    let open = |s: &Schedule| last_window(&s.spec, now).filter(|&w| now < w + s.spec.duration);
+    // The node's events of the windows open now, no older ones.
+    let since = schedules.iter().filter_map(open).min().unwrap_or(now);
+    let events = catalog.node_events(node.id, since).map_err(catalog_error)?;
     let mut due = Vec::new();
-    for s in schedules.into_iter().filter(|s| mine.contains(&s.id)) {
-        let open = last_window(&s.spec, now).filter(|&w| now < w + s.spec.duration);
-        let ran = |w: Timestamp| {
-            events.iter().any(|e| e.schedule == s.id && e.window_start == w && e.node == name)
-        };
-        let window = match open {
+    for s in schedules {
+        let ran = |w: Timestamp| events.iter().any(|e| e.schedule == s.id && e.window_start == w);
+        let window = match open(&s) {
             Some(w) if !ran(w) => Some(w),
             _ => next_window(&s.spec, now),
         };

@@ -487,7 +487,11 @@ impl Scheduler {
     /// SIGKILL to the scheduler and the commands it runs.
     fn kill(&mut self) {
         let group = format!("-{}", self.0.id());
-        let _ = StdCommand::new("kill").args(["-s", "KILL", "--", &group]).status();
+        // A group already gone (killed before, then dropped) is not an error.
+        let _ = StdCommand::new("kill")
+            .args(["-s", "KILL", "--", &group])
+            .stderr(Stdio::null())
+            .status();
         let _ = self.0.wait();
     }
 }
@@ -583,6 +587,14 @@ fn client_schedules_run_on_their_nodes_and_every_outcome_is_an_event() {
         .stderr(predicate::str::contains("only client schedules have nodes"));
     let listed = json(admin(&server).args(["query", "association"]));
     assert_eq!(listed.as_array().unwrap().len(), 3, "{listed:#}");
+    // A scheduler whose password is refused stops, said, rather than locking its node out.
+    let wrong = password_file(dir.path(), "wrong.pw", "not-the-password");
+    client(&server, "gamma", &wrong)
+        .args(["sched", "--poll", "1s"])
+        .timeout(Duration::from_secs(60))
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("wrong account name or password"));
     let mut alpha = scheduler(&server, "alpha", &pws[0], &alpha_toml);
     let mut beta = scheduler(&server, "beta", &pws[1], &beta_toml);
 

@@ -236,6 +236,12 @@ impl<B: Backend + std::fmt::Debug> Catalog for B {
     fn events(&self, since: Timestamp) -> Result<Vec<Event>> {
         schedules::events(self, since)
     }
+    fn node_events(&self, node: NodeId, since: Timestamp) -> Result<Vec<Event>> {
+        schedules::node_events(self, node, since)
+    }
+    fn started_node_events(&self) -> Result<Vec<Event>> {
+        schedules::started_node_events(self)
+    }
     fn end_node_event(
         &self,
         node: NodeId,

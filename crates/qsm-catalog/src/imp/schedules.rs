@@ -147,30 +147,63 @@ pub(super) fn end_event(
     )
 }
 
+/// The columns and joins of an event read.
+const EVENT_SELECT: &str = "SELECT e.id, e.schedule_id, d.name, s.name, s.action, n.name, \
+     e.window_start, e.state, e.started, e.ended, e.detail FROM events e \
+     JOIN schedules s ON s.id = e.schedule_id JOIN domains d ON d.id = s.domain_id \
+     LEFT JOIN nodes n ON n.id = e.node_id";
+
+fn event_from_row(r: &dyn Row) -> Result<Event> {
+    Ok(Event {
+        id: r.int(0)?,
+        schedule: ScheduleId(r.int(1)?),
+        domain_name: r.text(2)?,
+        schedule_name: r.text(3)?,
+        action: r.text(4)?,
+        node: r.opt_text(5)?,
+        window_start: r.int(6)?,
+        state: r.text(7)?,
+        started: r.opt_int(8)?,
+        ended: r.opt_int(9)?,
+        detail: r.text(10)?,
+    })
+}
+
 pub(super) fn events(b: &dyn Backend, since: Timestamp) -> Result<Vec<Event>> {
     sql::read(b, "reading events", |s| {
         s.all(
-            "SELECT e.id, e.schedule_id, d.name, s.name, s.action, n.name, e.window_start, \
-             e.state, e.started, e.ended, e.detail FROM events e \
-             JOIN schedules s ON s.id = e.schedule_id JOIN domains d ON d.id = s.domain_id \
-             LEFT JOIN nodes n ON n.id = e.node_id \
-             WHERE e.window_start >= ?1 ORDER BY e.window_start, d.name, s.name, n.name",
+            &format!(
+                "{EVENT_SELECT} WHERE e.window_start >= ?1 \
+                 ORDER BY e.window_start, d.name, s.name, n.name"
+            ),
             &[since.into()],
-            |r| {
-                Ok(Event {
-                    id: r.int(0)?,
-                    schedule: ScheduleId(r.int(1)?),
-                    domain_name: r.text(2)?,
-                    schedule_name: r.text(3)?,
-                    action: r.text(4)?,
-                    node: r.opt_text(5)?,
-                    window_start: r.int(6)?,
-                    state: r.text(7)?,
-                    started: r.opt_int(8)?,
-                    ended: r.opt_int(9)?,
-                    detail: r.text(10)?,
-                })
-            },
+            event_from_row,
+        )
+    })
+}
+
+pub(super) fn node_events(b: &dyn Backend, node: NodeId, since: Timestamp) -> Result<Vec<Event>> {
+    sql::read(b, "reading a node's events", |s| {
+        s.all(
+            &format!(
+                "{EVENT_SELECT} WHERE e.node_id = ?1 AND e.window_start >= ?2 \
+                 ORDER BY e.window_start, d.name, s.name"
+            ),
+            &[node.0.into(), since.into()],
+            event_from_row,
+        )
+    })
+}
+
+pub(super) fn started_node_events(b: &dyn Backend) -> Result<Vec<Event>> {
+    sql::read(b, "reading the started events", |s| {
+        s.all(
+            &format!(
+                "{EVENT_SELECT} WHERE e.state = 'started' AND e.node_id <> 0 \
+                 ORDER BY e.window_start"
+            ),
+            &[],
+            event_from_row,
         )
     })
 }
