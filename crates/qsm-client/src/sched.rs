@@ -414,18 +414,18 @@ fn summary(stdout: &[u8]) -> Option<String> {
     let sum = |field: &str| -> u64 { reports.iter().filter_map(|r| r[field].as_u64()).sum() };
     let seconds: f64 = reports.iter().filter_map(|r| r["seconds"].as_f64()).sum();
     let stored = sum("bytes_stored") as f64 / 1e6;
+    let n = reports.len();
+    let s = if n == 1 { "" } else { "s" };
     Some(if reports.iter().any(|r| r.get("examined").is_some()) {
         format!(
-            "{} filespaces: {} examined, {} backed up, {} failed, {stored:.1} MB stored in {seconds:.1} s",
-            reports.len(),
+            "{n} filespace{s}: {} examined, {} backed up, {} failed, {stored:.1} MB stored in {seconds:.1} s",
             sum("examined"),
             sum("backed_up"),
             sum("failed")
         )
     } else {
         format!(
-            "{} paths archived: {} objects, {} failed, {stored:.1} MB stored",
-            reports.len(),
+            "{n} path{s} archived: {} objects, {} failed, {stored:.1} MB stored",
             sum("objects"),
             sum("failed")
         )
@@ -447,7 +447,7 @@ mod tests {
         let archive = br#"[{"objects": 3, "failed": 0, "bytes_stored": 1000000}]"#;
         assert_eq!(
             summary(archive).unwrap(),
-            "1 paths archived: 3 objects, 0 failed, 1.0 MB stored"
+            "1 path archived: 3 objects, 0 failed, 1.0 MB stored"
         );
         assert_eq!(summary(b"not json"), None);
     }

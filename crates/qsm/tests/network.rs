@@ -605,7 +605,7 @@ fn client_schedules_run_on_their_nodes_and_every_outcome_is_an_event() {
     });
     let a = event_of(&server, "nightly", "alpha", first).unwrap();
     assert_eq!(a["state"], "completed", "{a:#}");
-    assert!(a["detail"].as_str().unwrap().contains("1 filespaces"), "{a:#}");
+    assert!(a["detail"].as_str().unwrap().contains("1 filespace: "), "{a:#}");
     let started = a["started"].as_i64().unwrap();
     assert!((first..first + 4).contains(&started), "started inside its window: {a:#}");
     let b = event_of(&server, "nightly", "beta", first).unwrap();

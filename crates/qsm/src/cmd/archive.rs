@@ -54,19 +54,9 @@ pub fn archive(args: ArchiveArgs) -> Result<Complete> {
         unless_forced(&server_options, "compression", args.compression.as_deref(), "--compression");
     let mut options = backup_options(&config, compression, None, &args.patterns)?;
     options.default_class = args.archmc.clone();
-    args.protect.unless_forced(&server_options).apply(
-        &config,
-        &connected,
-        &args.home,
-        &mut options,
-    )?;
-    if !args.json
-        && let Some(set) = &server_options.set
-    {
-        outln!(
-            "Options from the server's client option set {set}: {}.",
-            server_options.given.join(", ")
-        );
+    args.protect.apply(&config, &server_options, &connected, &args.home, &mut options)?;
+    if !args.json {
+        say_server_options(&server_options);
     }
     let server = connected.server();
     // The retention the server will enforce: the class's, lengthened by --retain-days only.

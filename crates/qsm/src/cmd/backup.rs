@@ -137,12 +137,7 @@ pub fn backup(args: BackupArgs) -> Result<Complete> {
     if let Some(n) = unless_forced(so, "txn_byte_limit", args.txn_byte_limit, "--txn-byte-limit") {
         options.limits.byte_limit = n;
     }
-    args.protect.unless_forced(&server_options).apply(
-        &config,
-        &connected,
-        &args.home,
-        &mut options,
-    )?;
+    args.protect.apply(&config, &server_options, &connected, &args.home, &mut options)?;
     // Servers sharing one catalog and pool take over from each other: a backup whose server
     // is lost starts again on the next, as an incremental against the shared inventory, so
     // what the lost one committed is not sent again.
@@ -188,13 +183,8 @@ pub fn backup(args: BackupArgs) -> Result<Complete> {
         last.expired =
             Some(ExpiredReport { backups: x.backups, archives: x.archives, seconds: x.seconds });
     }
-    if !args.json
-        && let Some(set) = &server_options.set
-    {
-        outln!(
-            "Options from the server's client option set {set}: {}.",
-            server_options.given.join(", ")
-        );
+    if !args.json {
+        say_server_options(&server_options);
     }
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&reports)?);

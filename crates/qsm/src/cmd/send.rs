@@ -39,31 +39,26 @@ pub(crate) fn on_off(text: &str) -> std::result::Result<bool, String> {
 }
 
 impl Protect {
-    /// These flags, without those the server's option set forces (said on stderr).
-    pub(crate) fn unless_forced(&self, server: &ServerOptions) -> Protect {
-        Protect {
-            dedup: unless_forced(server, "dedup", self.dedup, "--dedup"),
-            encryption: unless_forced(server, "encryption", self.encryption, "--encryption"),
-            key_file: self.key_file.clone(),
-        }
-    }
-
     /// Sets `options.dedup`, `.encryption` and `.dedup_cache` from the flags, then the
     /// configuration; opens (or makes) the key before anything is read.
     pub(crate) fn apply(
         &self,
         config: &ClientConfig,
+        server: &ServerOptions,
         connected: &Connected,
         home: &Conn,
         options: &mut BackupOptions,
     ) -> Result<()> {
-        options.dedup = match self.dedup.or(config.dedup) {
+        // A flag the server's option set forces is overridden (said on stderr).
+        let dedup = unless_forced(server, "dedup", self.dedup, "--dedup");
+        let encryption = unless_forced(server, "encryption", self.encryption, "--encryption");
+        options.dedup = match dedup.or(config.dedup) {
             Some(on) => on,
             // A server older than deduplication has no default (and no dedup).
             None => connected.server().dedup_info().is_ok_and(|i| i.dedup_default),
         };
         options.dedup_cache = connected.dedup_cache(home);
-        if self.encryption.or(config.encryption).unwrap_or(false) {
+        if encryption.or(config.encryption).unwrap_or(false) {
             let given = self.key_file.clone().or(config.key_file.clone());
             options.encryption = crate::cmd::key::node_keys(
                 given,
@@ -82,6 +77,13 @@ pub(crate) fn server_options(connected: &Connected) -> Result<ServerOptions> {
     let set =
         connected.server().client_options().context("asking for the node's client options")?;
     Ok(ServerOptions::new(set.as_ref())?)
+}
+
+/// Says (in a text summary) which options the server's option set gave.
+pub(crate) fn say_server_options(server: &ServerOptions) {
+    if let Some(set) = &server.set {
+        outln!("Options from the server's client option set {set}: {}.", server.given.join(", "));
+    }
 }
 
 /// `flag` (spelled `spelled`), unless the server's option set forces option `name`: a forced

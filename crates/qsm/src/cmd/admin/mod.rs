@@ -212,14 +212,18 @@ enum DefineWhat {
     /// Have a client schedule run for nodes of its domain (TSM's DEFINE ASSOCIATION): each
     /// node's `qsm sched` runs it in its windows; a window a node lets pass is missed.
     Association {
+        /// The schedule's policy domain.
         domain: String,
+        /// A client schedule (incremental, selective or archive).
         schedule: String,
+        /// Nodes of that domain.
         #[arg(required = true)]
         nodes: Vec<String>,
     },
     /// A client option set (TSM's DEFINE CLOPTSET): options the server gives the nodes using
     /// it (`update node NAME --cloptset SET`).
     Cloptset {
+        /// Its name: 1 to 64 letters, digits, '.', '_' or '-'.
         name: String,
         #[arg(long, default_value = "")]
         description: String,
@@ -230,8 +234,11 @@ enum DefineWhat {
     /// and client.toml leave unset; with --force it overrides them. Patterns always add to
     /// the node's own.
     Clientopt {
+        /// The option set.
         set: String,
+        /// The option, as client.toml names it.
         option: String,
+        /// Its value, as client.toml writes it (on|off for dedup and encryption).
         value: String,
         /// Override the node's own flags and client.toml.
         #[arg(long)]
@@ -372,8 +379,11 @@ enum DeleteWhat {
     Schedule { domain: String, name: String },
     /// Stop a client schedule running for nodes.
     Association {
+        /// The schedule's policy domain.
         domain: String,
+        /// The client schedule.
         schedule: String,
+        /// Nodes it runs for.
         #[arg(required = true)]
         nodes: Vec<String>,
     },
