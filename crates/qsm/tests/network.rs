@@ -523,7 +523,8 @@ fn event_of(
 }
 
 /// Issue 26: a client schedule runs on every node associated with it, each node's `qsm sched`
-/// starting it inside the window: alpha's completes (its post-command told the outcome),
+/// starting it inside the window: alpha's and delta's complete (alpha's post-command told the
+/// outcome),
 /// beta's pre-command fails (the event fails and nothing is backed up), gamma has no scheduler
 /// (missed); a server expire schedule runs beside them. The webhook hears of the failure and
 /// the miss. Alpha's scheduler survives a server restart and runs the next window; killed in
@@ -539,7 +540,7 @@ fn client_schedules_run_on_their_nodes_and_every_outcome_is_an_event() {
     fs::write(data.join("server.toml"), settings).unwrap();
     let mut server = ServerProc::start(&data, false);
     let mut pws = Vec::new();
-    for node in ["alpha", "beta", "gamma"] {
+    for node in ["alpha", "beta", "gamma", "delta"] {
         register(&server, node, &format!("{node}-password"));
         pws.push(password_file(dir.path(), &format!("{node}.pw"), &format!("{node}-password")));
     }
@@ -549,6 +550,12 @@ fn client_schedules_run_on_their_nodes_and_every_outcome_is_an_event() {
     tree(&src_b);
     client(&server, "alpha", &pws[0]).arg("backup").arg(&src_a).assert().success();
     client(&server, "beta", &pws[1]).arg("backup").arg(&src_b).assert().success();
+    // Delta, like alpha, backs up in the window: two nodes of one schedule run.
+    let src_d = dir.path().join("d");
+    tree(&src_d);
+    client(&server, "delta", &pws[3]).arg("backup").arg(&src_d).assert().success();
+    let delta_toml = dir.path().join("delta.toml");
+    fs::write(&delta_toml, "").unwrap();
 
     let told = dir.path().join("post-said");
     let hang = dir.path().join("hang");
@@ -577,7 +584,7 @@ fn client_schedules_run_on_their_nodes_and_every_outcome_is_an_event() {
     define("nightly", "incremental");
     define("cleanup", "expire");
     admin(&server)
-        .args(["define", "association", "standard", "nightly", "alpha", "beta", "gamma"])
+        .args(["define", "association", "standard", "nightly", "alpha", "beta", "gamma", "delta"])
         .assert()
         .success();
     admin(&server)
@@ -586,7 +593,7 @@ fn client_schedules_run_on_their_nodes_and_every_outcome_is_an_event() {
         .failure()
         .stderr(predicate::str::contains("only client schedules have nodes"));
     let listed = json(admin(&server).args(["query", "association"]));
-    assert_eq!(listed.as_array().unwrap().len(), 3, "{listed:#}");
+    assert_eq!(listed.as_array().unwrap().len(), 4, "{listed:#}");
     // A scheduler whose password is refused stops, said, rather than locking its node out.
     let wrong = password_file(dir.path(), "wrong.pw", "not-the-password");
     client(&server, "gamma", &wrong)
@@ -597,9 +604,10 @@ fn client_schedules_run_on_their_nodes_and_every_outcome_is_an_event() {
         .stderr(predicate::str::contains("wrong account name or password"));
     let mut alpha = scheduler(&server, "alpha", &pws[0], &alpha_toml);
     let mut beta = scheduler(&server, "beta", &pws[1], &beta_toml);
+    let mut delta = scheduler(&server, "delta", &pws[3], &delta_toml);
 
     wait_for("the first window's events", || {
-        ["alpha", "beta", "gamma"].iter().all(|n| {
+        ["alpha", "beta", "gamma", "delta"].iter().all(|n| {
             event_of(&server, "nightly", n, first).is_some_and(|e| e["state"] != "started")
         })
     });
@@ -608,6 +616,11 @@ fn client_schedules_run_on_their_nodes_and_every_outcome_is_an_event() {
     assert!(a["detail"].as_str().unwrap().contains("1 filespace: "), "{a:#}");
     let started = a["started"].as_i64().unwrap();
     assert!((first..first + 4).contains(&started), "started inside its window: {a:#}");
+    let d = event_of(&server, "nightly", "delta", first).unwrap();
+    assert_eq!(d["state"], "completed", "{d:#}");
+    let started = d["started"].as_i64().unwrap();
+    assert!((first..first + 4).contains(&started), "started inside its window: {d:#}");
+    delta.kill();
     let b = event_of(&server, "nightly", "beta", first).unwrap();
     assert_eq!(b["state"], "failed", "{b:#}");
     assert!(
