@@ -64,6 +64,10 @@ pub trait Link {
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
 /// The most of a command's error output an event's detail quotes.
 const DETAIL_TAIL: usize = 400;
+/// The most of a command's error output kept to find its last line in.
+const KEPT_OUTPUT: usize = 64 * 1024;
+/// How long a post-command may run (a pre-command: until its window closes).
+const POST_COMMAND_LIMIT: Duration = Duration::from_secs(3600);
 
 /// This machine's clock, seconds since the epoch.
 fn clock() -> f64 {
@@ -240,7 +244,9 @@ pub fn run(
             ("incremental", true) => Some(server.filespaces()),
             _ => None,
         };
-        let (result, detail) = execute(&due, filespaces, options);
+        let left = due.window_end as f64 - (clock() + skew);
+        let (result, detail) =
+            execute(&due, filespaces, options, Duration::from_secs_f64(left.max(1.0)));
         say(&format!("schedule {}: event {event} {}: {detail}", due.schedule, result.name()));
         let outcome = Outcome { event, result, detail };
         // The action may have outlived the connection (a long backup, a server restart).
@@ -254,11 +260,14 @@ pub fn run(
     Ok(())
 }
 
-/// Runs one action with its pre- and post-commands: its result and what it reported.
+/// Runs one action with its pre- and post-commands: its result and what it reported. The
+/// pre-command may run until the window closes (`window_left`), the post-command
+/// [`POST_COMMAND_LIMIT`]: a command that hangs must not hang the scheduler.
 fn execute(
     due: &Due,
     filespaces: Option<qsm_types::node::Result<Vec<qsm_types::model::Filespace>>>,
     options: &SchedOptions,
+    window_left: Duration,
 ) -> (RunResult, String) {
     let env = [
         ("QSM_SCHEDULE", due.schedule.clone()),
@@ -266,14 +275,14 @@ fn execute(
         ("QSM_WINDOW_START", due.window_start.to_string()),
     ];
     let (mut result, mut detail) = match &options.pre_command {
-        Some(pre) => match shell(pre, &env, None) {
+        Some(pre) => match shell(pre, &env, None, window_left) {
             Ok(()) => action(due, filespaces, options),
             Err(why) => (RunResult::Failed, format!("pre_command failed ({why}): not run")),
         },
         None => action(due, filespaces, options),
     };
     if let Some(post) = &options.post_command
-        && let Err(why) = shell(post, &env, Some(result))
+        && let Err(why) = shell(post, &env, Some(result), POST_COMMAND_LIMIT)
     {
         if result == RunResult::Completed {
             result = RunResult::CompletedWithWarnings;
@@ -294,27 +303,65 @@ fn tail(text: &[u8]) -> String {
     line[start..].to_owned()
 }
 
-/// Runs `command` through `sh -c` with `env` (and the outcome, after an action): why it
-/// failed, if it did.
+/// Reads `pipe` to its end on a thread of its own, keeping its last [`KEPT_OUTPUT`] bytes (a
+/// command printing gigabytes costs no memory).
+fn drain<R: Read + Send + 'static>(pipe: Option<R>) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut kept = Vec::new();
+        let Some(mut pipe) = pipe else { return kept };
+        let mut buf = [0u8; 8192];
+        while let Ok(n @ 1..) = pipe.read(&mut buf) {
+            kept.extend_from_slice(&buf[..n]);
+            if kept.len() > 2 * KEPT_OUTPUT {
+                kept.drain(..kept.len() - KEPT_OUTPUT);
+            }
+        }
+        kept
+    })
+}
+
+/// Runs `command` through `sh -c` with `env` (and the outcome, after an action), killing it
+/// and what it started after `limit`: why it failed, if it did.
 fn shell(
     command: &str,
     env: &[(&str, String)],
     outcome: Option<RunResult>,
+    limit: Duration,
 ) -> std::result::Result<(), String> {
+    use std::os::unix::process::CommandExt;
     let mut c = Command::new("sh");
     c.arg("-c").arg(command).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
     c.envs(env.iter().map(|(k, v)| (k, v)));
     if let Some(r) = outcome {
         c.env("QSM_EVENT_STATE", r.name());
     }
-    let out = c.output().map_err(|e| format!("could not start sh: {e}"))?;
-    if out.status.success() {
-        return Ok(());
-    }
-    let said = tail(&out.stderr);
-    let code = match out.status.code() {
-        Some(code) => format!("exit {code}"),
-        None => "killed by a signal".to_owned(),
+    // A group of its own, so that a timeout kills what the command started too.
+    c.process_group(0);
+    let mut child = c.spawn().map_err(|e| format!("could not start sh: {e}"))?;
+    let stderr = drain(child.stderr.take());
+    let started = std::time::Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Ok(status),
+            Ok(None) if started.elapsed() < limit => std::thread::sleep(Duration::from_millis(50)),
+            Ok(None) => {
+                if let Some(pid) = rustix::process::Pid::from_raw(child.id() as i32) {
+                    let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+                }
+                let _ = child.wait();
+                break Err(format!("still running after {} s: killed", limit.as_secs()));
+            }
+            Err(e) => break Err(format!("waiting for it: {e}")),
+        }
+    };
+    let said = tail(&stderr.join().unwrap_or_default());
+    let code = match status {
+        Ok(s) if s.success() => return Ok(()),
+        Ok(s) => match s.code() {
+            Some(code) => format!("exit {code}"),
+            None => "killed by a signal".to_owned(),
+        },
+        Err(why) => why,
     };
     Err(if said.is_empty() { code } else { format!("{code}: {said}") })
 }
@@ -374,14 +421,7 @@ fn action(
         }
     };
     // Both pipes drained at once, so a child filling one never waits on the other.
-    let mut stderr = child.stderr.take();
-    let errors = std::thread::spawn(move || {
-        let mut buf = Vec::new();
-        if let Some(e) = stderr.as_mut() {
-            let _ = e.read_to_end(&mut buf);
-        }
-        buf
-    });
+    let errors = drain(child.stderr.take());
     let mut out = Vec::new();
     if let Some(mut o) = child.stdout.take() {
         let _ = o.read_to_end(&mut out);
@@ -454,15 +494,39 @@ mod tests {
 
     #[test]
     fn commands_report_why_they_failed() {
-        assert_eq!(shell("true", &[], None), Ok(()));
-        let e = shell("echo nope >&2; exit 3", &[], None).unwrap_err();
+        let long = Duration::from_secs(60);
+        assert_eq!(shell("true", &[], None, long), Ok(()));
+        let e = shell("echo nope >&2; exit 3", &[], None, long).unwrap_err();
         assert_eq!(e, "exit 3: nope");
-        let e = shell("test \"$QSM_EVENT_STATE\" = failed", &[], Some(RunResult::Completed));
+        let e = shell("test \"$QSM_EVENT_STATE\" = failed", &[], Some(RunResult::Completed), long);
         assert_eq!(e, Err("exit 1".to_owned()));
         assert!(
-            shell("test \"$QSM_ACTION\" = archive", &[("QSM_ACTION", "archive".into())], None)
-                .is_ok()
+            shell(
+                "test \"$QSM_ACTION\" = archive",
+                &[("QSM_ACTION", "archive".into())],
+                None,
+                long
+            )
+            .is_ok()
         );
+    }
+
+    #[test]
+    fn a_command_that_hangs_is_killed_with_what_it_started() {
+        let dir = tempfile::tempdir().unwrap();
+        let mark = dir.path().join("survived");
+        let started = std::time::Instant::now();
+        // A grandchild that would outlive a kill of the shell alone.
+        let command = format!("(sleep 3; touch '{}') & echo working >&2; sleep 30", mark.display());
+        let e = shell(&command, &[], None, Duration::from_millis(500)).unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(10), "waited {:?}", started.elapsed());
+        assert!(e.starts_with("still running after 0 s: killed"), "{e}");
+        std::thread::sleep(Duration::from_secs(4));
+        assert!(!mark.exists(), "the command's background child outlived it");
+        // Megabytes on stderr: only its last line is told, and nothing blocks on the pipe.
+        let noisy = "head -c 5000000 /dev/zero | tr '\\0' x >&2; echo >&2; echo last words >&2; exit 2";
+        let e = shell(noisy, &[], None, Duration::from_secs(60)).unwrap_err();
+        assert_eq!(e, "exit 2: last words");
     }
 
     #[test]
