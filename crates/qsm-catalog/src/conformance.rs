@@ -293,6 +293,7 @@ pub fn associations_and_node_events(cat: &dyn Catalog) -> CaseResult {
         "an ended event ended again"
     );
     cat.end_event(eb, "severed", "the node's session ended", 3_900).map_err(e)?;
+    ensure!(cat.end_event(eb, "severed", "again", 3_901).is_err(), "an event severed twice");
     ensure!(
         cat.end_node_event(b, eb, "completed", "late", 4_000).is_err(),
         "a severed event ended"

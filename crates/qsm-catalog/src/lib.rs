@@ -205,7 +205,8 @@ pub trait Catalog: Send + Sync + std::fmt::Debug {
         state: &str,
         now: Timestamp,
     ) -> Result<Option<i64>>;
-    /// Ends a started event in `state` (`completed`, `failed`) with what it reported.
+    /// Ends a started event in `state` (`completed`, `failed`, `severed`) with what it
+    /// reported (`NotFound` if it is not started).
     fn end_event(&self, id: i64, state: &str, detail: &str, now: Timestamp) -> Result<()>;
     /// The events of windows starting at `since` or later, oldest first.
     fn events(&self, since: Timestamp) -> Result<Vec<Event>>;

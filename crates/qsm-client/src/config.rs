@@ -102,8 +102,12 @@ pub struct ServerOptions {
     forced: ClientConfig,
     unforced: ClientConfig,
     forced_names: Vec<String>,
-    /// Each option given, as `name=value`, with ` (forced)` when it is.
+    /// Each option that took effect, as `name=value`, with ` (forced)` when it is: an
+    /// unforced one the node's client.toml or a flag gives is left out
+    /// ([`ServerOptions::apply`], [`ServerOptions::flags_given`]).
     pub given: Vec<String>,
+    /// (name, entry of `given`) of the unforced single-valued options.
+    unforced_given: Vec<(String, String)>,
 }
 
 impl ServerOptions {
@@ -117,7 +121,13 @@ impl ServerOptions {
                 ClientError::Usage(format!("the server's client option set {}: {why}", set.name))
             };
             qsm_types::clientopts::check(&o.name, &o.value).map_err(bad)?;
-            let layer = if o.force { &mut out.forced } else { &mut out.unforced };
+            // A server may require encryption, never forbid it: the node's own `encryption`
+            // on is what keeps its data from the server (an older or hostile server could
+            // send a forced off, which then only fills in).
+            let weakens =
+                o.name == "encryption" && qsm_types::clientopts::switch(&o.value) == Some(false);
+            let force = o.force && !weakens;
+            let layer = if force { &mut out.forced } else { &mut out.unforced };
             let number = |what: &str| -> Result<u64> {
                 o.value.parse().map_err(|_| bad(format!("{what} {:?}: not a number", o.value)))
             };
@@ -134,11 +144,16 @@ impl ServerOptions {
                 "threads" => layer.threads = Some(number(&o.name)? as usize),
                 other => return Err(bad(format!("option {other} is not known to this client"))),
             }
-            if o.force {
+            if force {
                 out.forced_names.push(o.name.clone());
             }
-            let force = if o.force { " (forced)" } else { "" };
-            out.given.push(format!("{}={}{force}", o.name, o.value));
+            let said = if force { " (forced)" } else { "" };
+            let entry = format!("{}={}{said}", o.name, o.value);
+            let pattern = o.name == "include" || o.name == "exclude";
+            if !force && !pattern {
+                out.unforced_given.push((o.name.clone(), entry.clone()));
+            }
+            out.given.push(entry);
         }
         Ok(out)
     }
@@ -148,9 +163,36 @@ impl ServerOptions {
         self.forced_names.iter().any(|n| n == name)
     }
 
+    /// Leaves out of [`ServerOptions::given`] the unforced options named, which the node's
+    /// own flags gave.
+    pub fn flags_given(&mut self, names: &[&str]) {
+        for name in names {
+            self.drop_given(name);
+        }
+    }
+
+    fn drop_given(&mut self, name: &str) {
+        let entries: Vec<String> =
+            self.unforced_given.iter().filter(|(n, _)| n == name).map(|(_, e)| e.clone()).collect();
+        self.given.retain(|g| !entries.contains(g));
+    }
+
     /// `file` (the client configuration) with the set's options in their places: forced ones
-    /// over it, others under it.
-    pub fn apply(&self, file: ClientConfig) -> ClientConfig {
+    /// over it, others under it (and out of [`ServerOptions::given`] where `file` sets them).
+    pub fn apply(&mut self, file: ClientConfig) -> ClientConfig {
+        let set_in_file: Vec<&str> = [
+            ("compression", file.compression.is_some()),
+            ("dedup", file.dedup.is_some()),
+            ("encryption", file.encryption.is_some()),
+            ("limit_upload", file.limit_upload.is_some()),
+            ("txn_group_max", file.txn_group_max.is_some()),
+            ("txn_byte_limit", file.txn_byte_limit.is_some()),
+            ("threads", file.threads.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(n, set)| set.then_some(n))
+        .collect();
+        self.flags_given(&set_in_file);
         let mut c = file;
         let (f, u) = (&self.forced, &self.unforced);
         macro_rules! layer {
@@ -425,7 +467,7 @@ mod tests {
                 opt("dedup", "on", false),
             ],
         };
-        let given = ServerOptions::new(Some(&set)).unwrap();
+        let mut given = ServerOptions::new(Some(&set)).unwrap();
         let file = ClientConfig {
             compression: Some("lz4".into()),
             limit_upload: Some("1Gbit".into()),
@@ -440,6 +482,12 @@ mod tests {
         assert_eq!(c.exclude, ["*.tmp", "*.o"], "patterns add up");
         assert!(given.forces("compression") && !given.forces("threads"));
         assert_eq!(given.given[0], "compression=zstd:9 (forced)");
+        assert!(!given.given.iter().any(|g| g.starts_with("limit_upload")), "the file's won");
+        given.flags_given(&["threads"]);
+        assert_eq!(
+            given.given,
+            ["compression=zstd:9 (forced)", "exclude=*.tmp (forced)", "dedup=on"]
+        );
         let bad = qsm_types::model::OptionSet {
             options: vec![opt("threads", "lots", true)],
             ..set.clone()
@@ -447,6 +495,22 @@ mod tests {
         let e = ServerOptions::new(Some(&bad)).unwrap_err().to_string();
         assert!(e.contains("servers") && e.contains("threads"), "{e}");
         assert!(ServerOptions::new(None).unwrap().set.is_none());
+        // Encryption can be forced on, never off.
+        let off = qsm_types::model::OptionSet {
+            options: vec![opt("encryption", "off", true)],
+            ..set.clone()
+        };
+        let mut off = ServerOptions::new(Some(&off)).unwrap();
+        assert!(!off.forces("encryption"));
+        let mine = ClientConfig { encryption: Some(true), ..ClientConfig::default() };
+        assert_eq!(off.apply(mine).encryption, Some(true), "the node's encryption stands");
+        let on = qsm_types::model::OptionSet {
+            options: vec![opt("encryption", "on", true)],
+            ..set.clone()
+        };
+        let mine = ClientConfig { encryption: Some(false), ..ClientConfig::default() };
+        let mut on = ServerOptions::new(Some(&on)).unwrap();
+        assert_eq!(on.apply(mine).encryption, Some(true));
     }
 
     #[test]

@@ -919,7 +919,7 @@ mod tests {
         fn mgmt_classes(&self) -> qsm_types::node::Result<Vec<ClassInfo>> {
             not_keys()
         }
-        fn schedules(&self) -> qsm_types::node::Result<qsm_types::node::Schedules> {
+        fn schedules(&self, _: bool) -> qsm_types::node::Result<qsm_types::node::Schedules> {
             not_keys()
         }
         fn start_event(&self, _: &str, _: i64) -> qsm_types::node::Result<Option<i64>> {

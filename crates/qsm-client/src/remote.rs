@@ -559,9 +559,10 @@ impl Server for RemoteServer {
         Ok(())
     }
 
-    fn schedules(&self) -> NodeResult<qsm_types::node::Schedules> {
+    fn schedules(&self, fresh: bool) -> NodeResult<qsm_types::node::Schedules> {
         let mut node = self.node();
-        let r = self.rt.block_on(node.schedules(v1::Empty {})).map_err(|s| self.error(s))?;
+        let request = v1::SchedulesRequest { fresh };
+        let r = self.rt.block_on(node.schedules(request)).map_err(|s| self.error(s))?;
         Ok(convert::schedules_from_wire(r.into_inner()))
     }
 

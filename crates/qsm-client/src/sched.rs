@@ -99,7 +99,7 @@ fn nap(seconds: f64, stop: &AtomicBool) {
 }
 
 /// Takes the scheduler's lock, refusing when another scheduler holds it.
-fn take_lock(path: &std::path::Path) -> Result<File> {
+pub fn take_lock(path: &std::path::Path) -> Result<File> {
     crate::private::make_parent(path)?;
     let file = File::options()
         .create(true)
@@ -125,22 +125,27 @@ struct Outcome {
     detail: String,
 }
 
-/// Runs schedules until `stop` is set, saying what it does through `say`.
+/// Runs schedules until `stop` is set, saying what it does through `say`, holding `lock`
+/// ([`take_lock`]) all the while.
 pub fn run(
     link: &mut dyn Link,
     options: &SchedOptions,
+    lock: File,
     stop: &AtomicBool,
     say: &mut dyn FnMut(&str),
 ) -> Result<()> {
-    let _lock = take_lock(&options.lock)?;
+    let _lock = lock;
     let mut unreported: Option<Outcome> = None;
     let mut backoff = Duration::from_secs(1);
     // When each window's run starts, drawn once per window (server time).
     let mut planned: std::collections::HashMap<(String, i64), f64> = Default::default();
     let mut said_waiting: Option<(String, i64)> = None;
+    // Until the server has heard this scheduler once: it then severs what a predecessor left
+    // started.
+    let mut fresh = true;
     while !stop.load(Ordering::Relaxed) {
         let failed = |link: &mut dyn Link, say: &mut dyn FnMut(&str), e: &dyn std::fmt::Display| {
-            say(&format!("the server did not answer: {e}; trying again"));
+            say(&format!("{e}; connecting again"));
             link.lost();
         };
         let server = match link.server() {
@@ -172,8 +177,11 @@ pub fn run(
             }
             unreported = None;
         }
-        let schedules = match server.schedules() {
-            Ok(s) => s,
+        let schedules = match server.schedules(fresh) {
+            Ok(s) => {
+                fresh = false;
+                s
+            }
             Err(e) => {
                 failed(link, say, &e);
                 nap(backoff.as_secs_f64(), stop);
@@ -246,15 +254,22 @@ pub fn run(
         };
         let left = due.window_end as f64 - (clock() + skew);
         let (result, detail) =
-            execute(&due, filespaces, options, Duration::from_secs_f64(left.max(1.0)));
+            execute(&due, filespaces, options, Duration::from_secs_f64(left.max(1.0)), stop);
         say(&format!("schedule {}: event {event} {}: {detail}", due.schedule, result.name()));
         let outcome = Outcome { event, result, detail };
         // The action may have outlived the connection (a long backup, a server restart).
         let reported =
             link.server().and_then(|s| Ok(s.end_event(event, result, &outcome.detail)?));
-        if let Err(e) = reported {
-            failed(link, say, &e);
-            unreported = Some(outcome);
+        match reported {
+            Ok(()) => {}
+            // Severed meanwhile, or the schedule deleted: nothing left to report to.
+            Err(ClientError::Server(ServerError::NotFound(why))) => {
+                say(&format!("event {event}: {why}"));
+            }
+            Err(e) => {
+                failed(link, say, &e);
+                unreported = Some(outcome);
+            }
         }
     }
     Ok(())
@@ -268,6 +283,7 @@ fn execute(
     filespaces: Option<qsm_types::node::Result<Vec<qsm_types::model::Filespace>>>,
     options: &SchedOptions,
     window_left: Duration,
+    stop: &AtomicBool,
 ) -> (RunResult, String) {
     let env = [
         ("QSM_SCHEDULE", due.schedule.clone()),
@@ -276,6 +292,10 @@ fn execute(
     ];
     let (mut result, mut detail) = match &options.pre_command {
         Some(pre) => match shell(pre, &env, None, window_left) {
+            // Stopped while the pre-command ran: no action is started any more.
+            Ok(()) if stop.load(Ordering::Relaxed) => {
+                (RunResult::Failed, "the scheduler was stopped before the action started".into())
+            }
             Ok(()) => action(due, filespaces, options),
             Err(why) => (RunResult::Failed, format!("pre_command failed ({why}): not run")),
         },
@@ -524,7 +544,8 @@ mod tests {
         std::thread::sleep(Duration::from_secs(4));
         assert!(!mark.exists(), "the command's background child outlived it");
         // Megabytes on stderr: only its last line is told, and nothing blocks on the pipe.
-        let noisy = "head -c 5000000 /dev/zero | tr '\\0' x >&2; echo >&2; echo last words >&2; exit 2";
+        let noisy =
+            "head -c 5000000 /dev/zero | tr '\\0' x >&2; echo >&2; echo last words >&2; exit 2";
         let e = shell(noisy, &[], None, Duration::from_secs(60)).unwrap_err();
         assert_eq!(e, "exit 2: last words");
     }

@@ -447,10 +447,13 @@ impl AdminApi for AdminSession<'_> {
             })
             .collect();
         // Each schedule's next window, as a future event: the server's, and each associated
-        // node's.
+        // node's (a window open now that the node has not started yet, else the next).
         let associations = catalog.associations().map_err(catalog_error)?;
+        let mut future = Vec::new();
         for s in catalog.schedules().map_err(catalog_error)? {
             let Some(next) = crate::schedules::next_window(&s.spec, now) else { continue };
+            let open =
+                crate::schedules::last_window(&s.spec, now).filter(|&w| now < w + s.spec.duration);
             let nodes: Vec<String> =
                 if crate::schedules::CLIENT_ACTIONS.contains(&s.spec.action.as_str()) {
                     let of = associations.iter().filter(|a| a.schedule == s.id);
@@ -461,17 +464,30 @@ impl AdminApi for AdminSession<'_> {
                     Vec::new()
                 };
             for node in nodes {
-                events.push(v1::EventInfo {
+                let ran = |w: i64| {
+                    events.iter().any(|e| {
+                        e.schedule == s.name
+                            && e.domain == s.domain_name
+                            && e.node == node
+                            && e.window_start == w
+                    })
+                };
+                let window = match open {
+                    Some(w) if !node.is_empty() && !ran(w) => w,
+                    _ => next,
+                };
+                future.push(v1::EventInfo {
                     domain: s.domain_name.clone(),
                     schedule: s.name.clone(),
                     action: s.spec.action.clone(),
                     node,
-                    window_start: next,
+                    window_start: window,
                     state: "future".into(),
                     ..v1::EventInfo::default()
                 });
             }
         }
+        events.extend(future);
         events.sort_by_key(|e| e.window_start);
         Ok(v1::EventList { events })
     }
@@ -587,6 +603,15 @@ impl AdminApi for AdminSession<'_> {
         let kind = qsm_types::clientopts::check(&o.name, &o.value).map_err(ServerError::invalid)?;
         if kind == qsm_types::clientopts::Kind::Compression {
             check_compression(&o.value)?;
+        }
+        if o.name == "encryption"
+            && o.force
+            && qsm_types::clientopts::switch(&o.value) == Some(false)
+        {
+            return Err(ServerError::invalid(
+                "encryption can be forced on, never off: a node's own encryption keeps its data \
+                 from the server (without --force, off fills in for nodes that say nothing)",
+            ));
         }
         // Patterns add up (every include and exclude applies); any other option has one value.
         let replace = kind != qsm_types::clientopts::Kind::Pattern;

@@ -240,8 +240,8 @@ impl node::Server for EmbeddedNode<'_> {
         Ok(self.session.policy()?.1)
     }
 
-    fn schedules(&self) -> Result<node::Schedules> {
-        self.session.schedules()
+    fn schedules(&self, fresh: bool) -> Result<node::Schedules> {
+        self.session.schedules(fresh)
     }
 
     fn start_event(&self, schedule: &str, window: qsm_catalog::Timestamp) -> Result<Option<i64>> {

@@ -333,12 +333,13 @@ impl Node for NodeService {
 
     async fn schedules(
         &self,
-        request: Request<v1::Empty>,
+        request: Request<v1::SchedulesRequest>,
     ) -> Result<Response<v1::DueList>, Status> {
         let (session, node) = self.session(&request)?;
+        let fresh = request.into_inner().fresh;
         let state = Arc::clone(&self.state);
         core_call(move || {
-            let s = NodeSession::new(&state, node, Some(&session)).schedules()?;
+            let s = NodeSession::new(&state, node, Some(&session)).schedules(fresh)?;
             Ok(Response::new(qsm_proto::convert::schedules_to_wire(s)))
         })
         .await

@@ -270,10 +270,30 @@ impl<'a> NodeSession<'a> {
             .ok_or_else(|| ServerError::not_found("this node was deleted"))
     }
 
-    /// The node's client schedules, each with the window it is due to run in.
-    pub fn schedules(&self) -> Result<Schedules> {
+    /// The node's client schedules, each with the window it is due to run in; `fresh` (a
+    /// scheduler's first call) severs the node's events still started: the scheduler that
+    /// ran them is gone (one runs per node), and would otherwise hold them started while the
+    /// new one's session lives.
+    pub fn schedules(&self, fresh: bool) -> Result<Schedules> {
         let now = qsm_types::now();
-        let due = crate::schedules::due(self.core, &self.record()?, now)?;
+        let node = self.record()?;
+        if fresh {
+            let catalog = self.core.store.catalog();
+            let started = catalog.started_node_events().map_err(catalog_error)?;
+            let why = "a new scheduler of the node started: the one running this is gone";
+            for e in started.into_iter().filter(|e| e.node.as_ref() == Some(&node.name)) {
+                if catalog.end_event(e.id, "severed", why, now).is_ok() {
+                    let what = format!(
+                        "schedule {}/{} of node {} severed: {why}",
+                        e.domain_name, e.schedule_name, node.name
+                    );
+                    let session = self.session.and_then(|x| x.record);
+                    self.core.log(Severity::Warning, &what, Some(self.node), session);
+                    self.core.alert("failed", &what, Some(self.node), None, None);
+                }
+            }
+        }
+        let due = crate::schedules::due(self.core, &node, now)?;
         Ok(Schedules {
             now,
             due: due
@@ -331,6 +351,16 @@ impl<'a> NodeSession<'a> {
     /// Ends the node's started event `event` with its outcome (what a node reports is cut to
     /// [`MAX_EVENT_DETAIL`] bytes).
     pub fn end_event(&self, event: i64, result: RunResult, detail: &str) -> Result<()> {
+        // What a node reports is shown on administrators' terminals: its control characters
+        // (escape sequences, carriage returns, newlines forging lines) are written escaped.
+        let detail: String = detail
+            .chars()
+            .flat_map(|c| {
+                let escaped: Vec<char> =
+                    if c.is_control() { c.escape_default().collect() } else { vec![c] };
+                escaped
+            })
+            .collect();
         let mut end = detail.len().min(MAX_EVENT_DETAIL);
         while !detail.is_char_boundary(end) {
             end -= 1;

@@ -66,7 +66,7 @@ pub fn check(name: &str, value: &str) -> Result<Kind, String> {
         Kind::Count(lo, hi) if !value.parse::<u64>().is_ok_and(|n| (lo..=hi).contains(&n)) => {
             bad(&format!("a whole number from {lo} to {hi}"))
         }
-        Kind::Rate => parse_rate(value).map(|_| kind),
+        Kind::Rate => parse_rate(value).map(|_| kind).map_err(|e| format!("{name} {e}")),
         _ => Ok(kind),
     }
 }

@@ -78,8 +78,9 @@ pub trait Server: Send + Sync {
     fn get_key(&self) -> Result<Option<Vec<u8>>>;
     /// The management classes of the node's policy domain.
     fn mgmt_classes(&self) -> Result<Vec<ClassInfo>>;
-    /// The node's client schedules, each with the window it is due to run in.
-    fn schedules(&self) -> Result<Schedules>;
+    /// The node's client schedules, each with the window it is due to run in; `fresh` on a
+    /// scheduler's first call, which severs the node's events its predecessor left started.
+    fn schedules(&self, fresh: bool) -> Result<Schedules>;
     /// Starts the node's event of `schedule` in its window open now, starting at `window`:
     /// its id, or `None` if the node has this window's event already (another scheduler of
     /// the node ran it).
@@ -214,8 +215,8 @@ impl<T: Server + ?Sized> Server for &T {
     fn mgmt_classes(&self) -> Result<Vec<ClassInfo>> {
         (**self).mgmt_classes()
     }
-    fn schedules(&self) -> Result<Schedules> {
-        (**self).schedules()
+    fn schedules(&self, fresh: bool) -> Result<Schedules> {
+        (**self).schedules(fresh)
     }
     fn start_event(&self, schedule: &str, window: Timestamp) -> Result<Option<i64>> {
         (**self).start_event(schedule, window)

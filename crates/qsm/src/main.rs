@@ -61,6 +61,15 @@ enum Command {
     Journal(cmd::journal::JournalArgs),
     /// The client scheduler: runs the node's scheduled backups and archives in the windows
     /// its server gives, until stopped (for systemd: contrib/qsm-sched.service).
+    #[command(long_about = "The client scheduler: runs the node's scheduled backups and \
+        archives (`qsm admin define schedule` and `define association` on the server) in the \
+        windows its server gives, each as the `qsm backup` or `qsm archive` a user would run, \
+        and reports each outcome as the schedule's event, until stopped (SIGTERM; for \
+        systemd: contrib/qsm-sched.service).\n\n\
+        client.toml may set pre_command (run through sh before each action; if it fails, the \
+        event fails and the action is skipped; killed when the window closes) and \
+        post_command (run after, whatever the outcome; killed after an hour). One scheduler \
+        runs per node: a second is refused (the lock $XDG_STATE_HOME/qsm/sched-NODE.lock).")]
     Sched(cmd::sched::SchedArgs),
 }
 

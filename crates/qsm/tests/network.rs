@@ -677,6 +677,22 @@ fn client_schedules_run_on_their_nodes_and_every_outcome_is_an_event() {
     wait_for("the severed event", || {
         event_of(&server, "nightly", "alpha", third).is_some_and(|e| e["state"] == "severed")
     });
+    // Killed mid-run and restarted at once (as systemd does), its successor's first call
+    // severs the event its predecessor left, before the window closes. The next window that
+    // starts at least 2 s from now (the severing above took some of the windows' time).
+    let fourth = first + 10 * ((qsm_time_now() + 2 - first) / 10 + 1);
+    let mut alpha = scheduler(&server, "alpha", &pws[0], &alpha_toml);
+    wait_for("alpha's fourth window to start", || {
+        event_of(&server, "nightly", "alpha", fourth).is_some_and(|e| e["state"] == "started")
+    });
+    alpha.kill();
+    let _successor = scheduler(&server, "alpha", &pws[0], &alpha_toml);
+    wait_for("the event severed by the next scheduler", || {
+        event_of(&server, "nightly", "alpha", fourth).is_some_and(|e| e["state"] == "severed")
+    });
+    let e = event_of(&server, "nightly", "alpha", fourth).unwrap();
+    assert!(e["detail"].as_str().unwrap().contains("new scheduler"), "{e:#}");
+    assert!(e["ended"].as_i64().unwrap() < fourth + 4, "severed inside the window: {e:#}");
     let text = admin(&server).args(["query", "event"]).assert().success();
     let text = String::from_utf8_lossy(&text.get_output().stdout).into_owned();
     for state in ["completed", "failed", "missed", "severed", "future"] {
@@ -710,6 +726,7 @@ fn client_option_sets_give_nodes_their_options_with_forced_ones_first() {
     opt(&["colour", "blue"]).failure().stderr(predicate::str::contains("no client option"));
     opt(&["compression", "zstd:99"]).failure().stderr(predicate::str::contains("compression"));
     opt(&["dedup", "maybe"]).failure().stderr(predicate::str::contains("on or off"));
+    opt(&["encryption", "off", "--force"]).failure().stderr(predicate::str::contains("never off"));
     admin(&server)
         .args(["define", "clientopt", "none", "threads", "2"])
         .assert()

@@ -238,7 +238,10 @@ impl Node for Faulty {
     async fn mgmt_classes(&self, r: Request<v1::Empty>) -> Result<Response<v1::ClassList>, Status> {
         self.up().mgmt_classes(r).await
     }
-    async fn schedules(&self, r: Request<v1::Empty>) -> Result<Response<v1::DueList>, Status> {
+    async fn schedules(
+        &self,
+        r: Request<v1::SchedulesRequest>,
+    ) -> Result<Response<v1::DueList>, Status> {
         self.up().schedules(r).await
     }
     async fn start_event(

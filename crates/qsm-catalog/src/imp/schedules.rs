@@ -137,10 +137,12 @@ pub(super) fn end_event(
     detail: &str,
     now: Timestamp,
 ) -> Result<()> {
+    // Only a started event: two servers severing it at once, or a severance racing the
+    // node's own report, end it once.
     update_one(
         b,
         "ending an event",
-        "UPDATE events SET state = ?1, detail = ?2, ended = ?3 WHERE id = ?4",
+        "UPDATE events SET state = ?1, detail = ?2, ended = ?3 WHERE id = ?4 AND state = 'started'",
         &[state.into(), detail.into(), now.into(), id.into()],
         "event",
         &id,

@@ -48,8 +48,12 @@ pub struct ArchiveArgs {
 
 pub fn archive(args: ArchiveArgs) -> Result<Complete> {
     let connected = args.home.open()?;
-    let server_options = server_options(&connected)?;
+    let mut server_options = server_options(&connected)?;
     let config = server_options.apply(args.home.config()?);
+    server_options.flags_given(&args.protect.flags_given());
+    if args.compression.is_some() {
+        server_options.flags_given(&["compression"]);
+    }
     let compression =
         unless_forced(&server_options, "compression", args.compression.as_deref(), "--compression");
     let mut options = backup_options(&config, compression, None, &args.patterns)?;

@@ -106,8 +106,17 @@ pub fn patterns_fingerprint(config: &ClientConfig, patterns: &Patterns) -> Resul
 pub fn backup(args: BackupArgs) -> Result<Complete> {
     let mut which = 0;
     let mut connected = args.home.open_from(&mut which)?;
-    let server_options = server_options(&connected)?;
+    let mut server_options = server_options(&connected)?;
     let config = server_options.apply(args.home.config()?);
+    server_options.flags_given(&args.protect.flags_given());
+    let flags = [
+        ("compression", args.compression.is_some()),
+        ("threads", args.threads.is_some()),
+        ("limit_upload", args.limit_upload.is_some()),
+        ("txn_group_max", args.txn_group_max.is_some()),
+        ("txn_byte_limit", args.txn_byte_limit.is_some()),
+    ];
+    server_options.flags_given(&flags.iter().filter(|f| f.1).map(|f| f.0).collect::<Vec<_>>());
     let so = &server_options;
     let compression =
         unless_forced(so, "compression", args.compression.as_deref(), "--compression");

@@ -82,9 +82,10 @@ pub fn sched(args: SchedArgs) -> Result<Complete> {
         signal_hook::flag::register(signal, Arc::clone(&stop))
             .context("watching for SIGINT and SIGTERM")?;
     }
+    let lock = qsm_client::sched::take_lock(&options.lock)?;
     let mut link = Remote { conn: &args.home, servers, which: 0, remote: None };
     outln!("qsm sched: node {node}, asking {} every {} s", link.servers.join(","), args.poll);
-    qsm_client::sched::run(&mut link, &options, &stop, &mut |line| {
+    qsm_client::sched::run(&mut link, &options, lock, &stop, &mut |line| {
         let now = qsm_types::time::format_time(qsm_types::now());
         outln!("{now} {line}");
     })?;

@@ -39,6 +39,18 @@ pub(crate) fn on_off(text: &str) -> std::result::Result<bool, String> {
 }
 
 impl Protect {
+    /// The options these flags give.
+    pub(crate) fn flags_given(&self) -> Vec<&'static str> {
+        let mut given = Vec::new();
+        if self.dedup.is_some() {
+            given.push("dedup");
+        }
+        if self.encryption.is_some() {
+            given.push("encryption");
+        }
+        given
+    }
+
     /// Sets `options.dedup`, `.encryption` and `.dedup_cache` from the flags, then the
     /// configuration; opens (or makes) the key before anything is read.
     pub(crate) fn apply(

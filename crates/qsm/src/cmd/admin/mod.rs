@@ -323,7 +323,10 @@ enum UpdateWhat {
     /// Move a node to another domain, give it a client option set, or change its password
     /// (--new-password-file, or --password to read it from stdin).
     Node {
+        /// The node.
         name: String,
+        /// The policy domain to move it to (its associations with the old domain's schedules
+        /// end).
         #[arg(long)]
         domain: Option<String>,
         /// The client option set it uses.

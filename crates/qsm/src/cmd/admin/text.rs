@@ -286,8 +286,13 @@ impl Text for [ScheduleRow] {
     fn text(&self) {
         for s in self {
             let days = if s.days.is_empty() { "every day".into() } else { s.days.join(",") };
+            let objects = if s.objects.is_empty() {
+                String::new()
+            } else {
+                format!(" {}", s.objects.join(" "))
+            };
             outln!(
-                "{}/{}: {} every {} s from {}, windows of {} s, {days}; next {}",
+                "{}/{}: {}{objects} every {} s from {}, windows of {} s, {days}; next {}",
                 s.domain,
                 s.name,
                 s.action,
