@@ -49,13 +49,7 @@ impl State {
                 logins::MAX_PASSWORD
             )));
         }
-        if a.client.len() > logins::MAX_CLIENT {
-            let mut end = logins::MAX_CLIENT;
-            while !a.client.is_char_boundary(end) {
-                end -= 1;
-            }
-            a.client.truncate(end);
-        }
+        qsm_types::truncate_utf8(&mut a.client, logins::MAX_CLIENT);
         let account = if a.admin { format!("admin:{}", a.account) } else { a.account.clone() };
         let keys = [logins::Key::Account(account), logins::Key::Source(logins::source_of(&a.peer))];
         self.logins

@@ -350,22 +350,19 @@ impl<'a> NodeSession<'a> {
 
     /// Ends the node's started event `event` with its outcome (what a node reports is cut to
     /// [`MAX_EVENT_DETAIL`] bytes).
-    pub fn end_event(&self, event: i64, result: RunResult, detail: &str) -> Result<()> {
+    pub fn end_event(&self, event: i64, result: RunResult, reported: &str) -> Result<()> {
         // What a node reports is shown on administrators' terminals: its control characters
         // (escape sequences, carriage returns, newlines forging lines) are written escaped.
-        let detail: String = detail
-            .chars()
-            .flat_map(|c| {
-                let escaped: Vec<char> =
-                    if c.is_control() { c.escape_default().collect() } else { vec![c] };
-                escaped
-            })
-            .collect();
-        let mut end = detail.len().min(MAX_EVENT_DETAIL);
-        while !detail.is_char_boundary(end) {
-            end -= 1;
+        let mut detail = String::with_capacity(reported.len());
+        for c in reported.chars() {
+            if c.is_control() {
+                detail.extend(c.escape_default());
+            } else {
+                detail.push(c);
+            }
         }
-        let detail = &detail[..end];
+        qsm_types::truncate_utf8(&mut detail, MAX_EVENT_DETAIL);
+        let detail = detail.as_str();
         let catalog = self.core.store.catalog();
         let now = qsm_types::now();
         catalog.end_node_event(self.node, event, result.name(), detail, now).map_err(

@@ -140,6 +140,18 @@ impl ServerError {
     }
 }
 
+/// Cuts `text` to at most `max` bytes, at a character boundary (text a peer sent, kept
+/// bounded).
+pub fn truncate_utf8(text: &mut String, max: usize) {
+    if text.len() > max {
+        let mut end = max;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+}
+
 /// An error's message with each cause added once: a layer whose message already holds its
 /// cause's text (a library that formats its source in) does not repeat it ("X: X").
 pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {

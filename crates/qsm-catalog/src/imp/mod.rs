@@ -231,7 +231,7 @@ impl<B: Backend + std::fmt::Debug> Catalog for B {
         schedules::claim_event(self, schedule, node, window_start, state, now)
     }
     fn end_event(&self, id: i64, state: &str, detail: &str, now: Timestamp) -> Result<()> {
-        schedules::end_event(self, id, state, detail, now)
+        schedules::end_event(self, None, id, state, detail, now)
     }
     fn events(&self, since: Timestamp) -> Result<Vec<Event>> {
         schedules::events(self, since)
@@ -250,7 +250,7 @@ impl<B: Backend + std::fmt::Debug> Catalog for B {
         detail: &str,
         now: Timestamp,
     ) -> Result<()> {
-        schedules::end_node_event(self, node, id, state, detail, now)
+        schedules::end_event(self, Some(node), id, state, detail, now)
     }
     fn associate(&self, schedule: ScheduleId, node: NodeId) -> Result<bool> {
         schedules::associate(self, schedule, node)

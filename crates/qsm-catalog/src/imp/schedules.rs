@@ -130,23 +130,31 @@ pub(super) fn claim_event(
     })
 }
 
+/// Ends started event `id` (of `node` only, when given: a node cannot rewrite another's
+/// record). Only a started one: two servers severing it at once, or a severance racing the
+/// node's own report, end it once.
 pub(super) fn end_event(
     b: &dyn Backend,
+    node: Option<NodeId>,
     id: i64,
     state: &str,
     detail: &str,
     now: Timestamp,
 ) -> Result<()> {
-    // Only a started event: two servers severing it at once, or a severance racing the
-    // node's own report, end it once.
-    update_one(
-        b,
-        "ending an event",
-        "UPDATE events SET state = ?1, detail = ?2, ended = ?3 WHERE id = ?4 AND state = 'started'",
-        &[state.into(), detail.into(), now.into(), id.into()],
-        "event",
-        &id,
-    )
+    let mut args: Vec<Arg<'_>> = vec![state.into(), detail.into(), now.into(), id.into()];
+    let mine = match node {
+        Some(n) => {
+            args.push(n.0.into());
+            " AND node_id = ?5"
+        }
+        None => "",
+    };
+    let sql = format!(
+        "UPDATE events SET state = ?1, detail = ?2, ended = ?3 \
+         WHERE id = ?4 AND state = 'started'{mine}"
+    );
+    let what = if node.is_some() { "started event of the node" } else { "started event" };
+    update_one(b, "ending an event", &sql, &args, what, &id)
 }
 
 /// The columns and joins of an event read.
@@ -252,25 +260,4 @@ pub(super) fn associations(b: &dyn Backend) -> Result<Vec<Association>> {
             },
         )
     })
-}
-
-pub(super) fn end_node_event(
-    b: &dyn Backend,
-    node: NodeId,
-    id: i64,
-    state: &str,
-    detail: &str,
-    now: Timestamp,
-) -> Result<()> {
-    // Only the node's own event, and only while it is started: a node cannot rewrite
-    // another's record, nor a severed or ended one.
-    update_one(
-        b,
-        "ending an event",
-        "UPDATE events SET state = ?1, detail = ?2, ended = ?3 \
-         WHERE id = ?4 AND node_id = ?5 AND state = 'started'",
-        &[state.into(), detail.into(), now.into(), id.into(), node.0.into()],
-        "started event of the node",
-        &id,
-    )
 }

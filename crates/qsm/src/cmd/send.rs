@@ -31,11 +31,7 @@ pub struct Protect {
 }
 
 pub(crate) fn on_off(text: &str) -> std::result::Result<bool, String> {
-    match text {
-        "on" | "yes" | "true" => Ok(true),
-        "off" | "no" | "false" => Ok(false),
-        _ => Err(format!("{text:?}: on or off")),
-    }
+    qsm_types::clientopts::switch(text).ok_or_else(|| format!("{text:?}: on or off"))
 }
 
 impl Protect {
