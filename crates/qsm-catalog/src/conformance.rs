@@ -21,6 +21,9 @@ fn e(err: CatalogError) -> String {
     err.to_string()
 }
 
+/// When the cases that test no lock or hold ask for deletions.
+const NOW: Timestamp = 1_000_000;
+
 /// One case: it gets a fresh catalog.
 pub type Case = fn(&dyn Catalog) -> CaseResult;
 
@@ -44,6 +47,8 @@ pub const CASES: &[(&str, Case)] = &[
     ("policy_changes", policy_changes),
     ("expiration_across_pages", expiration_across_pages),
     ("versions_exist_at_backup", versions_exist_at_backup),
+    ("retention_locks_and_holds", retention_locks_and_holds),
+    ("backup_figures", backup_figures),
     ("damaged_chunks_and_repair", damaged_chunks_and_repair),
     ("state_and_snapshot", state_and_snapshot),
     ("trees_and_generations", trees_and_generations),
@@ -680,11 +685,11 @@ pub fn chunks_and_reference_counts(cat: &dyn Catalog) -> CaseResult {
         matches!(t.delete_container(fx.container), Err(CatalogError::Refused(_))),
         "deleted a container in use"
     );
-    t.delete_object(b).map_err(e)?;
+    t.delete_object(b, NOW).map_err(e)?;
     t.commit().map_err(e)?;
     ensure!(refcounts(cat)? == [1, 1], "after deleting /b: {:?}", refcounts(cat)?);
     let mut t = cat.begin().map_err(e)?;
-    t.delete_object(a).map_err(e)?;
+    t.delete_object(a, NOW).map_err(e)?;
     t.commit().map_err(e)?;
     let report = cat.check().map_err(e)?;
     ensure!(
@@ -1036,7 +1041,7 @@ pub fn dedup_scopes_and_keyed_chunks(cat: &dyn Catalog) -> CaseResult {
 
     // One reference gone: still live. Both gone: not found, and the epoch rises.
     let mut t = cat.begin().map_err(e)?;
-    t.delete_object(a).map_err(e)?;
+    t.delete_object(a, NOW).map_err(e)?;
     t.commit().map_err(e)?;
     ensure!(
         cat.find_chunks(sa.id, false, &[[7; 32]]).map_err(e)? == vec![Some(ca.id)],
@@ -1044,7 +1049,7 @@ pub fn dedup_scopes_and_keyed_chunks(cat: &dyn Catalog) -> CaseResult {
     );
     ensure!(cat.dedup_epoch().map_err(e)? == epoch0, "a chunk still referenced is not gone");
     let mut t = cat.begin().map_err(e)?;
-    t.delete_object(b).map_err(e)?;
+    t.delete_object(b, NOW).map_err(e)?;
     t.commit().map_err(e)?;
     ensure!(
         cat.find_chunks(sa.id, false, &[[7; 32]]).map_err(e)? == vec![None],
@@ -1216,7 +1221,7 @@ pub fn policy_changes(cat: &dyn Catalog) -> CaseResult {
         "a domain with bound versions stays"
     );
     let mut t = cat.begin().map_err(e)?;
-    t.delete_object(bound).map_err(e)?;
+    t.delete_object(bound, NOW).map_err(e)?;
     t.commit().map_err(e)?;
     cat.delete_mgmt_class(class).map_err(e)?;
     ensure!(cat.mgmt_classes(short).map_err(e)?.is_empty(), "class gone");
@@ -1309,6 +1314,176 @@ pub fn versions_exist_at_backup(cat: &dyn Catalog) -> CaseResult {
     t.commit().map_err(e)?;
     ensure!(sizes(b"/three")?.len() == 3, "deactivation deleted versions");
     consistent(cat)
+}
+
+/// A class's minimum retention is stamped on the versions stored under it: neither the
+/// versions-exist roll-off, nor a deletion, nor expiration removes one before its lock ends,
+/// and lowering the class later does not free it. A hold on the node or the filespace stops
+/// every deletion until released; a filespace with either is not deleted at all.
+pub fn retention_locks_and_holds(cat: &dyn Catalog) -> CaseResult {
+    const DAY: i64 = 86_400;
+    let fx = fixture(cat)?;
+    let node = cat.node("alpha").map_err(e)?.ok_or("no node")?.id;
+    let domain = cat.domain("standard").map_err(e)?.ok_or("no domain")?.id;
+    let one = BackupCopyGroup { versions_exist: 1, ..BackupCopyGroup::default() };
+    let class =
+        cat.define_mgmt_class(domain, "standard", one, ArchiveCopyGroup::default()).map_err(e)?;
+    ensure!(
+        matches!(
+            cat.set_retain_min(MgmtClassId(class.0 + 99), 1),
+            Err(CatalogError::NotFound { .. })
+        ),
+        "a minimum retention set on a class that does not exist"
+    );
+    cat.set_retain_min(class, 10).map_err(e)?;
+    let classes = cat.mgmt_classes(domain).map_err(e)?;
+    ensure!(classes[0].retain_min_days == 10, "{classes:?}");
+    let t0 = 1_000_000;
+    let store = |path: &[u8], k: u64, at: Timestamp| -> std::result::Result<ObjectId, String> {
+        let mut t = cat.begin().map_err(e)?;
+        let id = t
+            .insert_object(&file(fx.fs, path, k, vec![new_chunk(fx.container, k * 100)]), at)
+            .map_err(e)?;
+        t.commit().map_err(e)?;
+        Ok(id)
+    };
+    let delete = |id: ObjectId, at: Timestamp| -> crate::Result<()> {
+        let mut t = cat.begin()?;
+        t.delete_object(id, at)?;
+        t.commit()
+    };
+    let v1 = store(b"/f", 1, t0)?;
+    // Lowered after v1 was stored: v1 keeps its 10 days, v2 gets none.
+    cat.set_retain_min(class, 0).map_err(e)?;
+    let v2 = store(b"/f", 2, t0 + DAY)?;
+    ensure!(
+        cat.versions(fx.fs, b"/f").map_err(e)?.len() == 2,
+        "versions-exist 1 rolled a locked version off"
+    );
+    match delete(v1, t0 + 10 * DAY - 1) {
+        Err(CatalogError::Protected(why)) => {
+            ensure!(why.contains("retention-locked until"), "{why}")
+        }
+        other => return Err(format!("a locked version's deletion gave {other:?}")),
+    }
+    // Expiration is refused it too, and counts it as kept.
+    let (cancel, progress) = (std::sync::atomic::AtomicBool::new(false), Default::default());
+    let opts = crate::expire::ExpireOptions::new(t0 + 2 * DAY, &cancel, &progress);
+    let report = crate::expire::expire_inventory(cat, &opts).map_err(e)?;
+    ensure!(report.protected == 1 && report.backups == 0, "{report:?}");
+    cat.set_retain_min(class, 3).map_err(e)?;
+    let v3 = store(b"/f", 3, t0 + 2 * DAY)?;
+    // v2 had no lock: the roll-off took it; v1 is still locked.
+    let ids: Vec<ObjectId> = cat.versions(fx.fs, b"/f").map_err(e)?.iter().map(|v| v.id).collect();
+    ensure!(ids == [v3, v1], "after v3: {ids:?} (v1 {v1:?}, v2 {v2:?})");
+
+    // Holds: the node's, then the filespace's.
+    ensure!(
+        cat.hold(node, None, HoldKind::Hold, "administrator a", "case 7", t0).map_err(e)?,
+        "hold"
+    );
+    ensure!(
+        !cat.hold(node, None, HoldKind::Hold, "administrator b", "again", t0).map_err(e)?,
+        "second hold"
+    );
+    match delete(v1, t0 + 100 * DAY) {
+        Err(CatalogError::Protected(why)) => ensure!(why.contains("hold on its node"), "{why}"),
+        other => return Err(format!("a held version's deletion gave {other:?}")),
+    }
+    ensure!(cat.release(node, None, HoldKind::Hold).map_err(e)?, "release");
+    ensure!(!cat.release(node, None, HoldKind::Hold).map_err(e)?, "second release");
+    ensure!(
+        cat.hold(node, Some(fx.fs), HoldKind::Suspect, "server", "odd", t0).map_err(e)?,
+        "suspect"
+    );
+    let other = cat.register_node("beta", "$argon2id$x", domain).map_err(e)?;
+    ensure!(
+        matches!(
+            cat.hold(other, Some(fx.fs), HoldKind::Hold, "a", "", t0),
+            Err(CatalogError::NotFound { .. })
+        ),
+        "a hold on another node's filespace"
+    );
+    let holds = cat.holds().map_err(e)?;
+    ensure!(
+        holds.len() == 1
+            && holds[0].node_name == "alpha"
+            && holds[0].filespace == Some(fx.fs)
+            && holds[0].filespace_name == "/home"
+            && holds[0].kind == HoldKind::Suspect
+            && holds[0].reason == "odd",
+        "{holds:?}"
+    );
+    let p = cat.protection(fx.fs, t0 + 3 * DAY).map_err(e)?;
+    ensure!(p.holds == [(HoldKind::Suspect, true)] && p.locked == 2, "{p:?}");
+    ensure!(
+        matches!(delete(v1, t0 + 100 * DAY), Err(CatalogError::Protected(_))),
+        "deleted under a suspect hold"
+    );
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    match cat.delete_filespace(fx.fs, 10, &stop) {
+        Err(CatalogError::Protected(why)) => {
+            ensure!(why.contains("filespace is under a suspect"), "{why}")
+        }
+        other => return Err(format!("deleting a held filespace gave {other:?}")),
+    }
+    ensure!(cat.release(node, Some(fx.fs), HoldKind::Suspect).map_err(e)?, "release suspect");
+    // Free at last: the lock ended, nothing holds it.
+    delete(v1, t0 + 10 * DAY).map_err(e)?;
+    ensure!(
+        matches!(delete(v1, t0 + 10 * DAY), Err(CatalogError::NotFound { .. })),
+        "deleted twice"
+    );
+    // A version locked at the real time keeps its whole filespace.
+    cat.set_retain_min(class, 1).map_err(e)?;
+    store(b"/g", 4, now())?;
+    match cat.delete_filespace(fx.fs, 10, &stop) {
+        Err(CatalogError::Protected(why)) => {
+            ensure!(why.contains("1 versions are retention-locked"), "{why}")
+        }
+        other => return Err(format!("deleting a locked filespace gave {other:?}")),
+    }
+    ensure!(cat.versions(fx.fs, b"/f").map_err(e)?.len() == 1, "a refused deletion deleted");
+    consistent(cat)
+}
+
+/// The figures of a filespace's recent whole backups: the newest kept, files counted from
+/// the active inventory.
+pub fn backup_figures(cat: &dyn Catalog) -> CaseResult {
+    let fx = fixture(cat)?;
+    let mut t = cat.begin().map_err(e)?;
+    for k in 0..3u64 {
+        t.insert_object(&file(fx.fs, format!("/f{k}").as_bytes(), k, vec![]), 100).map_err(e)?;
+    }
+    t.commit().map_err(e)?;
+    // The judge sees the figures before, oldest first, and the new ones with their files.
+    let judge = |before: &[BackupStats], run: &BackupStats| {
+        let seen: Vec<u64> = before.iter().map(|s| s.changed).collect();
+        (run.changed == 4).then(|| format!("after {seen:?}, {} files", run.files))
+    };
+    for k in 0..5u64 {
+        let stats = BackupStats {
+            ended: 200 + k as i64,
+            changed: k,
+            raw_bytes: 10 * k,
+            ..Default::default()
+        };
+        let (kept, why) = cat.add_backup_stats(fx.fs, &stats, 3, &judge).map_err(e)?;
+        ensure!(kept.files == 3 && kept.changed == k && kept.suspect == (k == 4), "{kept:?}");
+        ensure!(why.is_some() == (k == 4), "{why:?}");
+        if let Some(why) = why {
+            ensure!(why == "after [1, 2, 3], 3 files", "{why}");
+        }
+    }
+    let all = cat.backup_stats(fx.fs).map_err(e)?;
+    let ended: Vec<Timestamp> = all.iter().map(|s| s.ended).collect();
+    ensure!(ended == [202, 203, 204], "{all:?}");
+    ensure!(all[2].raw_bytes == 40 && all[2].files == 3 && all[2].suspect, "{all:?}");
+    ensure!(
+        cat.backup_stats(FilespaceId(fx.fs.0 + 50)).map_err(e)?.is_empty(),
+        "another filespace's"
+    );
+    Ok(())
 }
 
 /// An audit's marks: a damaged chunk is no longer offered for deduplication and the next
@@ -1568,7 +1743,7 @@ pub fn listing_interleaved_with_commits_probed(
             behind.push(t.insert_object(&file(f.fs, b"/a/new", 5, vec![]), 300)?);
             t.insert_object(&file(f.fs, &name(paths - 1), 6, vec![]), 300)?;
             t.deactivate(f.fs, &name(paths - 2), 300)?;
-            t.delete_object(expire)?;
+            t.delete_object(expire, 300)?;
             t.insert_object(&file(f.fs, b"/e/new", 7, vec![]), 300)?;
             t.commit()?;
         }

@@ -51,7 +51,7 @@ use Kind::{Bytes as B, Int as I, Text as T};
 /// `tables_list_every_column` compares this list with the schema itself.
 pub const TABLES: &[Table] = &[
     ("domains", &[("id", I), ("name", T), ("description", T)]),
-    ("mgmt_classes", &[("id", I), ("domain_id", I), ("name", T)]),
+    ("mgmt_classes", &[("id", I), ("domain_id", I), ("name", T), ("retain_min_days", I)]),
     (
         "backup_copygroups",
         &[
@@ -132,6 +132,33 @@ pub const TABLES: &[Table] = &[
     ("associations", &[("id", I), ("schedule_id", I), ("node_id", I), ("since", I)]),
     ("cloptsets", &[("id", I), ("name", T), ("description", T)]),
     ("clientopts", &[("id", I), ("set_id", I), ("name", T), ("value", T), ("force", I)]),
+    (
+        "holds",
+        &[
+            ("id", I),
+            ("node_id", I),
+            ("filespace_id", I),
+            ("kind", T),
+            ("since", I),
+            ("by_whom", T),
+            ("reason", T),
+        ],
+    ),
+    (
+        "backup_stats",
+        &[
+            ("id", I),
+            ("filespace_id", I),
+            ("ended", I),
+            ("files", I),
+            ("changed", I),
+            ("raw_bytes", I),
+            ("stored_bytes", I),
+            ("chunks", I),
+            ("refs", I),
+            ("suspect", I),
+        ],
+    ),
     ("containers", &[("id", I), ("pool_id", I), ("size", I), ("sealed", I)]),
     (
         "chunks",
@@ -173,6 +200,7 @@ pub const TABLES: &[Table] = &[
             ("ino", I),
             ("damaged", I),
             ("meta", B),
+            ("locked_until", I),
         ],
     ),
     (

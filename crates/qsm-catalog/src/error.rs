@@ -45,6 +45,9 @@ pub enum CatalogError {
     /// An operation that would break an invariant (e.g. deleting a referenced chunk).
     #[error("{0}")]
     Refused(String),
+    /// A version under a retention lock or a hold: nobody may delete it now.
+    #[error("{0}")]
+    Protected(String),
     /// Stored data that cannot be right (e.g. an undecodable chunk list).
     #[error("catalog is damaged: {0}")]
     Damaged(String),

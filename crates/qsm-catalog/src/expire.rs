@@ -177,6 +177,8 @@ pub struct ExpireProgress {
     pub backups: AtomicU64,
     /// Archives deleted.
     pub archives: AtomicU64,
+    /// Versions due that a retention lock or a hold kept.
+    pub protected: AtomicU64,
     /// Filespaces finished.
     pub filespaces: AtomicU64,
 }
@@ -190,6 +192,8 @@ pub struct ExpireReport {
     pub backups: u64,
     /// Archives deleted.
     pub archives: u64,
+    /// Versions due that a retention lock or a hold kept.
+    pub protected: u64,
     /// Filespaces finished.
     pub filespaces: u64,
     /// Why it stopped before the end (cancelled, out of time), if it did.
@@ -284,6 +288,7 @@ pub fn expire_inventory(
         examined: p.examined.load(Ordering::Relaxed),
         backups: p.backups.load(Ordering::Relaxed),
         archives: p.archives.load(Ordering::Relaxed),
+        protected: p.protected.load(Ordering::Relaxed),
         filespaces: p.filespaces.load(Ordering::Relaxed),
         stopped: stop_reason.into_inner().unwrap_or_else(|p| p.into_inner()),
     })
@@ -306,10 +311,12 @@ fn expire_filespace(
     let flush = |doomed: &mut Vec<(ObjectId, bool)>| -> Result<()> {
         for part in doomed.chunks(options.batch.max(1)) {
             let mut t = catalog.begin()?;
-            let (mut backups, mut archives) = (0u64, 0u64);
+            let (mut backups, mut archives, mut protected) = (0u64, 0u64, 0u64);
             for (id, archive) in part {
-                match t.delete_object(*id) {
+                match t.delete_object(*id, options.now) {
                     Ok(()) => *(if *archive { &mut archives } else { &mut backups }) += 1,
+                    // Under a retention lock or a hold: kept, and expired once free.
+                    Err(crate::CatalogError::Protected(_)) => protected += 1,
                     // A backup applied versions-exist to it since the scan read it: gone
                     // already, which is what expiration wanted.
                     Err(crate::CatalogError::NotFound { what: "object", .. }) => {}
@@ -319,6 +326,7 @@ fn expire_filespace(
             t.commit()?;
             options.progress.archives.fetch_add(archives, Ordering::Relaxed);
             options.progress.backups.fetch_add(backups, Ordering::Relaxed);
+            options.progress.protected.fetch_add(protected, Ordering::Relaxed);
         }
         doomed.clear();
         Ok(())

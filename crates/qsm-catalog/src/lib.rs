@@ -247,6 +247,42 @@ pub trait Catalog: Send + Sync + std::fmt::Debug {
     /// Deletes a node and its session history; refused while it has filespaces.
     fn delete_node(&self, node: NodeId) -> Result<()>;
 
+    // --- protection from deletion (retention locks, holds, suspect backups) ---
+    /// Sets a management class's minimum retention: versions stored from now on are kept at
+    /// least `days` (0: no minimum); versions stored before keep the lock they were given.
+    fn set_retain_min(&self, class: MgmtClassId, days: u32) -> Result<()>;
+    /// Places a hold of `kind` on `node` (`filespace` `None`) or one of its filespaces: no
+    /// version under it is deleted until it is released. False if there is one already.
+    fn hold(
+        &self,
+        node: NodeId,
+        filespace: Option<FilespaceId>,
+        kind: HoldKind,
+        by: &str,
+        reason: &str,
+        now: Timestamp,
+    ) -> Result<bool>;
+    /// Releases the hold of `kind` on `node` or its filespace; false if there was none.
+    fn release(&self, node: NodeId, filespace: Option<FilespaceId>, kind: HoldKind)
+    -> Result<bool>;
+    /// Every hold, by node name, filespace name and kind.
+    fn holds(&self) -> Result<Vec<Hold>>;
+    /// What keeps `filespace`'s versions from deletion at `now`.
+    fn protection(&self, filespace: FilespaceId, now: Timestamp) -> Result<Protection>;
+    /// Records the figures of a whole backup of `filespace`, keeping the newest `keep`, in
+    /// one transaction: its `files` counted from the active inventory, then `judge`d against
+    /// the figures recorded before (oldest first): an answer (why) marks it suspect. Returns
+    /// the figures as recorded, and the answer.
+    fn add_backup_stats(
+        &self,
+        filespace: FilespaceId,
+        stats: &BackupStats,
+        keep: usize,
+        judge: &dyn Fn(&[BackupStats], &BackupStats) -> Option<String>,
+    ) -> Result<(BackupStats, Option<String>)>;
+    /// The recorded figures of `filespace`'s recent whole backups, oldest first.
+    fn backup_stats(&self, filespace: FilespaceId) -> Result<Vec<BackupStats>>;
+
     // --- pools and containers ---
     /// Records a storage pool.
     fn define_pool(&self, name: &str, kind: &str, location: &str) -> Result<PoolId>;
@@ -407,7 +443,8 @@ pub trait Txn {
         now: Timestamp,
     ) -> Result<u64>;
     /// Deletes an object version and releases its chunk references (expiration).
-    fn delete_object(&mut self, id: ObjectId) -> Result<()>;
+    /// [`CatalogError::Protected`] if a retention lock or a hold keeps it at `now`.
+    fn delete_object(&mut self, id: ObjectId, now: Timestamp) -> Result<()>;
     /// Moves a chunk's frame to a new location (reclamation).
     /// `from` is where the mover read it: if the chunk moved since (a damaged chunk repaired
     /// by a new copy), the move is refused and nothing is repointed.
@@ -438,6 +475,24 @@ pub(crate) fn delete_filespace_in_batches(
     remove: &dyn Fn() -> Result<bool>,
     exists: &dyn Fn() -> Result<bool>,
 ) -> Result<u64> {
+    // Refused whole rather than left half deleted: nothing under a hold or a running lock
+    // may go, so nothing of the filespace goes.
+    let now = model::now();
+    let p = catalog.protection(filespace, now)?;
+    if let Some((kind, on_fs)) = p.holds.first() {
+        return Err(CatalogError::Protected(format!(
+            "the {} is under a {}: release it first; nothing was deleted",
+            if *on_fs { "filespace" } else { "node" },
+            kind.name()
+        )));
+    }
+    if p.locked > 0 {
+        return Err(CatalogError::Protected(format!(
+            "{} versions are retention-locked, the last until {} UTC; nothing was deleted",
+            p.locked,
+            qsm_types::time::format_time(p.locked_until)
+        )));
+    }
     let mut deleted = 0u64;
     let limit = batch.max(1);
     loop {
@@ -461,7 +516,7 @@ pub(crate) fn delete_filespace_in_batches(
         }
         let mut t = catalog.begin()?;
         for id in &page {
-            match t.delete_object(ObjectId(*id)) {
+            match t.delete_object(ObjectId(*id), now) {
                 Ok(()) => deleted += 1,
                 Err(CatalogError::NotFound { what: "object", .. }) => {}
                 Err(e) => return Err(e),

@@ -333,6 +333,39 @@ CREATE TABLE clientopts (
 );
 ALTER TABLE nodes ADD COLUMN cloptset_id BIGINT;
 "#,
+    // 12: protection against deletion (issue 30). A management class's minimum retention,
+    // stamped on each version when it is stored (`locked_until`: a later change of the class
+    // never shortens a lock already given); holds on a node (`filespace_id` 0) or a
+    // filespace, an administrator's (`kind` 'hold') or an anomaly's ('suspect'), each
+    // stopping every deletion of the versions under it; and the figures of recent whole
+    // backups, the baseline a suspect backup is told from.
+    r#"
+ALTER TABLE mgmt_classes ADD COLUMN retain_min_days BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE objects ADD COLUMN locked_until BIGINT;
+CREATE TABLE holds (
+    id {ID},
+    node_id BIGINT NOT NULL,
+    filespace_id BIGINT NOT NULL,
+    kind TEXT NOT NULL,
+    since BIGINT NOT NULL,
+    by_whom TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    UNIQUE (node_id, filespace_id, kind)
+);
+CREATE TABLE backup_stats (
+    id {ID},
+    filespace_id BIGINT NOT NULL,
+    ended BIGINT NOT NULL,
+    files BIGINT NOT NULL,
+    changed BIGINT NOT NULL,
+    raw_bytes BIGINT NOT NULL,
+    stored_bytes BIGINT NOT NULL,
+    chunks BIGINT NOT NULL,
+    refs BIGINT NOT NULL,
+    suspect BIGINT NOT NULL
+);
+CREATE INDEX backup_stats_filespace ON backup_stats (filespace_id, id);
+"#,
 ];
 
 /// The newest schema version this program knows.

@@ -7,7 +7,7 @@ use qsm_types::ServerError;
 
 use crate::reports::{
     ActlogReport, AssociationRow, AuditReport, BackupDbReport, CloptsetRow, DeleteFilespaceReport,
-    DomainRow, EventRow, ExpireReport, FilespaceRow, NodeRow, ProcessRow, ReclaimReport,
+    DomainRow, EventRow, ExpireReport, FilespaceRow, HoldRow, NodeRow, ProcessRow, ReclaimReport,
     ScheduleRow, SessionRow, StgpoolRow, VolhistRow,
 };
 use crate::v1;
@@ -62,6 +62,9 @@ macro_rules! admin_operations {
             define_clientopt(ClientoptRequest) -> Empty;
             delete_clientopt(ClientoptRequest) -> Empty;
             query_cloptsets(Empty) -> CloptsetList;
+            hold_node(HoldRequest) -> Empty;
+            release_node(HoldRequest) -> Empty;
+            query_holds(Empty) -> HoldList;
         }
     };
 }
@@ -103,6 +106,7 @@ pub struct CopyGroups {
     pub retain_extra_days: Option<u32>,
     pub retain_only_days: Option<u32>,
     pub retain_archive_days: Option<u32>,
+    pub retain_min_days: Option<u32>,
 }
 
 impl CopyGroups {
@@ -115,6 +119,7 @@ impl CopyGroups {
             retain_extra_days: self.retain_extra_days,
             retain_only_days: self.retain_only_days,
             retain_version_days: self.retain_archive_days,
+            retain_min_days: self.retain_min_days,
         }
     }
 }
@@ -231,6 +236,34 @@ impl Admin<'_> {
         self.0
             .delete_clientopt(v1::ClientoptRequest { set: set.to_owned(), option: Some(option) })?;
         Ok(())
+    }
+
+    /// Holds `node`'s versions (`filespace` `None`: all of them) until released.
+    pub fn hold(&self, node: &str, filespace: Option<&str>, reason: &str) -> Result<()> {
+        let r = v1::HoldRequest {
+            node: node.to_owned(),
+            filespace: filespace.unwrap_or_default().to_owned(),
+            reason: reason.to_owned(),
+            suspect: false,
+        };
+        self.0.hold_node(r)?;
+        Ok(())
+    }
+
+    /// Releases an administrator's hold, or with `suspect` acknowledges a suspect backup.
+    pub fn release(&self, node: &str, filespace: Option<&str>, suspect: bool) -> Result<()> {
+        let r = v1::HoldRequest {
+            node: node.to_owned(),
+            filespace: filespace.unwrap_or_default().to_owned(),
+            reason: String::new(),
+            suspect,
+        };
+        self.0.release_node(r)?;
+        Ok(())
+    }
+
+    pub fn holds(&self) -> Result<Vec<HoldRow>> {
+        Ok(self.0.query_holds(v1::Empty {})?.holds.into_iter().map(HoldRow::from).collect())
     }
 
     pub fn cloptsets(&self) -> Result<Vec<CloptsetRow>> {

@@ -211,6 +211,32 @@ impl From<v1::Cloptset> for CloptsetRow {
     }
 }
 
+/// A hold on a node or a filespace (`query hold`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HoldRow {
+    pub node: String,
+    /// Empty: the whole node.
+    pub filespace: String,
+    /// `hold` (an administrator's) or `suspect` (the server's, on a suspect backup).
+    pub kind: String,
+    pub since: i64,
+    pub by: String,
+    pub reason: String,
+}
+
+impl From<v1::HoldInfo> for HoldRow {
+    fn from(h: v1::HoldInfo) -> HoldRow {
+        HoldRow {
+            node: h.node,
+            filespace: h.filespace,
+            kind: h.kind,
+            since: h.since,
+            by: h.by,
+            reason: h.reason,
+        }
+    }
+}
+
 /// One open session.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SessionRow {
@@ -282,6 +308,8 @@ pub struct ExpireReport {
     pub backups: u64,
     /// Archives deleted.
     pub archives: u64,
+    /// Versions due that a retention lock or a hold kept.
+    pub protected: u64,
     pub filespaces: u64,
     pub stopped: Option<String>,
     pub seconds: f64,
@@ -294,6 +322,7 @@ impl From<v1::ExpireReply> for ExpireReport {
             examined: r.examined,
             backups: r.backups,
             archives: r.archives,
+            protected: r.protected,
             filespaces: r.filespaces,
             stopped: stopped(r.stopped),
             seconds: r.seconds,
@@ -330,6 +359,8 @@ pub struct ClassRow {
     pub retain_extra_days: u32,
     pub retain_only_days: u32,
     pub retain_version_days: u32,
+    /// Days every version is kept at least, whoever asks (0: no minimum).
+    pub retain_min_days: u32,
 }
 
 /// A policy domain with its nodes and classes.
@@ -357,6 +388,7 @@ impl From<v1::DomainInfo> for DomainRow {
                     retain_extra_days: c.retain_extra_days,
                     retain_only_days: c.retain_only_days,
                     retain_version_days: c.retain_version_days,
+                    retain_min_days: c.retain_min_days,
                 })
                 .collect(),
         }

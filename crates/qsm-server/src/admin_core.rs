@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use qsm_catalog::coord::SessionsOf;
-use qsm_catalog::{Coordination, Privilege, Severity};
+use qsm_catalog::{Coordination, HoldKind, Privilege, Severity};
 use qsm_proto::AdminApi;
 use qsm_proto::v1;
 use qsm_types::ServerError;
@@ -161,6 +161,59 @@ fn copy_groups(
         ));
     }
     Ok((b, a))
+}
+
+/// The node and filespace a hold request names, and how to say them.
+fn hold_target(
+    catalog: &dyn qsm_catalog::Catalog,
+    r: &v1::HoldRequest,
+) -> Result<(qsm_catalog::NodeId, Option<qsm_catalog::FilespaceId>, String), ServerError> {
+    let node = catalog
+        .node(&r.node)
+        .map_err(catalog_error)?
+        .ok_or_else(|| ServerError::not_found(format!("no node {}", r.node)))?;
+    if r.filespace.is_empty() {
+        return Ok((node.id, None, format!("node {}", r.node)));
+    }
+    let fs = catalog
+        .filespaces(node.id)
+        .map_err(catalog_error)?
+        .into_iter()
+        .find(|f| f.name == r.filespace)
+        .ok_or_else(|| {
+            ServerError::not_found(format!("node {} has no filespace {}", r.node, r.filespace))
+        })?;
+    Ok((node.id, Some(fs.id), format!("node {} filespace {}", r.node, r.filespace)))
+}
+
+/// What keeps a filespace from deletion, said for an administrator (`None`: nothing).
+fn protected(p: &qsm_catalog::Protection) -> Option<String> {
+    if let Some((kind, on_fs)) = p.holds.first() {
+        let on = if *on_fs { "the filespace" } else { "its node" };
+        return Some(match kind {
+            HoldKind::Hold => format!("{on} is held (query hold; release node)"),
+            HoldKind::Suspect => format!(
+                "{on} holds a suspect backup not yet acknowledged (query hold; release node \
+                 --suspect)"
+            ),
+        });
+    }
+    (p.locked > 0).then(|| {
+        format!(
+            "{} versions are retention-locked, the last until {} UTC",
+            p.locked,
+            qsm_types::time::format_time(p.locked_until)
+        )
+    })
+}
+
+/// A class's minimum retention as the activity log says it (nothing when there is none).
+fn retain_min(days: u32) -> String {
+    if days == 0 {
+        String::new()
+    } else {
+        format!(", retain-min {days} (versions stored from now on)")
+    }
 }
 
 fn describe(b: qsm_catalog::BackupCopyGroup, a: qsm_catalog::ArchiveCopyGroup) -> String {
@@ -657,6 +710,70 @@ impl AdminApi for AdminSession<'_> {
         })
     }
 
+    fn hold_node(&self, r: v1::HoldRequest) -> Result<v1::Empty, ServerError> {
+        let actor = self.need(SYSTEM)?;
+        if r.suspect {
+            return Err(ServerError::invalid(
+                "only the server holds a suspect backup; an administrator's hold is a plain one",
+            ));
+        }
+        if r.reason.len() > 1024 {
+            return Err(ServerError::invalid("a reason is at most 1024 bytes"));
+        }
+        let catalog = self.core.store.catalog();
+        let (node, fs, what) = hold_target(catalog.as_ref(), &r)?;
+        let placed = catalog
+            .hold(node, fs, HoldKind::Hold, &actor, &r.reason, qsm_catalog::now())
+            .map_err(catalog_error)?;
+        if !placed {
+            return Err(ServerError::exists(format!("{what} is held already")));
+        }
+        let why = if r.reason.is_empty() { String::new() } else { format!(": {}", r.reason) };
+        self.core.log(Severity::Warning, &format!("{actor} held {what}{why}"), Some(node), None);
+        Ok(v1::Empty {})
+    }
+
+    fn release_node(&self, r: v1::HoldRequest) -> Result<v1::Empty, ServerError> {
+        let actor = self.need(SYSTEM)?;
+        let catalog = self.core.store.catalog();
+        let (node, fs, what) = hold_target(catalog.as_ref(), &r)?;
+        let kind = if r.suspect { HoldKind::Suspect } else { HoldKind::Hold };
+        if !catalog.release(node, fs, kind).map_err(catalog_error)? {
+            return Err(ServerError::not_found(if r.suspect {
+                format!("{what} holds no suspect backup")
+            } else {
+                format!("{what} is not held")
+            }));
+        }
+        let said = if r.suspect {
+            format!(
+                "{actor} acknowledged the suspect backup of {what}: its versions may expire again"
+            )
+        } else {
+            format!("{actor} released {what}")
+        };
+        self.core.log(Severity::Warning, &said, Some(node), None);
+        Ok(v1::Empty {})
+    }
+
+    fn query_holds(&self, _: v1::Empty) -> Result<v1::HoldList, ServerError> {
+        self.need(ANY)?;
+        let holds = self.core.store.catalog().holds().map_err(catalog_error)?;
+        Ok(v1::HoldList {
+            holds: holds
+                .into_iter()
+                .map(|h| v1::HoldInfo {
+                    node: h.node_name,
+                    filespace: h.filespace_name,
+                    kind: h.kind.name().to_owned(),
+                    since: h.since,
+                    by: h.by,
+                    reason: h.reason,
+                })
+                .collect(),
+        })
+    }
+
     fn query_sessions(&self, _: v1::Empty) -> Result<v1::SessionList, ServerError> {
         self.need(ANY)?;
         let state = self.core;
@@ -760,9 +877,14 @@ impl AdminApi for AdminSession<'_> {
                 ..ExpireOptions::new(qsm_catalog::now(), cancel, &progress)
             };
             let report = expire_inventory(catalog.as_ref(), &options).map_err(catalog_error)?;
+            let kept = if report.protected > 0 {
+                format!("; {} due kept by retention locks or holds", report.protected)
+            } else {
+                String::new()
+            };
             Ok(Finished {
                 detail: format!(
-                    "examined {}, deleted {} backup versions and {} archives in {} filespaces",
+                    "examined {}, deleted {} backup versions and {} archives in {} filespaces{kept}",
                     report.examined, report.backups, report.archives, report.filespaces
                 ),
                 stopped: report.stopped.clone(),
@@ -777,6 +899,7 @@ impl AdminApi for AdminSession<'_> {
             filespaces: ran.value.filespaces,
             stopped: ran.stopped.unwrap_or_default(),
             seconds: ran.seconds,
+            protected: ran.value.protected,
         })
     }
 
@@ -903,14 +1026,19 @@ impl AdminApi for AdminSession<'_> {
             let catalog = state.store.catalog();
             let d = domain_named(catalog.as_ref(), &r.domain)?;
             let (backup, archive) = copy_groups(&r, Default::default())?;
-            catalog
+            let id = catalog
                 .define_mgmt_class(d.id, &r.name, backup, archive)
                 .map_err(|e| named(e, "management class", &r.name))?;
+            let min = r.retain_min_days.unwrap_or(0);
+            if min > 0 {
+                catalog.set_retain_min(id, min).map_err(catalog_error)?;
+            }
             Ok(format!(
-                "{actor} defined management class {}/{}: {}",
+                "{actor} defined management class {}/{}: {}{}",
                 r.domain,
                 r.name,
-                describe(backup, archive)
+                describe(backup, archive),
+                retain_min(min)
             ))
         })
     }
@@ -922,11 +1050,16 @@ impl AdminApi for AdminSession<'_> {
             let class = class_named(catalog.as_ref(), &r.domain, &r.name)?;
             let (backup, archive) = copy_groups(&r, (class.backup, class.archive))?;
             catalog.update_mgmt_class(class.id, backup, archive).map_err(catalog_error)?;
+            let min = r.retain_min_days.unwrap_or(class.retain_min_days);
+            if min != class.retain_min_days {
+                catalog.set_retain_min(class.id, min).map_err(catalog_error)?;
+            }
             Ok(format!(
-                "{actor} updated management class {}/{}: {}",
+                "{actor} updated management class {}/{}: {}{}",
                 r.domain,
                 r.name,
-                describe(backup, archive)
+                describe(backup, archive),
+                retain_min(min)
             ))
         })
     }
@@ -961,6 +1094,7 @@ impl AdminApi for AdminSession<'_> {
                     retain_extra_days: c.backup.retain_extra_days,
                     retain_only_days: c.backup.retain_only_days,
                     retain_version_days: c.archive.retain_version_days,
+                    retain_min_days: c.retain_min_days,
                 })
                 .collect();
             domains.push(v1::DomainInfo {
@@ -1243,6 +1377,15 @@ impl AdminApi for AdminSession<'_> {
             .ok_or_else(|| {
                 ServerError::not_found(format!("node {} has no filespace {}", r.node, r.filespace))
             })?;
+        // Refused before the node's sessions are touched (the catalog refuses it again if a
+        // hold comes meanwhile).
+        let kept = catalog.protection(fs.id, qsm_catalog::now()).map_err(catalog_error)?;
+        if let Some(why) = protected(&kept) {
+            return Err(ServerError::refused(format!(
+                "node {} filespace {}: {why}; nothing was deleted",
+                r.node, r.filespace
+            )));
+        }
         // Its backups would race the deletion: the node's sessions end first (those on
         // other servers sharing the catalog at their next heartbeat).
         state.cancel_sessions(SessionsOf::Node(node.id), "cancelled: filespace deleted")?;

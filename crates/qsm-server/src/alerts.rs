@@ -28,7 +28,7 @@ pub struct AlertConfig {
 }
 
 /// The kinds of alert.
-pub const KINDS: [&str; 4] = ["failed", "missed", "damaged", "pool-full"];
+pub const KINDS: [&str; 5] = ["failed", "missed", "damaged", "pool-full", "suspect"];
 
 fn every_kind() -> Vec<String> {
     KINDS.iter().map(|k| (*k).to_owned()).collect()

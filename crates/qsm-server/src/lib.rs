@@ -10,6 +10,7 @@
 pub mod admin;
 pub mod admin_core;
 pub mod alerts;
+pub mod anomaly;
 pub mod auth;
 pub mod config;
 pub mod conns;

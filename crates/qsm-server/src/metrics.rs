@@ -245,6 +245,21 @@ pub fn render(state: &State) -> Result<String, ServerError> {
     );
     x.family("qsm_catalog_objects", Gauge, "Object versions in the catalog.", one(stats.objects));
 
+    // Holds by kind, zero included: `qsm_holds{kind="suspect"} > 0` is a backup that looks
+    // like ransomware, its filespace's versions kept until an administrator acknowledges.
+    let mut holds: std::collections::BTreeMap<&str, f64> =
+        [("hold", 0.0), ("suspect", 0.0)].into_iter().collect();
+    for h in state.store.catalog().holds().map_err(catalog_error)? {
+        *holds.entry(h.kind.name()).or_default() += 1.0;
+    }
+    x.family(
+        "qsm_holds",
+        Gauge,
+        "Holds on nodes and filespaces, by kind: an administrator's (hold), or a suspect backup's \
+         not yet acknowledged (suspect).",
+        holds.into_iter().map(|(kind, n)| (labels(&[("kind", kind)]), n)),
+    );
+
     // Schedules' events of the last day, by state (every state, zero included, so that an
     // alert on `missed` or `failed` has a series to read).
     let mut states: std::collections::BTreeMap<String, f64> =

@@ -16,6 +16,7 @@ use qsm_types::ServerError;
 use qsm_types::model::Timestamp;
 use qsm_types::node::{ClassInfo, DedupInfo, Due, Fetched, Schedules, UploadKind, Uploaded};
 
+use crate::anomaly;
 use crate::auth::Session;
 use crate::state::State;
 
@@ -43,7 +44,9 @@ pub fn catalog_error(e: CatalogError) -> ServerError {
     match e {
         CatalogError::NotFound { .. } => ServerError::NotFound(e.to_string()),
         CatalogError::Exists { .. } => ServerError::Exists(e.to_string()),
-        CatalogError::Refused(_) => ServerError::Refused(e.to_string()),
+        CatalogError::Refused(_) | CatalogError::Protected(_) => {
+            ServerError::Refused(e.to_string())
+        }
         CatalogError::DiskFull { .. } => ServerError::Exhausted(e.to_string()),
         _ => ServerError::Failed(e.to_string()),
     }
@@ -362,20 +365,25 @@ impl<'a> NodeSession<'a> {
             }
         }
         qsm_types::truncate_utf8(&mut detail, MAX_EVENT_DETAIL);
-        let detail = detail.as_str();
         let catalog = self.core.store.catalog();
         let now = qsm_types::now();
-        catalog.end_node_event(self.node, event, result.name(), detail, now).map_err(
-            |e| match e {
-                CatalogError::NotFound { .. } => {
-                    ServerError::not_found(format!("the node has no started event {event}"))
-                }
-                e => catalog_error(e),
-            },
-        )?;
+        let suspect = if result == RunResult::Failed { None } else { self.suspect_since(event)? };
+        if let Some(why) = &suspect {
+            detail = format!("suspect backup: {why}; reported: {detail}");
+            qsm_types::truncate_utf8(&mut detail, MAX_EVENT_DETAIL);
+        }
+        let state = if suspect.is_some() { "suspect" } else { result.name() };
+        let detail = detail.as_str();
+        catalog.end_node_event(self.node, event, state, detail, now).map_err(|e| match e {
+            CatalogError::NotFound { .. } => {
+                ServerError::not_found(format!("the node has no started event {event}"))
+            }
+            e => catalog_error(e),
+        })?;
         let name = self.record().map(|n| n.name).unwrap_or_default();
-        let what = format!("node {name}'s scheduled event {event} {}: {detail}", result.name());
+        let what = format!("node {name}'s scheduled event {event} {state}: {detail}");
         let severity = match result {
+            _ if suspect.is_some() => Severity::Warning,
             RunResult::Completed => Severity::Info,
             RunResult::CompletedWithWarnings => Severity::Warning,
             RunResult::Failed => Severity::Error,
@@ -385,6 +393,27 @@ impl<'a> NodeSession<'a> {
             self.core.alert("failed", &what, Some(self.node), None, None);
         }
         Ok(())
+    }
+
+    /// Why a backup the node made during its started event `event` was found suspect, if
+    /// one was (the server's hold placed since the event started).
+    fn suspect_since(&self, event: i64) -> Result<Option<String>> {
+        let catalog = self.core.store.catalog();
+        // Events of windows that began in the last 31 days: no window is longer.
+        let since = qsm_types::now() - 31 * 86_400;
+        let events = catalog.node_events(self.node, since).map_err(catalog_error)?;
+        let Some(started) = events.iter().find(|e| e.id == event).and_then(|e| e.started) else {
+            return Ok(None);
+        };
+        let holds = catalog.holds().map_err(catalog_error)?;
+        Ok(holds
+            .into_iter()
+            .find(|h| {
+                h.node == self.node
+                    && h.kind == qsm_catalog::HoldKind::Suspect
+                    && h.since >= started
+            })
+            .map(|h| format!("filespace {}: {}", h.filespace_name, h.reason)))
     }
 
     /// The client option set the node uses, if any.
@@ -421,6 +450,7 @@ impl<'a> NodeSession<'a> {
                 fs,
                 started: (kind == UploadKind::Backup).then(qsm_types::now),
                 committed: Uploaded::default(),
+                stats: Default::default(),
             },
         })
     }
@@ -465,6 +495,8 @@ struct RunRecord<'a> {
     /// When the backup started; `None` for a partial one or an archive, or once recorded.
     started: Option<qsm_types::Timestamp>,
     committed: Uploaded,
+    /// The figures anomaly detection reads, counted from the frames received.
+    stats: qsm_catalog::BackupStats,
 }
 
 impl RunRecord<'_> {
@@ -513,7 +545,49 @@ impl RunRecord<'_> {
         );
         if result == RunResult::Failed {
             core.alert("failed", &message, Some(self.node.node), Some(&name), None);
+        } else {
+            self.judge(&run, &name);
         }
+    }
+
+    /// Records a completed backup's figures and compares them with the filespace's usual
+    /// ones ([`crate::anomaly`]): a suspect backup holds its filespace, so no version of it
+    /// expires or rolls off until an administrator acknowledges.
+    fn judge(&self, run: &BackupRun, name: &str) {
+        let core = self.node.core;
+        let catalog = core.store.catalog();
+        let stats =
+            qsm_catalog::BackupStats { ended: run.ended, changed: run.objects, ..self.stats };
+        let session = self.node.session.and_then(|s| s.record);
+        let why = match catalog.add_backup_stats(self.fs, &stats, anomaly::KEEP, &anomaly::judge) {
+            Ok((_, why)) => why,
+            Err(e) => {
+                let said =
+                    format!("backup of filespace {name}: its figures were not recorded: {e}");
+                core.log(Severity::Warning, &said, Some(self.node.node), session);
+                return;
+            }
+        };
+        let Some(why) = why else { return };
+        let node = self.node.record().map(|n| n.name).unwrap_or_default();
+        let held = catalog.hold(
+            self.node.node,
+            Some(self.fs),
+            qsm_catalog::HoldKind::Suspect,
+            "server",
+            &why,
+            run.ended,
+        );
+        let kept = match held {
+            Ok(_) => format!(
+                "its versions are kept (no expiration, no roll-off) until an administrator \
+                 acknowledges: qsm admin release node {node} --filespace {name} --suspect"
+            ),
+            Err(e) => format!("its filespace could not be held: {e}"),
+        };
+        let message = format!("backup of node {node} filespace {name} is suspect: {why}; {kept}");
+        core.log(Severity::Warning, &message, Some(self.node.node), session);
+        core.alert("suspect", &message, Some(self.node.node), Some(name), None);
     }
 }
 
@@ -554,7 +628,15 @@ impl NodeUpload<'_> {
         self.scope.as_ref().ok_or_else(|| ServerError::Failed("no dedup scope".into()))
     }
 
-    fn sent(&self, bytes: usize) {
+    /// Counts a frame the store took (its header was checked there).
+    fn sent(&mut self, frame: &[u8]) {
+        let bytes = frame.len();
+        let stats = &mut self.run.stats;
+        stats.chunks += 1;
+        stats.stored_bytes += bytes as u64;
+        if let Ok(h) = qsm_codec::FrameHeader::parse(frame) {
+            stats.raw_bytes += u64::from(h.raw_len);
+        }
         if let Some(s) = self.run.node.session {
             s.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
             self.run.node.core.counters.received_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
@@ -628,7 +710,7 @@ impl NodeUpload<'_> {
     pub fn append_frame(&mut self, frame: &[u8]) -> Result<()> {
         self.in_object("a frame")?;
         self.batch.append_frame(frame).map_err(store_error)?;
-        self.sent(frame.len());
+        self.sent(frame);
         Ok(())
     }
 
@@ -656,7 +738,7 @@ impl NodeUpload<'_> {
         let key = ChunkKey { hash: *id, scope, sealed: false };
         self.batch.append_chunk(frame, key).map_err(store_error)?;
         self.current.1 += 1;
-        self.sent(frame.len());
+        self.sent(frame);
         Ok(())
     }
 
@@ -667,6 +749,7 @@ impl NodeUpload<'_> {
         let scope = self.scope()?.0;
         self.batch.reference_chunk(*id, scope, sealed).map_err(store_error)?;
         self.current.1 += 1;
+        self.run.stats.refs += 1;
         Ok(())
     }
 

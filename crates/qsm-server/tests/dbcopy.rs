@@ -59,7 +59,7 @@ fn restoring_a_copy_older_than_a_reclamation_marks_what_it_lost() {
         // After the copy: most versions expire and reclamation rewrites their container.
         let mut t = cat.begin().unwrap();
         for id in &ids[1..] {
-            t.delete_object(*id).unwrap();
+            t.delete_object(*id, qsm_catalog::model::now()).unwrap();
         }
         t.commit().unwrap();
         assert!(!store.reclaim(0.9).unwrap().is_empty(), "nothing reclaimed");

@@ -142,7 +142,7 @@ fn reclamation_compacts_and_keeps_every_live_version() {
     // Expire two objects in three.
     let mut t = store.catalog().begin().unwrap();
     for id in ids.iter().enumerate().filter(|(i, _)| i % 3 != 0).map(|(_, id)| *id) {
-        t.delete_object(id).unwrap();
+        t.delete_object(id, qsm_catalog::model::now()).unwrap();
     }
     t.commit().unwrap();
     let reclaimed = store.reclaim(0.5).unwrap();
@@ -171,7 +171,7 @@ fn a_container_with_nothing_live_is_simply_deleted() {
     add(&mut batch, fs, "/a", &data(50_000, 9));
     let id = batch.finish(1).unwrap().objects[0];
     let mut t = store.catalog().begin().unwrap();
-    t.delete_object(id).unwrap();
+    t.delete_object(id, qsm_catalog::model::now()).unwrap();
     t.commit().unwrap();
     assert_eq!(store.reclaim(0.5).unwrap().len(), 1);
     assert!(store.pool().containers().unwrap().is_empty(), "an empty container was left behind");
@@ -467,7 +467,7 @@ fn containers_sealed_on_the_way_are_recorded_whole() {
     // The containers reclamation writes are recorded whole too.
     let mut t = store.catalog().begin().unwrap();
     for &id in ids.iter().step_by(2) {
-        t.delete_object(id).unwrap();
+        t.delete_object(id, qsm_catalog::model::now()).unwrap();
     }
     t.commit().unwrap();
     assert!(!store.reclaim(0.99).unwrap().is_empty());

@@ -57,7 +57,7 @@ fn kill9_child() {
             for _ in 0..rng.below(3) + 1 {
                 let id = mine.swap_remove(rng.below(mine.len() as u64) as usize);
                 writeln!(out.lock(), "d {}", id.0).unwrap();
-                t.delete_object(id).unwrap();
+                t.delete_object(id, qsm_catalog::model::now()).unwrap();
                 doomed.push(id);
                 if mine.is_empty() {
                     break;

@@ -101,6 +101,9 @@ pub struct MgmtClass {
     pub backup: BackupCopyGroup,
     /// Archive policy.
     pub archive: ArchiveCopyGroup,
+    /// Days every version bound to the class is kept at least, whoever asks for its deletion
+    /// (0: no minimum). Stamped on each version when it is stored.
+    pub retain_min_days: u32,
 }
 
 /// A registered node.
@@ -273,10 +276,11 @@ pub struct OptionSet {
 }
 
 /// The states an event is recorded in: a run under way, how it ended (a [`RunResult`]), or
-/// why there was none (`missed`), or why it never reported (`severed`). `query event` adds
-/// each next window as `future`.
-pub const EVENT_STATES: [&str; 6] =
-    ["started", "completed", "completed with warnings", "failed", "missed", "severed"];
+/// why there was none (`missed`), or why it never reported (`severed`); a backup that
+/// completed far outside its filespace's baseline is `suspect`. `query event` adds each next
+/// window as `future`.
+pub const EVENT_STATES: [&str; 7] =
+    ["started", "completed", "completed with warnings", "failed", "missed", "severed", "suspect"];
 
 /// A run of a schedule in one of its windows (TSM's event).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -810,4 +814,88 @@ impl Default for TxnLimits {
     fn default() -> Self {
         TxnLimits { group_max: 4096, byte_limit: 25_600 * 1024 }
     }
+}
+
+/// What a hold is: an administrator's, or one the server placed on a backup far outside its
+/// filespace's baseline (issue 30).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HoldKind {
+    /// Placed and released by an administrator (`hold` / `release`).
+    Hold,
+    /// Placed by the server on a suspect backup; released when an administrator acknowledges.
+    Suspect,
+}
+
+impl HoldKind {
+    /// As stored and shown.
+    pub fn name(self) -> &'static str {
+        match self {
+            HoldKind::Hold => "hold",
+            HoldKind::Suspect => "suspect",
+        }
+    }
+
+    /// From [`HoldKind::name`].
+    pub fn parse(s: &str) -> Option<HoldKind> {
+        match s {
+            "hold" => Some(HoldKind::Hold),
+            "suspect" => Some(HoldKind::Suspect),
+            _ => None,
+        }
+    }
+}
+
+/// A hold: no version under it (the node's, or the filespace's) is deleted while it lasts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hold {
+    /// The node.
+    pub node: NodeId,
+    /// Its name.
+    pub node_name: String,
+    /// The filespace, or `None` for the whole node.
+    pub filespace: Option<FilespaceId>,
+    /// The filespace's name (empty for the whole node).
+    pub filespace_name: String,
+    /// Whose and why.
+    pub kind: HoldKind,
+    /// Since when.
+    pub since: Timestamp,
+    /// Who placed it (an administrator, or "server").
+    pub by: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// The figures of one whole backup of a filespace, counted by the server from what it
+/// received (a client cannot talk its way out of them): what anomaly detection compares.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BackupStats {
+    /// When the backup ended.
+    pub ended: Timestamp,
+    /// Active versions in the filespace after it.
+    pub files: u64,
+    /// Versions it stored (files new or changed).
+    pub changed: u64,
+    /// Bytes of file data in the frames it sent.
+    pub raw_bytes: u64,
+    /// Bytes of those frames as stored.
+    pub stored_bytes: u64,
+    /// Chunks (frames) it sent.
+    pub chunks: u64,
+    /// Chunks it referenced instead, held already (deduplicated).
+    pub refs: u64,
+    /// Whether it was found suspect.
+    pub suspect: bool,
+}
+
+/// What keeps the versions of one filespace from deletion now.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Protection {
+    /// Its holds and its node's: each kind, and whether it is on the filespace (else the
+    /// node).
+    pub holds: Vec<(HoldKind, bool)>,
+    /// Versions under a retention lock still running.
+    pub locked: u64,
+    /// When the last of those locks ends.
+    pub locked_until: Timestamp,
 }

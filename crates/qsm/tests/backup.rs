@@ -1481,3 +1481,129 @@ fn the_embedded_store_refuses_schedules_it_could_never_run() {
         .stderr(predicate::str::contains("embedded store runs no schedules"));
     qsm(&home).args(["admin", "query", "schedule"]).assert().success();
 }
+
+/// `faketime` (libfaketime) runs a command with the clock moved; absent, the test that needs
+/// it is skipped, said, unless QSM_TEST_REQUIRE_ROOT=1 (CI, whose script installs it).
+fn faketime_or_skip(test: &str) -> bool {
+    let found = std::process::Command::new("faketime")
+        .args(["+1 days", "true"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !found {
+        assert!(
+            std::env::var("QSM_TEST_REQUIRE_ROOT").as_deref() != Ok("1"),
+            "{test}: faketime is missing or does not work (apt-get install faketime)"
+        );
+        eprintln!(
+            "{test}: skipped: faketime is missing or does not work (apt-get install faketime)"
+        );
+    }
+    found
+}
+
+/// Issue 30: a management class's minimum retention keeps every version stored under it:
+/// the versions-exist roll-off, expiration, `delete filespace`, `delete node`, lowering the
+/// class and deleting it all leave a locked version where it is; expiration deletes it once
+/// the lock has ended (the embedded store's commands run under a clock moved 11 days on).
+#[test]
+fn a_retention_locked_version_survives_every_command_and_expires_after_its_lock() {
+    if !faketime_or_skip("a_retention_locked_version_survives_every_command") {
+        return;
+    }
+    let (home, dir) = (TempDir::new().unwrap(), TempDir::new().unwrap());
+    let src = dir.path().join("src");
+    fs::create_dir_all(&src).unwrap();
+    let admin = |args: &[&str]| {
+        let mut c = qsm(home.path());
+        c.env_remove("QSM_SERVER").arg("admin").args(args);
+        c
+    };
+    // The store is made by a first backup, of the directory still empty.
+    qsm(home.path()).arg("backup").arg(&src).assert().success();
+    admin(&[
+        "define",
+        "mgmtclass",
+        "standard",
+        "standard",
+        "--versions-exist",
+        "1",
+        "--retain-min",
+        "10",
+    ])
+    .assert()
+    .success();
+    let classes =
+        json_of(&admin(&["query", "domain", "--json"]).assert().success().get_output().stdout);
+    assert_eq!(classes[0]["classes"][0]["retain_min_days"], 10, "{classes}");
+    fs::write(src.join("ledger.txt"), b"version one\n").unwrap();
+    qsm(home.path()).arg("backup").arg(&src).assert().success();
+    // Lowered now: the version stored keeps its 10 days.
+    admin(&["update", "mgmtclass", "standard", "standard", "--retain-min", "0"]).assert().success();
+    fs::write(src.join("ledger.txt"), b"version two, longer\n").unwrap();
+    qsm(home.path()).arg("backup").arg(&src).assert().success();
+    let versions = || {
+        let out = qsm(home.path())
+            .args(["query", "backup", "--inactive", "--json"])
+            .arg(src.join("ledger.txt"))
+            .assert()
+            .success();
+        json_of(&out.get_output().stdout).as_array().unwrap().len()
+    };
+    assert_eq!(versions(), 2, "versions-exist 1 rolled a locked version off");
+    let fs_name = src.canonicalize().unwrap().display().to_string();
+    admin(&["delete", "filespace", "local", &fs_name])
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("2 versions are retention-locked, the last until"));
+    admin(&["delete", "node", "local"]).assert().failure();
+    let expired =
+        json_of(&admin(&["expire", "inventory", "--json"]).assert().success().get_output().stdout);
+    assert_eq!(
+        (expired["backups"].as_u64(), expired["protected"].as_u64()),
+        (Some(0), Some(1)),
+        "{expired}"
+    );
+    // Its class cannot go while nodes follow it; the lock is the version's anyway.
+    admin(&["delete", "mgmtclass", "standard", "standard"]).assert().failure();
+    assert_eq!(versions(), 2);
+    // Nine days on, still locked; eleven days on, expiration takes it (and the filespace
+    // may go).
+    let later = |days: &str, args: &[&str]| {
+        let mut c = std::process::Command::new("faketime");
+        c.arg(days)
+            .arg(assert_cmd::cargo::cargo_bin("qsm"))
+            .env("QSM_HOME", home.path())
+            .env_remove("QSM_SERVER")
+            .arg("admin")
+            .args(args);
+        Command::from_std(c)
+    };
+    let expired = json_of(
+        &later("+9 days", &["expire", "inventory", "--json"])
+            .assert()
+            .success()
+            .get_output()
+            .stdout,
+    );
+    assert_eq!(
+        (expired["backups"].as_u64(), expired["protected"].as_u64()),
+        (Some(0), Some(1)),
+        "{expired}"
+    );
+    let expired = json_of(
+        &later("+11 days", &["expire", "inventory", "--json"])
+            .assert()
+            .success()
+            .get_output()
+            .stdout,
+    );
+    assert_eq!(
+        (expired["backups"].as_u64(), expired["protected"].as_u64()),
+        (Some(1), Some(0)),
+        "{expired}"
+    );
+    assert_eq!(versions(), 1);
+    // The directory's version stored with the first locked file is free only then too.
+    admin(&["delete", "filespace", "local", &fs_name]).assert().failure();
+    later("+11 days", &["delete", "filespace", "local", &fs_name]).assert().success();
+}

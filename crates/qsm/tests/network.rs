@@ -765,3 +765,214 @@ fn client_option_sets_give_nodes_their_options_with_forced_ones_first() {
     admin(&server).args(["delete", "cloptset", "lab"]).assert().success();
     admin(&server).args(["delete", "cloptset", "lab"]).assert().failure();
 }
+
+/// Issue 30: a backup that rewrites most of a filespace's files with random data, as
+/// ransomware does, is found suspect against the filespace's usual backups, ten of which
+/// (small edits) raised nothing. Its filespace is held: the activity log warns, the webhook
+/// hears it, the scheduled event that made it ends `suspect`, the filespace cannot be
+/// deleted, and the versions from before the attack survive the roll-off of the backups
+/// after it and expiration, until an administrator acknowledges.
+#[test]
+fn a_ransomware_like_backup_is_suspect_and_the_versions_before_it_are_kept_until_acknowledged() {
+    let dir = TempDir::new().unwrap();
+    let hook = Webhook::start();
+    let data = dir.path().join("srv");
+    fs::DirBuilder::new().recursive(true).mode(0o700).create(&data).unwrap();
+    fs::write(data.join("server.toml"), format!("[[alert]]\nurl = \"{}\"\n", hook.url)).unwrap();
+    let server = ServerProc::start(&data, false);
+    register(&server, "alpha", "alpha-password");
+    let pw = password_file(dir.path(), "pw", "alpha-password");
+    let src = dir.path().join("src");
+    fs::create_dir(&src).unwrap();
+    let doc = |i: usize| src.join(format!("doc{i:03}.txt"));
+    let text = |i: usize, round: usize| {
+        format!("line {i}, edit {round}: the quick brown fox\n").repeat(1000)
+    };
+    for i in 0..100 {
+        fs::write(doc(i), text(i, 0)).unwrap();
+    }
+    let backup = || json(client(&server, "alpha", &pw).arg("backup").arg(&src));
+    backup();
+    let holds = || json(admin(&server).args(["query", "hold"]));
+    for round in 1..=10 {
+        for i in [round, round + 50] {
+            fs::write(doc(i), text(i, round)).unwrap();
+        }
+        backup();
+    }
+    assert_eq!(holds(), serde_json::json!([]), "small edits are usual");
+    let good = dir.path().join("good");
+    assert!(StdCommand::new("cp").arg("-a").arg(&src).arg(&good).status().unwrap().success());
+    std::thread::sleep(Duration::from_millis(1100));
+    let before = qsm_time_now();
+    std::thread::sleep(Duration::from_millis(1100));
+
+    // The attack comes while the node's scheduled backup is due: 80 files encrypted.
+    let encrypt = |seed: u64| {
+        for i in 0..80 {
+            fs::write(doc(i), noise(text(i, 0).len(), seed + i as u64)).unwrap();
+        }
+    };
+    encrypt(1);
+    let window = qsm_time_now() + 2;
+    admin(&server)
+        .args(["define", "schedule", "standard", "nightly", "--action", "incremental"])
+        .args(["--start", &format!("@{window}"), "--duration", "8s", "--period", "1d"])
+        .assert()
+        .success();
+    admin(&server)
+        .args(["define", "association", "standard", "nightly", "alpha"])
+        .assert()
+        .success();
+    let config = dir.path().join("alpha.toml");
+    fs::write(&config, "").unwrap();
+    let mut sched = scheduler(&server, "alpha", &pw, &config);
+    wait_for("the scheduled backup's event", || {
+        event_of(&server, "nightly", "alpha", window).is_some_and(|e| e["state"] != "started")
+    });
+    sched.kill();
+    let event = event_of(&server, "nightly", "alpha", window).unwrap();
+    assert_eq!(event["state"], "suspect", "{event:#}");
+    let detail = event["detail"].as_str().unwrap();
+    assert!(detail.contains("suspect backup: filespace "), "{event:#}");
+    let fs_name = src.canonicalize().unwrap().display().to_string();
+    let held = holds();
+    assert_eq!(held.as_array().unwrap().len(), 1, "{held:#}");
+    let h = &held[0];
+    assert_eq!(
+        (&h["node"], &h["filespace"], &h["kind"], &h["by"]),
+        (&"alpha".into(), &fs_name.clone().into(), &"suspect".into(), &"server".into()),
+        "{h:#}"
+    );
+    let why = h["reason"].as_str().unwrap();
+    assert!(why.contains("files changed where") && why.contains("of its size where"), "{why}");
+    wait_for("the suspect alert", || !hook.got("suspect").is_empty());
+    let alert = &hook.got("suspect")[0];
+    assert_eq!(
+        (&alert["node"], &alert["filespace"]),
+        (&"alpha".into(), &fs_name.clone().into()),
+        "{alert}"
+    );
+    assert!(
+        alert["message"].as_str().unwrap().contains("--suspect"),
+        "how to acknowledge: {alert}"
+    );
+    let log = json(admin(&server).args(["query", "actlog", "--search", "is suspect"]));
+    assert_eq!(log.as_array().unwrap().len(), 1, "{log:#}");
+
+    // The attacker goes on. Versions-exist 2 would roll the good versions off now.
+    encrypt(1000);
+    backup();
+    admin(&server)
+        .args(["delete", "filespace", "alpha", &fs_name])
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("suspect backup not yet acknowledged"));
+    let expired = json(admin(&server).args(["expire", "inventory"]));
+    assert!(expired["protected"].as_u64().unwrap() >= 80, "{expired:#}");
+    assert_eq!(expired["backups"], 0, "{expired:#}");
+    let out = dir.path().join("out");
+    client(&server, "alpha", &pw)
+        .arg("restore")
+        .arg(&src)
+        .args(["--pit", &format!("@{before}"), "--to"])
+        .arg(&out)
+        .assert()
+        .success();
+    assert_same(&good, &out);
+
+    // Acknowledged: the filespace's versions expire again.
+    admin(&server)
+        .args(["release", "node", "alpha", "--filespace", &fs_name])
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("is not held"));
+    admin(&server)
+        .args(["release", "node", "alpha", "--filespace", &fs_name, "--suspect"])
+        .assert()
+        .success();
+    assert_eq!(holds(), serde_json::json!([]));
+    let expired = json(admin(&server).args(["expire", "inventory"]));
+    assert!(expired["backups"].as_u64().unwrap() >= 80, "{expired:#}");
+    assert_eq!(expired["protected"], 0, "{expired:#}");
+}
+
+/// Issue 30: an administrator's hold on a node or a filespace stops every deletion of its
+/// versions (expiration, delete filespace) until released, and only a system administrator
+/// places or releases one; each is in the activity log.
+#[test]
+fn a_hold_stops_every_deletion_until_released_and_needs_system_privilege() {
+    let dir = TempDir::new().unwrap();
+    let server = ServerProc::start(&dir.path().join("srv"), false);
+    register(&server, "alpha", "alpha-password");
+    let pw = password_file(dir.path(), "pw", "alpha-password");
+    let src = dir.path().join("src");
+    tree(&src);
+    let fs_name = src.canonicalize().unwrap().display().to_string();
+    client(&server, "alpha", &pw).arg("backup").arg(&src).assert().success();
+    fs::remove_file(src.join("docs/a.txt")).unwrap();
+    client(&server, "alpha", &pw).arg("backup").arg(&src).assert().success();
+    admin(&server)
+        .args(["define", "mgmtclass", "standard", "standard", "--versions-deleted", "0"])
+        .assert()
+        .success();
+    admin(&server)
+        .args(["register-admin", "op", "--privilege", "operator,policy,storage"])
+        .write_stdin("op-password-1\n")
+        .assert()
+        .success();
+    let op_pw = password_file(dir.path(), "op.pw", "op-password-1");
+    admin_as(&server, "op", &op_pw)
+        .args(["hold", "node", "alpha"])
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("this needs system"));
+    admin(&server)
+        .args(["hold", "node", "alpha", "--reason", "litigation 2026-17"])
+        .assert()
+        .success();
+    admin(&server)
+        .args(["hold", "node", "alpha"])
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("node alpha is held already"));
+    admin(&server)
+        .args(["hold", "node", "alpha", "--filespace", "/not/there"])
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("node alpha has no filespace /not/there"));
+    let held = json(admin(&server).args(["query", "hold"]));
+    assert_eq!(
+        (&held[0]["filespace"], &held[0]["kind"], &held[0]["reason"]),
+        (&"".into(), &"hold".into(), &"litigation 2026-17".into()),
+        "{held:#}"
+    );
+    let expired = json(admin(&server).args(["expire", "inventory"]));
+    assert_eq!(
+        (expired["backups"].as_u64(), expired["protected"].as_u64()),
+        (Some(0), Some(1)),
+        "{expired:#}"
+    );
+    admin_as(&server, "op", &op_pw)
+        .args(["delete", "filespace", "alpha", &fs_name])
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("its node is held"));
+    admin_as(&server, "op", &op_pw)
+        .args(["release", "node", "alpha"])
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("this needs system"));
+    admin(&server).args(["release", "node", "alpha"]).assert().success();
+    let log = json(admin(&server).args(["query", "actlog", "--search", "node alpha"]));
+    let said: Vec<&str> =
+        log.as_array().unwrap().iter().filter_map(|e| e["message"].as_str()).collect();
+    assert!(said.iter().any(|m| m.ends_with("held node alpha: litigation 2026-17")), "{said:#?}");
+    assert!(said.iter().any(|m| m.ends_with("released node alpha")), "{said:#?}");
+    let expired = json(admin(&server).args(["expire", "inventory"]));
+    assert_eq!(
+        (expired["backups"].as_u64(), expired["protected"].as_u64()),
+        (Some(1), Some(0)),
+        "{expired:#}"
+    );
+}

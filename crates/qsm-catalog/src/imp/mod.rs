@@ -11,6 +11,7 @@
 mod accounts;
 mod chunks;
 mod filespaces;
+mod holds;
 mod integrity;
 mod inventory;
 mod options;
@@ -292,6 +293,46 @@ impl<B: Backend + std::fmt::Debug> Catalog for B {
     }
     fn delete_node(&self, node: NodeId) -> Result<()> {
         accounts::delete_node(self, node)
+    }
+    fn set_retain_min(&self, class: MgmtClassId, days: u32) -> Result<()> {
+        policy::set_retain_min(self, class, days)
+    }
+    fn hold(
+        &self,
+        node: NodeId,
+        filespace: Option<FilespaceId>,
+        kind: HoldKind,
+        by: &str,
+        reason: &str,
+        now: Timestamp,
+    ) -> Result<bool> {
+        holds::hold(self, node, filespace, kind, by, reason, now)
+    }
+    fn release(
+        &self,
+        node: NodeId,
+        filespace: Option<FilespaceId>,
+        kind: HoldKind,
+    ) -> Result<bool> {
+        holds::release(self, node, filespace, kind)
+    }
+    fn holds(&self) -> Result<Vec<Hold>> {
+        holds::holds(self)
+    }
+    fn protection(&self, filespace: FilespaceId, now: Timestamp) -> Result<Protection> {
+        holds::protection(self, filespace, now)
+    }
+    fn add_backup_stats(
+        &self,
+        filespace: FilespaceId,
+        stats: &BackupStats,
+        keep: usize,
+        judge: &dyn Fn(&[BackupStats], &BackupStats) -> Option<String>,
+    ) -> Result<(BackupStats, Option<String>)> {
+        holds::add_backup_stats(self, filespace, stats, keep, judge)
+    }
+    fn backup_stats(&self, filespace: FilespaceId) -> Result<Vec<BackupStats>> {
+        holds::backup_stats(self, filespace)
     }
 
     // --- pools and containers ---

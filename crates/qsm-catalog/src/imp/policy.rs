@@ -92,7 +92,7 @@ pub(super) fn mgmt_classes(b: &dyn Backend, domain: DomainId) -> Result<Vec<Mgmt
     sql::read(b, "reading management classes", |s| {
         s.all(
             "SELECT m.id, m.name, b.versions_exist, b.versions_deleted, b.retain_extra_days, \
-             b.retain_only_days, a.retain_version_days FROM mgmt_classes m \
+             b.retain_only_days, a.retain_version_days, m.retain_min_days FROM mgmt_classes m \
              JOIN backup_copygroups b ON b.mgmt_class_id = m.id \
              JOIN archive_copygroups a ON a.mgmt_class_id = m.id \
              WHERE m.domain_id = ?1 ORDER BY m.name",
@@ -109,6 +109,7 @@ pub(super) fn mgmt_classes(b: &dyn Backend, domain: DomainId) -> Result<Vec<Mgmt
                         retain_only_days: u(r, 5)?,
                     },
                     archive: ArchiveCopyGroup { retain_version_days: u(r, 6)? },
+                    retain_min_days: u(r, 7)?,
                 })
             },
         )
@@ -261,4 +262,17 @@ pub(super) fn set_node_domain(b: &dyn Backend, node: NodeId, domain: DomainId) -
         return Err(CatalogError::NotFound { what: "node", key: node.0.to_string() });
     }
     Ok(())
+}
+
+/// Sets the minimum retention of a management class; versions stored before keep the lock
+/// they were given.
+pub(super) fn set_retain_min(b: &dyn Backend, class: MgmtClassId, days: u32) -> Result<()> {
+    update_one(
+        b,
+        "setting a minimum retention",
+        "UPDATE mgmt_classes SET retain_min_days = ?1 WHERE id = ?2",
+        &[i64::from(days).into(), class.0.into()],
+        "management class",
+        &class.0,
+    )
 }

@@ -14,6 +14,9 @@ pub(super) struct SqlTxn<'a> {
     /// Filespaces whose active inventory changed: a new generation at commit. In id order,
     /// so concurrent commits lock filespaces in one order.
     pub(super) changed: BTreeSet<i64>,
+    /// The minimum retention in days of (management class, filespace), read once per
+    /// transaction.
+    pub(super) retain_min: BTreeMap<(Option<i64>, i64), i64>,
 }
 
 impl<'a> SqlTxn<'a> {
@@ -22,6 +25,7 @@ impl<'a> SqlTxn<'a> {
             c: b.open_txn("starting a transaction")?,
             chunks_gone: false,
             changed: BTreeSet::new(),
+            retain_min: BTreeMap::new(),
         })
     }
 
@@ -33,13 +37,16 @@ impl<'a> SqlTxn<'a> {
 }
 
 /// Deletes an object version and releases its chunk references; returns whether a chunk
-/// lost its last one.
-fn delete_object(s: &mut dyn Sql, id: ObjectId) -> Result<bool> {
-    let list = s
-        .opt("DELETE FROM objects WHERE id = ?1 RETURNING chunk_list", &[id.0.into()], |r| {
-            r.bytes(0)
-        })?
-        .ok_or_else(|| CatalogError::NotFound { what: "object", key: id.0.to_string() })?;
+/// lost its last one. The one statement that deletes a version: a version under a retention
+/// lock or a hold at `now` is refused ([`CatalogError::Protected`]), whoever asks.
+fn delete_object(s: &mut dyn Sql, id: ObjectId, now: Timestamp) -> Result<bool> {
+    let sql = format!(
+        "DELETE FROM objects WHERE id = ?1 AND {} RETURNING chunk_list",
+        super::holds::unprotected("?2")
+    );
+    let Some(list) = s.opt(&sql, &[id.0.into(), now.into()], |r| r.bytes(0))? else {
+        return Err(super::holds::why_kept(s, id, now)?);
+    };
     release(s, &chunk_list::decode(&list)?)
 }
 
@@ -84,7 +91,9 @@ fn release(s: &mut dyn Sql, chunks: &[ChunkRowId]) -> Result<bool> {
 /// beyond its class's versions-exist (the active one counts) are deleted in this
 /// transaction, as TSM does at backup time, so a file backed up hourly keeps its limit
 /// between expirations. The class is the new version's (the domain's default if unbound).
-fn enforce_versions_exist(s: &mut dyn Sql, object: &NewObject) -> Result<bool> {
+/// A version under a retention lock or a hold is kept past the limit: expiration deletes
+/// it once it is free.
+fn enforce_versions_exist(s: &mut dyn Sql, object: &NewObject, now: Timestamp) -> Result<bool> {
     let limit = s.int(
         "SELECT COALESCE(\
                (SELECT b.versions_exist FROM backup_copygroups b WHERE b.mgmt_class_id = ?1), \
@@ -116,9 +125,27 @@ fn enforce_versions_exist(s: &mut dyn Sql, object: &NewObject) -> Result<bool> {
     )?;
     let mut gone = false;
     for id in doomed {
-        gone |= delete_object(s, ObjectId(id))?;
+        match delete_object(s, ObjectId(id), now) {
+            Ok(g) => gone |= g,
+            Err(CatalogError::Protected(_)) => {}
+            Err(e) => return Err(e),
+        }
     }
     Ok(gone)
+}
+
+/// The minimum retention of a new version: its class's, or its domain's default class's
+/// when it is bound to none.
+fn retain_min_days(s: &mut dyn Sql, object: &NewObject) -> Result<i64> {
+    s.int(
+        "SELECT COALESCE(\
+               (SELECT m.retain_min_days FROM mgmt_classes m WHERE m.id = ?1), \
+               (SELECT m.retain_min_days FROM filespaces f JOIN nodes n ON n.id = f.node_id \
+                  JOIN mgmt_classes m ON m.domain_id = n.domain_id AND m.name = 'standard' \
+                  WHERE f.id = ?2), \
+               0)",
+        &[object.mgmt_class.map(|m| m.0).into(), object.filespace.0.into()],
+    )
 }
 
 /// The error of an insert refused by its foreign key to a missing container.
@@ -162,6 +189,16 @@ impl Txn for SqlTxn<'_> {
         }
         self.c.set_op("inserting an object version");
         let s: &mut dyn Sql = &mut *self.c;
+        let key = (object.mgmt_class.map(|m| m.0), object.filespace.0);
+        let days = match self.retain_min.get(&key) {
+            Some(d) => *d,
+            None => {
+                let d = retain_min_days(s, object)?;
+                self.retain_min.insert(key, d);
+                d
+            }
+        };
+        let locked_until = (days > 0).then(|| now.saturating_add(days.saturating_mul(86_400)));
         let state = match object.kind {
             ObjectKind::Backup => {
                 let replaced = s.execute(
@@ -170,7 +207,7 @@ impl Txn for SqlTxn<'_> {
                     &[now.into(), object.filespace.0.into(), (&object.path).into()],
                 )?;
                 if replaced > 0 {
-                    self.chunks_gone |= enforce_versions_exist(s, object)?;
+                    self.chunks_gone |= enforce_versions_exist(s, object, now)?;
                 }
                 STATE_ACTIVE
             }
@@ -254,8 +291,8 @@ impl Txn for SqlTxn<'_> {
             .insert(
                 "INSERT INTO objects (filespace_id, state, path, object_type, size, mtime_ns, \
                  ctime_ns, mode, uid, gid, inserted, mgmt_class_id, description, retain_until, \
-                 link_target, chunk_list, ino, damaged, meta) VALUES (?1, ?2, ?3, ?4, ?5, ?6, \
-                 ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)",
+                 link_target, chunk_list, ino, damaged, meta, locked_until) VALUES (?1, ?2, ?3, \
+                 ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
                 &[
                     object.filespace.0.into(),
                     state.into(),
@@ -276,6 +313,7 @@ impl Txn for SqlTxn<'_> {
                     (a.ino as i64).into(),
                     i64::from(damaged).into(),
                     meta.as_deref().into(),
+                    locked_until.into(),
                 ],
             )
             .map_err(|e| {
@@ -328,8 +366,8 @@ impl Txn for SqlTxn<'_> {
         )
     }
 
-    fn delete_object(&mut self, id: ObjectId) -> Result<()> {
-        self.chunks_gone |= delete_object(self.sql("deleting an object version"), id)?;
+    fn delete_object(&mut self, id: ObjectId, now: Timestamp) -> Result<()> {
+        self.chunks_gone |= delete_object(self.sql("deleting an object version"), id, now)?;
         Ok(())
     }
 
@@ -402,7 +440,7 @@ impl Txn for SqlTxn<'_> {
     }
 
     fn commit(self: Box<Self>) -> Result<()> {
-        let SqlTxn { mut c, chunks_gone, changed } = *self;
+        let SqlTxn { mut c, chunks_gone, changed, .. } = *self;
         if chunks_gone {
             c.set_op("raising the dedup epoch");
             c.execute(

@@ -138,6 +138,14 @@ enum AdminCommand {
     /// each other's chunks from now on. By default each node has its own, `node:NAME`. Nodes
     /// with encryption share chunks only if they also share one master key.
     SetDedupScope { node: String, scope: String },
+    /// Hold a node's versions, or one filespace's: none is deleted (expiration, roll-off,
+    /// delete filespace), by anyone, until released. Needs system privilege.
+    #[command(subcommand)]
+    Hold(HoldWhat),
+    /// Release a hold, or with --suspect acknowledge a suspect backup (the server's hold of
+    /// a backup far outside its filespace's usual changes: see query hold).
+    #[command(subcommand)]
+    Release(ReleaseWhat),
     /// Expire: remove what policy no longer keeps.
     #[command(subcommand)]
     Expire(ExpireWhat),
@@ -178,6 +186,33 @@ enum AdminCommand {
         replace: bool,
         #[arg(long)]
         json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum HoldWhat {
+    /// Hold all of a node's versions, or with --filespace one filespace's.
+    Node {
+        name: String,
+        #[arg(long)]
+        filespace: Option<String>,
+        /// Why, for the activity log and query hold.
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ReleaseWhat {
+    /// Release the hold on a node, or with --filespace on one filespace.
+    Node {
+        name: String,
+        #[arg(long)]
+        filespace: Option<String>,
+        /// Acknowledge the suspect backup the server held the filespace for: its older
+        /// versions may roll off and expire again.
+        #[arg(long)]
+        suspect: bool,
     },
 }
 
@@ -424,6 +459,11 @@ struct CopyGroups {
     /// Days an archive is kept.
     #[arg(long, value_parser = crate::usage::or_nolimit(0, "days"), allow_negative_numbers = true)]
     retain_archive: Option<u32>,
+    /// Days every version stored under the class from now on is kept at least, backup or
+    /// archive, whoever asks for its deletion (a retention lock; 0: none). Lowering it later
+    /// never frees a version already stored.
+    #[arg(long)]
+    retain_min: Option<u32>,
 }
 
 impl CopyGroups {
@@ -434,6 +474,7 @@ impl CopyGroups {
             retain_extra_days: self.retain_extra,
             retain_only_days: self.retain_only,
             retain_archive_days: self.retain_archive,
+            retain_min_days: self.retain_min,
         }
     }
 }
@@ -508,6 +549,12 @@ enum AdminQuery {
     },
     /// Client option sets and their options.
     Cloptset {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Holds on nodes and filespaces: administrators' (hold) and the server's on suspect
+    /// backups (suspect), with why.
+    Hold {
         #[arg(long)]
         json: bool,
     },
@@ -753,6 +800,27 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
             admin.cancel_process(id)?;
             outln!("Process {id} is stopping.");
         }
+        AdminCommand::Hold(HoldWhat::Node { name, filespace, reason }) => {
+            admin.hold(&name, filespace.as_deref(), &reason)?;
+            match filespace {
+                Some(fs) => outln!(
+                    "Node {name} filespace {fs} held: none of its versions is deleted until released."
+                ),
+                None => outln!("Node {name} held: none of its versions is deleted until released."),
+            }
+        }
+        AdminCommand::Release(ReleaseWhat::Node { name, filespace, suspect }) => {
+            admin.release(&name, filespace.as_deref(), suspect)?;
+            let what = match &filespace {
+                Some(fs) => format!("Node {name} filespace {fs}"),
+                None => format!("Node {name}"),
+            };
+            if suspect {
+                outln!("{what}: suspect backup acknowledged; its versions may expire again.");
+            } else {
+                outln!("{what} released.");
+            }
+        }
         AdminCommand::SetDedupScope { node, scope } => {
             admin.set_dedup_scope(&node, &scope)?;
             outln!("Node {node} deduplicates in scope {scope}.");
@@ -803,6 +871,7 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
             outln!("Client option set {set}: {option} deleted.");
         }
         AdminCommand::Query(AdminQuery::Cloptset { json }) => emit(&admin.cloptsets()?[..], json)?,
+        AdminCommand::Query(AdminQuery::Hold { json }) => emit(&admin.holds()?[..], json)?,
         AdminCommand::Query(AdminQuery::Event { node, since, json }) => {
             emit(&admin.events(node.as_deref(), since)?[..], json)?
         }

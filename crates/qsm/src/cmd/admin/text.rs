@@ -2,7 +2,7 @@
 
 use qsm_proto::reports::{
     ActlogReport, AssociationRow, AuditReport, BackupDbReport, CloptsetRow, DomainRow, EventRow,
-    ExpireReport, NodeRow, ProcessRow, ReclaimReport, ScheduleRow, SessionRow, StgpoolRow,
+    ExpireReport, HoldRow, NodeRow, ProcessRow, ReclaimReport, ScheduleRow, SessionRow, StgpoolRow,
     VolhistRow,
 };
 use qsm_types::model::NO_LIMIT;
@@ -75,8 +75,13 @@ impl Text for [DomainRow] {
         for d in self {
             outln!("{}  ({} nodes) {}", d.name, d.nodes.len(), d.description);
             for c in &d.classes {
+                let min = if c.retain_min_days > 0 {
+                    format!(", retain-min {}", c.retain_min_days)
+                } else {
+                    String::new()
+                };
                 outln!(
-                    "  {:<16} versions-exist {}, versions-deleted {}, retain-extra {}, retain-only {}, retain-archive {}",
+                    "  {:<16} versions-exist {}, versions-deleted {}, retain-extra {}, retain-only {}, retain-archive {}{min}",
                     c.name,
                     limit(c.versions_exist),
                     limit(c.versions_deleted),
@@ -155,6 +160,12 @@ impl Text for ExpireReport {
             self.seconds,
             (self.backups + self.archives) as f64 / self.seconds.max(1e-9)
         );
+        if self.protected > 0 {
+            outln!(
+                "{} versions due were kept by retention locks or holds (query hold).",
+                self.protected
+            );
+        }
     }
 }
 
@@ -309,6 +320,20 @@ impl Text for [AssociationRow] {
     fn text(&self) {
         for a in self {
             outln!("{}/{}: {} (since {})", a.domain, a.schedule, a.node, format_time(a.since));
+        }
+    }
+}
+
+impl Text for [HoldRow] {
+    fn text(&self) {
+        for h in self {
+            let on = if h.filespace.is_empty() {
+                format!("node {}", h.node)
+            } else {
+                format!("node {} filespace {}", h.node, h.filespace)
+            };
+            let why = if h.reason.is_empty() { String::new() } else { format!(": {}", h.reason) };
+            outln!("{on}  {} since {} by {}{why}", h.kind, format_time(h.since), h.by);
         }
     }
 }
