@@ -1468,13 +1468,16 @@ pub fn backup_figures(cat: &dyn Catalog) -> CaseResult {
             raw_bytes: 10 * k,
             ..Default::default()
         };
-        let (kept, why) = cat.add_backup_stats(fx.fs, &stats, 3, &judge).map_err(e)?;
+        let (kept, why) = cat.add_backup_stats(fx.fs, &stats, 3, true, &judge).map_err(e)?;
         ensure!(kept.files == 3 && kept.changed == k && kept.suspect == (k == 4), "{kept:?}");
         ensure!(why.is_some() == (k == 4), "{why:?}");
         if let Some(why) = why {
             ensure!(why == "after [1, 2, 3], 3 files", "{why}");
         }
     }
+    // Figures outside the baseline are kept only when suspect.
+    let partial = BackupStats { ended: 300, changed: 2, ..Default::default() };
+    cat.add_backup_stats(fx.fs, &partial, 3, false, &judge).map_err(e)?;
     let all = cat.backup_stats(fx.fs).map_err(e)?;
     let ended: Vec<Timestamp> = all.iter().map(|s| s.ended).collect();
     ensure!(ended == [202, 203, 204], "{all:?}");

@@ -306,9 +306,17 @@ fn expire_filespace(
     let mut doomed: Vec<(ObjectId, bool)> = Vec::new();
     let mut group: Vec<ExpiryRow> = Vec::new();
     let mut stopped = None;
+    // A held filespace keeps everything: what is due is counted, not tried one by one (the
+    // catalog would refuse each deletion anyway, should a hold come during the scan).
+    let held = !catalog.protection(fs, options.now)?.holds.is_empty();
     // Transactions of at most `batch` deletions, whatever the paths: one path with a million
     // archives must not hold the writer for all of them.
     let flush = |doomed: &mut Vec<(ObjectId, bool)>| -> Result<()> {
+        if held {
+            options.progress.protected.fetch_add(doomed.len() as u64, Ordering::Relaxed);
+            doomed.clear();
+            return Ok(());
+        }
         for part in doomed.chunks(options.batch.max(1)) {
             let mut t = catalog.begin()?;
             let (mut backups, mut archives, mut protected) = (0u64, 0u64, 0u64);

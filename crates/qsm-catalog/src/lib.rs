@@ -269,15 +269,17 @@ pub trait Catalog: Send + Sync + std::fmt::Debug {
     fn holds(&self) -> Result<Vec<Hold>>;
     /// What keeps `filespace`'s versions from deletion at `now`.
     fn protection(&self, filespace: FilespaceId, now: Timestamp) -> Result<Protection>;
-    /// Records the figures of a whole backup of `filespace`, keeping the newest `keep`, in
-    /// one transaction: its `files` counted from the active inventory, then `judge`d against
-    /// the figures recorded before (oldest first): an answer (why) marks it suspect. Returns
-    /// the figures as recorded, and the answer.
+    /// Judges the figures of an upload into `filespace` and records them, keeping the newest
+    /// `keep`: its `files` counted from the active inventory, then `judge`d against the
+    /// figures recorded before (oldest first): an answer (why) marks it suspect. Figures not
+    /// part of the `baseline` (a partial backup's) are recorded only when suspect. Returns the
+    /// figures, and the answer.
     fn add_backup_stats(
         &self,
         filespace: FilespaceId,
         stats: &BackupStats,
         keep: usize,
+        baseline: bool,
         judge: &dyn Fn(&[BackupStats], &BackupStats) -> Option<String>,
     ) -> Result<(BackupStats, Option<String>)>;
     /// The recorded figures of `filespace`'s recent whole backups, oldest first.

@@ -342,6 +342,7 @@ ALTER TABLE nodes ADD COLUMN cloptset_id BIGINT;
     r#"
 ALTER TABLE mgmt_classes ADD COLUMN retain_min_days BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE objects ADD COLUMN locked_until BIGINT;
+CREATE INDEX objects_locked ON objects (filespace_id, locked_until) WHERE locked_until IS NOT NULL;
 CREATE TABLE holds (
     id {ID},
     node_id BIGINT NOT NULL,

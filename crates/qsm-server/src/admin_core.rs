@@ -22,6 +22,9 @@ pub const MAX_EXPIRE_WORKERS: u32 = 64;
 /// The most activity-log entries one query returns (`--limit`); a larger one is answered with
 /// this many.
 pub const MAX_ACTLOG_ENTRIES: u32 = 100_000;
+/// The longest retention lock a class may give: a hundred years. A lock cannot be undone,
+/// so a mistyped one must not keep data (and fill the pool) for ever.
+pub const MAX_RETAIN_MIN_DAYS: u32 = 36_500;
 
 /// Who asks for an administrative operation.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -168,22 +171,36 @@ fn hold_target(
     catalog: &dyn qsm_catalog::Catalog,
     r: &v1::HoldRequest,
 ) -> Result<(qsm_catalog::NodeId, Option<qsm_catalog::FilespaceId>, String), ServerError> {
-    let node = catalog
-        .node(&r.node)
-        .map_err(catalog_error)?
-        .ok_or_else(|| ServerError::not_found(format!("no node {}", r.node)))?;
     if r.filespace.is_empty() {
+        let node = catalog
+            .node(&r.node)
+            .map_err(catalog_error)?
+            .ok_or_else(|| ServerError::not_found(format!("no node {}", r.node)))?;
         return Ok((node.id, None, format!("node {}", r.node)));
     }
+    let (node, fs) = node_filespace(catalog, &r.node, &r.filespace)?;
+    Ok((node.id, Some(fs.id), format!("node {} filespace {}", r.node, r.filespace)))
+}
+
+/// Node `node` and its filespace `filespace`; `NOT_FOUND` naming the one missing.
+fn node_filespace(
+    catalog: &dyn qsm_catalog::Catalog,
+    node: &str,
+    filespace: &str,
+) -> Result<(qsm_catalog::Node, qsm_catalog::Filespace), ServerError> {
+    let n = catalog
+        .node(node)
+        .map_err(catalog_error)?
+        .ok_or_else(|| ServerError::not_found(format!("no node {node}")))?;
     let fs = catalog
-        .filespaces(node.id)
+        .filespaces(n.id)
         .map_err(catalog_error)?
         .into_iter()
-        .find(|f| f.name == r.filespace)
+        .find(|f| f.name == filespace)
         .ok_or_else(|| {
-            ServerError::not_found(format!("node {} has no filespace {}", r.node, r.filespace))
+            ServerError::not_found(format!("node {node} has no filespace {filespace}"))
         })?;
-    Ok((node.id, Some(fs.id), format!("node {} filespace {}", r.node, r.filespace)))
+    Ok((n, fs))
 }
 
 /// What keeps a filespace from deletion, said for an administrator (`None`: nothing).
@@ -205,6 +222,18 @@ fn protected(p: &qsm_catalog::Protection) -> Option<String> {
             qsm_types::time::format_time(p.locked_until)
         )
     })
+}
+
+/// The privilege a class definition needs: a retention lock, which nobody can undo once
+/// given, is a system administrator's to set or change (up to [`MAX_RETAIN_MIN_DAYS`]).
+fn retain_min_need(r: &v1::MgmtClassRequest) -> Result<Need, ServerError> {
+    match r.retain_min_days {
+        None => Ok(POLICY),
+        Some(d) if d > MAX_RETAIN_MIN_DAYS => Err(ServerError::invalid(format!(
+            "--retain-min {d}: at most {MAX_RETAIN_MIN_DAYS} days (a lock cannot be undone)"
+        ))),
+        Some(_) => Ok(SYSTEM),
+    }
 }
 
 /// A class's minimum retention as the activity log says it (nothing when there is none).
@@ -720,21 +749,28 @@ impl AdminApi for AdminSession<'_> {
         if r.reason.len() > 1024 {
             return Err(ServerError::invalid("a reason is at most 1024 bytes"));
         }
+        // Shown on other administrators' terminals: escaped, as a node's event report is.
+        let reason = qsm_types::printable(&r.reason);
         let catalog = self.core.store.catalog();
         let (node, fs, what) = hold_target(catalog.as_ref(), &r)?;
         let placed = catalog
-            .hold(node, fs, HoldKind::Hold, &actor, &r.reason, qsm_catalog::now())
+            .hold(node, fs, HoldKind::Hold, &actor, &reason, qsm_catalog::now())
             .map_err(catalog_error)?;
         if !placed {
             return Err(ServerError::exists(format!("{what} is held already")));
         }
-        let why = if r.reason.is_empty() { String::new() } else { format!(": {}", r.reason) };
+        let why = if r.reason.is_empty() { String::new() } else { format!(": {}", reason) };
         self.core.log(Severity::Warning, &format!("{actor} held {what}{why}"), Some(node), None);
         Ok(v1::Empty {})
     }
 
     fn release_node(&self, r: v1::HoldRequest) -> Result<v1::Empty, ServerError> {
         let actor = self.need(SYSTEM)?;
+        if r.suspect && r.filespace.is_empty() {
+            return Err(ServerError::invalid(
+                "a suspect backup is held on its filespace: name it (--filespace; query hold)",
+            ));
+        }
         let catalog = self.core.store.catalog();
         let (node, fs, what) = hold_target(catalog.as_ref(), &r)?;
         let kind = if r.suspect { HoldKind::Suspect } else { HoldKind::Hold };
@@ -1020,7 +1056,7 @@ impl AdminApi for AdminSession<'_> {
     }
 
     fn define_mgmt_class(&self, r: v1::MgmtClassRequest) -> Result<v1::Empty, ServerError> {
-        let actor = self.need(POLICY)?;
+        let actor = self.need(retain_min_need(&r)?)?;
         check_name(&r.name)?;
         self.policy(|state| {
             let catalog = state.store.catalog();
@@ -1044,7 +1080,7 @@ impl AdminApi for AdminSession<'_> {
     }
 
     fn update_mgmt_class(&self, r: v1::MgmtClassRequest) -> Result<v1::Empty, ServerError> {
-        let actor = self.need(POLICY)?;
+        let actor = self.need(retain_min_need(&r)?)?;
         self.policy(|state| {
             let catalog = state.store.catalog();
             let class = class_named(catalog.as_ref(), &r.domain, &r.name)?;
@@ -1365,18 +1401,7 @@ impl AdminApi for AdminSession<'_> {
         let actor = self.need(POLICY)?;
         let state = self.core;
         let catalog = state.store.catalog();
-        let node = catalog
-            .node(&r.node)
-            .map_err(catalog_error)?
-            .ok_or_else(|| ServerError::not_found(format!("no node {}", r.node)))?;
-        let fs = catalog
-            .filespaces(node.id)
-            .map_err(catalog_error)?
-            .into_iter()
-            .find(|f| f.name == r.filespace)
-            .ok_or_else(|| {
-                ServerError::not_found(format!("node {} has no filespace {}", r.node, r.filespace))
-            })?;
+        let (node, fs) = node_filespace(catalog.as_ref(), &r.node, &r.filespace)?;
         // Refused before the node's sessions are touched (the catalog refuses it again if a
         // hold comes meanwhile).
         let kept = catalog.protection(fs.id, qsm_catalog::now()).map_err(catalog_error)?;

@@ -1,20 +1,24 @@
 //! Telling a suspect backup from a filespace's usual ones (issue 30): ransomware that
 //! encrypts a client's files makes its next backup change far more files than usual, with
 //! data that no longer compresses or deduplicates. The server counts these figures itself,
-//! from the frames it receives ([`BackupStats`]), so a client cannot talk its way out.
+//! from the versions and frames it receives ([`BackupStats`]): what a client claims of its
+//! run (whole or partial, its warnings) does not enter them.
 //!
 //! The rules, against the filespace's last [`KEEP`] whole backups not found suspect
-//! (the baseline; at least [`MIN_BASELINE`] of them, else nothing is judged):
-//! - **changed**: the fraction of the filespace's files the backup stored is at least 30%,
-//!   and at least three times the baseline's median fraction plus 10 points;
+//! (the baseline; at least [`MIN_BASELINE`] of them, else nothing is judged), for a backup
+//! of a filespace of at least [`MIN_FILES`] entries that stored at least [`MIN_CHANGED`]:
+//! - **changed**: the share of the filespace's entries the backup stored is at least 30%,
+//!   and at least three times the baseline's median share plus 10 points;
 //! - **incompressible**: its new data stored at 90% or more of its size, where the
 //!   baseline's (all its new data together, at least 1 MiB) stored at 75% or less;
 //! - **undeduplicated**: for a node that deduplicates, at most a third of the baseline's
 //!   median share of chunks found already stored, where that share was at least half.
 //!
 //! A backup is suspect when it changed that much and its data also turned incompressible or
-//! undeduplicated, or when it changed at least 90% of the files where the baseline changed
-//! at most 10% (data that never compressed, such as photos, shows nothing else).
+//! undeduplicated. Where neither signal can speak (data that never compressed, such as
+//! photos, on a node without deduplication), changing at least 90% of the entries where the
+//! baseline changed at most 10% is suspect alone. A selective backup that sends unchanged
+//! files again, a tree re-encoded with data that still compresses, are not.
 
 use qsm_catalog::BackupStats;
 
@@ -24,6 +28,11 @@ pub const KEEP: usize = 30;
 pub const MIN_BASELINE: usize = 3;
 /// New data a compression figure needs to mean anything.
 const MIN_RAW: u64 = 1 << 20;
+/// Entries a filespace needs before its backups are judged: in a handful of files, one
+/// rewritten is a large share.
+pub const MIN_FILES: u64 = 20;
+/// Versions a backup must store to be judged.
+pub const MIN_CHANGED: u64 = 10;
 
 fn fraction(s: &BackupStats) -> Option<f64> {
     (s.files > 0).then(|| s.changed.min(s.files) as f64 / s.files as f64)
@@ -50,7 +59,7 @@ fn percent(v: f64) -> String {
 /// `None` when it looks like the others or there are too few to tell.
 pub fn judge(history: &[BackupStats], run: &BackupStats) -> Option<String> {
     let base: Vec<&BackupStats> = history.iter().filter(|s| !s.suspect).collect();
-    if base.len() < MIN_BASELINE {
+    if base.len() < MIN_BASELINE || run.files < MIN_FILES || run.changed < MIN_CHANGED {
         return None;
     }
     let changed = fraction(run)?;
@@ -69,8 +78,9 @@ pub fn judge(history: &[BackupStats], run: &BackupStats) -> Option<String> {
         base.iter().fold((0u64, 0u64), |(r, s), b| (r + b.raw_bytes, s + b.stored_bytes));
     let usual_ratio = (raw >= MIN_RAW).then(|| stored as f64 / raw as f64);
     let ratio = (run.raw_bytes >= MIN_RAW).then(|| run.stored_bytes as f64 / run.raw_bytes as f64);
+    let compression_speaks = ratio.is_some() && usual_ratio.is_some_and(|u| u <= 0.75);
     let incompressible = match (ratio, usual_ratio) {
-        (Some(r), Some(u)) if r >= 0.9 && u <= 0.75 => {
+        (Some(r), Some(u)) if compression_speaks && r >= 0.9 => {
             why.push(format!(
                 "its new data stored at {} of its size where {} is usual",
                 percent(r),
@@ -81,8 +91,9 @@ pub fn judge(history: &[BackupStats], run: &BackupStats) -> Option<String> {
         _ => false,
     };
     let usual_dedup = median(base.iter().filter_map(|s| dedup_share(s)).collect());
+    let dedup_speaks = dedup_share(run).is_some() && usual_dedup.is_some_and(|u| u >= 0.5);
     let undeduplicated = match (dedup_share(run), usual_dedup) {
-        (Some(d), Some(u)) if u >= 0.5 && d <= u / 3.0 => {
+        (Some(d), Some(u)) if dedup_speaks && d <= u / 3.0 => {
             why.push(format!(
                 "{} of its chunks were stored already where {} is usual",
                 percent(d),
@@ -92,7 +103,7 @@ pub fn judge(history: &[BackupStats], run: &BackupStats) -> Option<String> {
         }
         _ => false,
     };
-    let nearly_all = changed >= 0.9 && usual <= 0.1;
+    let nearly_all = changed >= 0.9 && usual <= 0.1 && !compression_speaks && !dedup_speaks;
     (incompressible || undeduplicated || nearly_all).then(|| why.join("; "))
 }
 
@@ -133,8 +144,13 @@ mod tests {
         assert!(why.contains("80% of its 1000 files changed where 2% is usual"), "{why}");
         assert!(why.contains("stored at 101% of its size where 33% is usual"), "{why}");
         // The same number of files changed with data that compresses as before: a big
-        // reorganisation, not an attack.
+        // reorganisation, not an attack; so is every file sent again by a selective backup.
         assert_eq!(judge(&h, &run(1000, 800, 80 * MB, 27 * MB)), None);
+        assert_eq!(judge(&h, &run(1000, 1000, 100 * MB, 33 * MB)), None);
+        // Too small a filespace, or too few files stored, to tell.
+        let small: Vec<BackupStats> = (0..5).map(|_| run(2, 1, 4 * MB, MB)).collect();
+        assert_eq!(judge(&small, &run(2, 2, 8 * MB, 8 * MB)), None);
+        assert_eq!(judge(&h, &run(1000, 9, 9 * MB, 9 * MB)), None);
     }
 
     #[test]
@@ -163,9 +179,11 @@ mod tests {
             refs,
             ..run(500, changed, 5 * MB, 5 * MB)
         };
-        let h: Vec<BackupStats> = (0..5).map(|_| dedup(5, 10, 90)).collect();
+        let h: Vec<BackupStats> = (0..5).map(|_| dedup(25, 10, 90)).collect();
         let why = judge(&h, &dedup(200, 1000, 10)).expect("suspect");
         assert!(why.contains("1% of its chunks were stored already where 90% is usual"), "{why}");
         assert_eq!(judge(&h, &dedup(200, 100, 900)), None);
+        // Where deduplication speaks, nearly every file changed is not suspect alone.
+        assert_eq!(judge(&h, &dedup(480, 100, 900)), None);
     }
 }

@@ -354,16 +354,8 @@ impl<'a> NodeSession<'a> {
     /// Ends the node's started event `event` with its outcome (what a node reports is cut to
     /// [`MAX_EVENT_DETAIL`] bytes).
     pub fn end_event(&self, event: i64, result: RunResult, reported: &str) -> Result<()> {
-        // What a node reports is shown on administrators' terminals: its control characters
-        // (escape sequences, carriage returns, newlines forging lines) are written escaped.
-        let mut detail = String::with_capacity(reported.len());
-        for c in reported.chars() {
-            if c.is_control() {
-                detail.extend(c.escape_default());
-            } else {
-                detail.push(c);
-            }
-        }
+        // What a node reports is shown on administrators' terminals.
+        let mut detail = qsm_types::printable(reported);
         qsm_types::truncate_utf8(&mut detail, MAX_EVENT_DETAIL);
         let catalog = self.core.store.catalog();
         let now = qsm_types::now();
@@ -396,7 +388,7 @@ impl<'a> NodeSession<'a> {
     }
 
     /// Why a backup the node made during its started event `event` was found suspect, if
-    /// one was (the server's hold placed since the event started).
+    /// one was: a suspect figure of one of its filespaces recorded since the event started.
     fn suspect_since(&self, event: i64) -> Result<Option<String>> {
         let catalog = self.core.store.catalog();
         // Events of windows that began in the last 31 days: no window is longer.
@@ -405,15 +397,19 @@ impl<'a> NodeSession<'a> {
         let Some(started) = events.iter().find(|e| e.id == event).and_then(|e| e.started) else {
             return Ok(None);
         };
-        let holds = catalog.holds().map_err(catalog_error)?;
-        Ok(holds
-            .into_iter()
-            .find(|h| {
-                h.node == self.node
-                    && h.kind == qsm_catalog::HoldKind::Suspect
-                    && h.since >= started
-            })
-            .map(|h| format!("filespace {}: {}", h.filespace_name, h.reason)))
+        for fs in catalog.filespaces(self.node).map_err(catalog_error)? {
+            let stats = catalog.backup_stats(fs.id).map_err(catalog_error)?;
+            if !stats.iter().any(|s| s.suspect && s.ended >= started) {
+                continue;
+            }
+            let holds = catalog.holds().map_err(catalog_error)?;
+            let why = holds
+                .into_iter()
+                .find(|h| h.kind == qsm_catalog::HoldKind::Suspect && h.filespace == Some(fs.id))
+                .map_or_else(|| "its figures were far from the usual".to_owned(), |h| h.reason);
+            return Ok(Some(format!("filespace {}: {why}", fs.name)));
+        }
+        Ok(None)
     }
 
     /// The client option set the node uses, if any.
@@ -451,6 +447,8 @@ impl<'a> NodeSession<'a> {
                 started: (kind == UploadKind::Backup).then(qsm_types::now),
                 committed: Uploaded::default(),
                 stats: Default::default(),
+                unjudged: true,
+                counting: false,
             },
         })
     }
@@ -495,13 +493,29 @@ struct RunRecord<'a> {
     /// When the backup started; `None` for a partial one or an archive, or once recorded.
     started: Option<qsm_types::Timestamp>,
     committed: Uploaded,
-    /// The figures anomaly detection reads, counted from the frames received.
+    /// The figures anomaly detection reads, counted from the backup versions and frames
+    /// received (archives are not counted).
     stats: qsm_catalog::BackupStats,
+    /// Whether the figures are still to be judged.
+    unjudged: bool,
+    /// Whether the current object is a backup version (its frames are counted).
+    counting: bool,
 }
 
 impl RunRecord<'_> {
+    /// The run ended `result`: a whole backup is recorded in its filespace, and every
+    /// upload's figures are judged, once.
     fn end(&mut self, result: RunResult, warnings: u64) {
-        let Some(started) = self.started.take() else { return };
+        let whole = self.started.is_some();
+        if let Some(started) = self.started.take() {
+            self.record(started, result, warnings);
+        }
+        if std::mem::take(&mut self.unjudged) {
+            self.judge(whole);
+        }
+    }
+
+    fn record(&mut self, started: Timestamp, result: RunResult, warnings: u64) {
         let run = BackupRun {
             started,
             ended: qsm_types::now(),
@@ -545,49 +559,63 @@ impl RunRecord<'_> {
         );
         if result == RunResult::Failed {
             core.alert("failed", &message, Some(self.node.node), Some(&name), None);
-        } else {
-            self.judge(&run, &name);
         }
     }
 
-    /// Records a completed backup's figures and compares them with the filespace's usual
-    /// ones ([`crate::anomaly`]): a suspect backup holds its filespace, so no version of it
-    /// expires or rolls off until an administrator acknowledges.
-    fn judge(&self, run: &BackupRun, name: &str) {
+    /// Compares the upload's figures with its filespace's usual ones ([`crate::anomaly`]),
+    /// whatever the upload claims to be and however it ended (what it committed stays, and
+    /// its roll-off happened): a suspect one holds its filespace, so no version of it expires
+    /// or rolls off until an administrator acknowledges. A whole backup's figures join the
+    /// baseline; a partial one's, which says nothing of what is usual, only when suspect.
+    fn judge(&self, whole: bool) {
+        if self.stats.changed == 0 {
+            return;
+        }
         let core = self.node.core;
         let catalog = core.store.catalog();
-        let stats =
-            qsm_catalog::BackupStats { ended: run.ended, changed: run.objects, ..self.stats };
+        let stats = qsm_catalog::BackupStats { ended: qsm_types::now(), ..self.stats };
         let session = self.node.session.and_then(|s| s.record);
-        let why = match catalog.add_backup_stats(self.fs, &stats, anomaly::KEEP, &anomaly::judge) {
+        let fs_name = || {
+            catalog
+                .filespaces(self.node.node)
+                .ok()
+                .and_then(|all| all.into_iter().find(|f| f.id == self.fs))
+                .map_or_else(|| format!("{}", self.fs.0), |f| f.name)
+        };
+        let judged =
+            catalog.add_backup_stats(self.fs, &stats, anomaly::KEEP, whole, &anomaly::judge);
+        let why = match judged {
             Ok((_, why)) => why,
             Err(e) => {
-                let said =
-                    format!("backup of filespace {name}: its figures were not recorded: {e}");
+                let said = format!(
+                    "backup of filespace {}: its figures were not recorded: {e}",
+                    fs_name()
+                );
                 core.log(Severity::Warning, &said, Some(self.node.node), session);
                 return;
             }
         };
         let Some(why) = why else { return };
-        let node = self.node.record().map(|n| n.name).unwrap_or_default();
+        let (node, name) = (self.node.record().map(|n| n.name).unwrap_or_default(), fs_name());
         let held = catalog.hold(
             self.node.node,
             Some(self.fs),
             qsm_catalog::HoldKind::Suspect,
             "server",
             &why,
-            run.ended,
+            stats.ended,
         );
         let kept = match held {
             Ok(_) => format!(
                 "its versions are kept (no expiration, no roll-off) until an administrator \
-                 acknowledges: qsm admin release node {node} --filespace {name} --suspect"
+                 acknowledges: qsm admin release node {node} --filespace '{name}' --suspect"
             ),
             Err(e) => format!("its filespace could not be held: {e}"),
         };
-        let message = format!("backup of node {node} filespace {name} is suspect: {why}; {kept}");
+        let what = if whole { "backup" } else { "partial backup" };
+        let message = format!("{what} of node {node} filespace {name} is suspect: {why}; {kept}");
         core.log(Severity::Warning, &message, Some(self.node.node), session);
-        core.alert("suspect", &message, Some(self.node.node), Some(name), None);
+        core.alert("suspect", &message, Some(self.node.node), Some(&name), None);
     }
 }
 
@@ -631,11 +659,13 @@ impl NodeUpload<'_> {
     /// Counts a frame the store took (its header was checked there).
     fn sent(&mut self, frame: &[u8]) {
         let bytes = frame.len();
-        let stats = &mut self.run.stats;
-        stats.chunks += 1;
-        stats.stored_bytes += bytes as u64;
-        if let Ok(h) = qsm_codec::FrameHeader::parse(frame) {
-            stats.raw_bytes += u64::from(h.raw_len);
+        if self.run.counting {
+            let stats = &mut self.run.stats;
+            stats.chunks += 1;
+            stats.stored_bytes += bytes as u64;
+            if let Ok(h) = qsm_codec::FrameHeader::parse(frame) {
+                stats.raw_bytes += u64::from(h.raw_len);
+            }
         }
         if let Some(s) = self.run.node.session {
             s.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
@@ -700,6 +730,10 @@ impl NodeUpload<'_> {
             }
         };
         self.current = (object.path.clone(), 0);
+        self.run.counting = object.kind == ObjectKind::Backup;
+        if self.run.counting {
+            self.run.stats.changed += 1;
+        }
         let committed =
             self.batch.begin_object(object, size_hint, qsm_types::now()).map_err(store_error)?;
         self.in_object = true;
@@ -749,7 +783,9 @@ impl NodeUpload<'_> {
         let scope = self.scope()?.0;
         self.batch.reference_chunk(*id, scope, sealed).map_err(store_error)?;
         self.current.1 += 1;
-        self.run.stats.refs += 1;
+        if self.run.counting {
+            self.run.stats.refs += 1;
+        }
         Ok(())
     }
 

@@ -152,6 +152,21 @@ pub fn truncate_utf8(text: &mut String, max: usize) {
     }
 }
 
+/// `text` with its control characters written escaped (`\n`, `\u{1b}`): text from a peer or
+/// an administrator shown on other administrators' terminals, where escape sequences,
+/// carriage returns and newlines could forge lines.
+pub fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// An error's message with each cause added once: a layer whose message already holds its
 /// cause's text (a library that formats its source in) does not repeat it ("X: X").
 pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {

@@ -14,5 +14,5 @@ pub mod model;
 pub mod node;
 pub mod time;
 
-pub use error::{ServerError, error_chain, truncate_utf8};
+pub use error::{ServerError, error_chain, printable, truncate_utf8};
 pub use model::*;

@@ -783,8 +783,9 @@ fn a_ransomware_like_backup_is_suspect_and_the_versions_before_it_are_kept_until
     register(&server, "alpha", "alpha-password");
     let pw = password_file(dir.path(), "pw", "alpha-password");
     let src = dir.path().join("src");
-    fs::create_dir(&src).unwrap();
-    let doc = |i: usize| src.join(format!("doc{i:03}.txt"));
+    let docs = src.join("docs");
+    fs::create_dir_all(&docs).unwrap();
+    let doc = |i: usize| docs.join(format!("doc{i:03}.txt"));
     let text = |i: usize, round: usize| {
         format!("line {i}, edit {round}: the quick brown fox\n").repeat(1000)
     };
@@ -895,6 +896,17 @@ fn a_ransomware_like_backup_is_suspect_and_the_versions_before_it_are_kept_until
     let expired = json(admin(&server).args(["expire", "inventory"]));
     assert!(expired["backups"].as_u64().unwrap() >= 80, "{expired:#}");
     assert_eq!(expired["protected"], 0, "{expired:#}");
+
+    // A partial backup (a directory below the filespace's root) cannot slip the files by:
+    // it is judged too. One that sends the same files again unchanged is not suspect.
+    client(&server, "alpha", &pw).args(["backup", "--selective"]).arg(&docs).assert().success();
+    assert_eq!(holds(), serde_json::json!([]), "files sent again unchanged");
+    encrypt(2000);
+    client(&server, "alpha", &pw).arg("backup").arg(&docs).assert().success();
+    let held = holds();
+    assert_eq!(held[0]["kind"], "suspect", "{held:#}");
+    let log = json(admin(&server).args(["query", "actlog", "--search", "partial backup of node"]));
+    assert!(log[0]["message"].as_str().unwrap().contains("is suspect"), "{log:#}");
 }
 
 /// Issue 30: an administrator's hold on a node or a filespace stops every deletion of its
@@ -964,6 +976,22 @@ fn a_hold_stops_every_deletion_until_released_and_needs_system_privilege() {
         .failure()
         .stderr(predicate::str::contains("this needs system"));
     admin(&server).args(["release", "node", "alpha"]).assert().success();
+    // A retention lock cannot be undone: a system administrator's to give, and bounded.
+    admin_as(&server, "op", &op_pw)
+        .args(["update", "mgmtclass", "standard", "standard", "--retain-min", "30"])
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("this needs system"));
+    admin(&server)
+        .args(["update", "mgmtclass", "standard", "standard", "--retain-min", "36501"])
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("at most 36500 days"));
+    admin(&server)
+        .args(["release", "node", "alpha", "--suspect"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("--filespace"));
     let log = json(admin(&server).args(["query", "actlog", "--search", "node alpha"]));
     let said: Vec<&str> =
         log.as_array().unwrap().iter().filter_map(|e| e["message"].as_str()).collect();

@@ -84,6 +84,7 @@ pub(super) fn delete_node(b: &dyn Backend, node: NodeId) -> Result<()> {
         s.execute("DELETE FROM sessions WHERE node_id = ?1", &id)?;
         s.execute("DELETE FROM events WHERE node_id = ?1", &id)?;
         s.execute("DELETE FROM associations WHERE node_id = ?1", &id)?;
+        s.execute("DELETE FROM holds WHERE node_id = ?1", &id)?;
         s.execute("DELETE FROM nodes WHERE id = ?1", &id)?;
         Ok(())
     })

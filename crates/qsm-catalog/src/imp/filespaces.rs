@@ -126,14 +126,18 @@ pub(super) fn delete_filespace(
         })
     };
     let remove = || {
-        sql::auto(b, op, |s| {
-            s.execute(
+        sql::txn(b, op, |s| {
+            let gone = s.execute(
                 "DELETE FROM filespaces WHERE id = ?1 AND NOT EXISTS \
                  (SELECT 1 FROM objects WHERE filespace_id = ?1)",
                 &[fs],
-            )
+            )? > 0;
+            if gone {
+                s.execute("DELETE FROM backup_stats WHERE filespace_id = ?1", &[fs])?;
+                s.execute("DELETE FROM holds WHERE filespace_id = ?1", &[fs])?;
+            }
+            Ok(gone)
         })
-        .map(|n| n > 0)
     };
     let exists = || {
         sql::read(b, op, |s| s.int("SELECT count(*) FROM filespaces WHERE id = ?1", &[fs]))

@@ -169,26 +169,32 @@ pub(super) fn protection(
     })
 }
 
-/// Records the figures of a whole backup of `filespace`, keeping the newest `keep`: `files`
-/// is counted here, from the active inventory it left, and `judge` compares the backup with
-/// the ones recorded before (oldest first), its answer (why it is suspect) marking it.
+/// Judges and records an upload's figures ([`crate::Catalog::add_backup_stats`]).
 pub(super) fn add_backup_stats(
     b: &dyn Backend,
     filespace: FilespaceId,
     stats: &BackupStats,
     keep: usize,
+    baseline: bool,
     judge: &dyn Fn(&[BackupStats], &BackupStats) -> Option<String>,
 ) -> Result<(BackupStats, Option<String>)> {
-    sql::txn(b, "recording a backup's figures", |s| {
-        let fs = filespace.0;
+    let fs = filespace.0;
+    // Counted on a snapshot, not under the writer's lock: a filespace of millions of entries
+    // takes a while (through the active index alone), and a commit meanwhile changes little.
+    let (files, history) = sql::read(b, "reading a filespace's backup figures", |s| {
         let files = s.int(
             "SELECT count(*) FROM objects WHERE filespace_id = ?1 AND state = 1",
             &[fs.into()],
         )? as u64;
-        let history = read_stats(s, filespace)?;
-        let mut run = BackupStats { files, suspect: false, ..*stats };
-        let why = judge(&history, &run);
-        run.suspect = why.is_some();
+        Ok((files, read_stats(s, filespace)?))
+    })?;
+    let mut run = BackupStats { files, suspect: false, ..*stats };
+    let why = judge(&history, &run);
+    run.suspect = why.is_some();
+    if !baseline && !run.suspect {
+        return Ok((run, None));
+    }
+    sql::txn(b, "recording a backup's figures", |s| {
         let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
         s.execute(
             "INSERT INTO backup_stats (filespace_id, ended, files, changed, raw_bytes, \
@@ -211,8 +217,9 @@ pub(super) fn add_backup_stats(
              (SELECT id FROM backup_stats WHERE filespace_id = ?1 ORDER BY id DESC LIMIT ?2)",
             &[fs.into(), (keep as i64).into()],
         )?;
-        Ok((run, why))
+        Ok(run)
     })
+    .map(|run| (run, why))
 }
 
 fn read_stats(s: &mut dyn Sql, filespace: FilespaceId) -> Result<Vec<BackupStats>> {

@@ -327,9 +327,10 @@ impl<B: Backend + std::fmt::Debug> Catalog for B {
         filespace: FilespaceId,
         stats: &BackupStats,
         keep: usize,
+        baseline: bool,
         judge: &dyn Fn(&[BackupStats], &BackupStats) -> Option<String>,
     ) -> Result<(BackupStats, Option<String>)> {
-        holds::add_backup_stats(self, filespace, stats, keep, judge)
+        holds::add_backup_stats(self, filespace, stats, keep, baseline, judge)
     }
     fn backup_stats(&self, filespace: FilespaceId) -> Result<Vec<BackupStats>> {
         holds::backup_stats(self, filespace)

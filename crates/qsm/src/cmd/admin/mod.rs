@@ -211,7 +211,7 @@ enum ReleaseWhat {
         filespace: Option<String>,
         /// Acknowledge the suspect backup the server held the filespace for: its older
         /// versions may roll off and expire again.
-        #[arg(long)]
+        #[arg(long, requires = "filespace")]
         suspect: bool,
     },
 }

@@ -162,7 +162,7 @@ impl Text for ExpireReport {
         );
         if self.protected > 0 {
             outln!(
-                "{} versions due were kept by retention locks or holds (query hold).",
+                "{} versions due were kept by retention locks (query domain) or holds (query hold).",
                 self.protected
             );
         }
