@@ -51,8 +51,9 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
     Some(v[v.len() / 2])
 }
 
+/// A share as said to an administrator: whole percents, a decimal below ten ("0.4%").
 fn percent(v: f64) -> String {
-    format!("{:.0}%", v * 100.0)
+    if v < 0.1 { format!("{:.1}%", v * 100.0) } else { format!("{:.0}%", v * 100.0) }
 }
 
 /// Why `run` is suspect against `history` (the filespace's earlier backups, any order), or
@@ -69,7 +70,7 @@ pub fn judge(history: &[BackupStats], run: &BackupStats) -> Option<String> {
         return None;
     }
     let mut why = vec![format!(
-        "{} of its {} files changed where {} is usual",
+        "{} of its {} entries changed where {} is usual",
         percent(changed),
         run.files,
         percent(usual)
@@ -141,7 +142,7 @@ mod tests {
         }
         // Ransomware: 80% of the files rewritten with random data.
         let why = judge(&h, &run(1000, 800, 80 * MB, 81 * MB)).expect("suspect");
-        assert!(why.contains("80% of its 1000 files changed where 2% is usual"), "{why}");
+        assert!(why.contains("80% of its 1000 entries changed where 1.5% is usual"), "{why}");
         assert!(why.contains("stored at 101% of its size where 33% is usual"), "{why}");
         // The same number of files changed with data that compresses as before: a big
         // reorganisation, not an attack; so is every file sent again by a selective backup.
@@ -181,7 +182,7 @@ mod tests {
         };
         let h: Vec<BackupStats> = (0..5).map(|_| dedup(25, 10, 90)).collect();
         let why = judge(&h, &dedup(200, 1000, 10)).expect("suspect");
-        assert!(why.contains("1% of its chunks were stored already where 90% is usual"), "{why}");
+        assert!(why.contains("1.0% of its chunks were stored already where 90% is usual"), "{why}");
         assert_eq!(judge(&h, &dedup(200, 100, 900)), None);
         // Where deduplication speaks, nearly every file changed is not suspect alone.
         assert_eq!(judge(&h, &dedup(480, 100, 900)), None);

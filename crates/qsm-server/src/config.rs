@@ -337,7 +337,7 @@ mod plaintext_tests {
         let c = with("[[alert]]\nurl = \"https://hooks.example/qsm\"\n").unwrap();
         assert_eq!(
             c.alerts[0].events,
-            ["failed", "missed", "damaged", "pool-full"],
+            ["failed", "missed", "damaged", "pool-full", "suspect"],
             "every kind by default"
         );
         let e = with("[[alert]]\nurl = \"ftp://x/y\"\n").unwrap_err();

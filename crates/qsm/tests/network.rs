@@ -846,7 +846,7 @@ fn a_ransomware_like_backup_is_suspect_and_the_versions_before_it_are_kept_until
         "{h:#}"
     );
     let why = h["reason"].as_str().unwrap();
-    assert!(why.contains("files changed where") && why.contains("of its size where"), "{why}");
+    assert!(why.contains("entries changed where") && why.contains("of its size where"), "{why}");
     wait_for("the suspect alert", || !hook.got("suspect").is_empty());
     let alert = &hook.got("suspect")[0];
     assert_eq!(

@@ -193,7 +193,9 @@ enum AdminCommand {
 enum HoldWhat {
     /// Hold all of a node's versions, or with --filespace one filespace's.
     Node {
+        /// The node.
         name: String,
+        /// Only this filespace of the node (its name as `query filespace` shows it).
         #[arg(long)]
         filespace: Option<String>,
         /// Why, for the activity log and query hold.
@@ -206,7 +208,9 @@ enum HoldWhat {
 enum ReleaseWhat {
     /// Release the hold on a node, or with --filespace on one filespace.
     Node {
+        /// The node.
         name: String,
+        /// The filespace held (`query hold` lists them).
         #[arg(long)]
         filespace: Option<String>,
         /// Acknowledge the suspect backup the server held the filespace for: its older
