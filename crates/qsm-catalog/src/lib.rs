@@ -480,20 +480,8 @@ pub(crate) fn delete_filespace_in_batches(
     // Refused whole rather than left half deleted: nothing under a hold or a running lock
     // may go, so nothing of the filespace goes.
     let now = model::now();
-    let p = catalog.protection(filespace, now)?;
-    if let Some((kind, on_fs)) = p.holds.first() {
-        return Err(CatalogError::Protected(format!(
-            "the {} is under a {}: release it first; nothing was deleted",
-            if *on_fs { "filespace" } else { "node" },
-            kind.name()
-        )));
-    }
-    if p.locked > 0 {
-        return Err(CatalogError::Protected(format!(
-            "{} versions are retention-locked, the last until {} UTC; nothing was deleted",
-            p.locked,
-            qsm_types::time::format_time(p.locked_until)
-        )));
+    if let Some(why) = catalog.protection(filespace, now)?.why() {
+        return Err(CatalogError::Protected(format!("{why}; nothing was deleted")));
     }
     let mut deleted = 0u64;
     let limit = batch.max(1);

@@ -203,27 +203,6 @@ fn node_filespace(
     Ok((n, fs))
 }
 
-/// What keeps a filespace from deletion, said for an administrator (`None`: nothing).
-fn protected(p: &qsm_catalog::Protection) -> Option<String> {
-    if let Some((kind, on_fs)) = p.holds.first() {
-        let on = if *on_fs { "the filespace" } else { "its node" };
-        return Some(match kind {
-            HoldKind::Hold => format!("{on} is held (query hold; release node)"),
-            HoldKind::Suspect => format!(
-                "{on} holds a suspect backup not yet acknowledged (query hold; release node \
-                 --suspect)"
-            ),
-        });
-    }
-    (p.locked > 0).then(|| {
-        format!(
-            "{} versions are retention-locked, the last until {} UTC",
-            p.locked,
-            qsm_types::time::format_time(p.locked_until)
-        )
-    })
-}
-
 /// The privilege a class definition needs: a retention lock, which nobody can undo once
 /// given, is a system administrator's to set or change (up to [`MAX_RETAIN_MIN_DAYS`]).
 fn retain_min_need(r: &v1::MgmtClassRequest) -> Result<Need, ServerError> {
@@ -1405,7 +1384,7 @@ impl AdminApi for AdminSession<'_> {
         // Refused before the node's sessions are touched (the catalog refuses it again if a
         // hold comes meanwhile).
         let kept = catalog.protection(fs.id, qsm_catalog::now()).map_err(catalog_error)?;
-        if let Some(why) = protected(&kept) {
+        if let Some(why) = kept.why() {
             return Err(ServerError::refused(format!(
                 "node {} filespace {}: {why}; nothing was deleted",
                 r.node, r.filespace

@@ -656,16 +656,13 @@ impl NodeUpload<'_> {
         self.scope.as_ref().ok_or_else(|| ServerError::Failed("no dedup scope".into()))
     }
 
-    /// Counts a frame the store took (its header was checked there).
-    fn sent(&mut self, frame: &[u8]) {
-        let bytes = frame.len();
+    /// Counts a frame of `bytes` holding `raw` bytes of data, as the store took it.
+    fn sent(&mut self, bytes: usize, raw: u32) {
         if self.run.counting {
             let stats = &mut self.run.stats;
             stats.chunks += 1;
             stats.stored_bytes += bytes as u64;
-            if let Ok(h) = qsm_codec::FrameHeader::parse(frame) {
-                stats.raw_bytes += u64::from(h.raw_len);
-            }
+            stats.raw_bytes += u64::from(raw);
         }
         if let Some(s) = self.run.node.session {
             s.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
@@ -743,8 +740,8 @@ impl NodeUpload<'_> {
     /// The next frame of the current object.
     pub fn append_frame(&mut self, frame: &[u8]) -> Result<()> {
         self.in_object("a frame")?;
-        self.batch.append_frame(frame).map_err(store_error)?;
-        self.sent(frame);
+        let raw = self.batch.append_frame(frame).map_err(store_error)?;
+        self.sent(frame.len(), raw);
         Ok(())
     }
 
@@ -770,9 +767,9 @@ impl NodeUpload<'_> {
         };
         // The store reads `sealed` from the frame itself.
         let key = ChunkKey { hash: *id, scope, sealed: false };
-        self.batch.append_chunk(frame, key).map_err(store_error)?;
+        let raw = self.batch.append_chunk(frame, key).map_err(store_error)?;
         self.current.1 += 1;
-        self.sent(frame);
+        self.sent(frame.len(), raw);
         Ok(())
     }
 

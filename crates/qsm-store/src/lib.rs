@@ -614,15 +614,17 @@ impl Batch<'_> {
         Ok(committed)
     }
 
-    /// Appends the next frame of the current object to the pool.
-    pub fn append_frame(&mut self, frame: &[u8]) -> Result<()> {
+    /// Appends the next frame of the current object to the pool; the length of the raw data
+    /// its header describes (checked here, so callers need not parse it again).
+    pub fn append_frame(&mut self, frame: &[u8]) -> Result<u32> {
         self.append(frame, None)
     }
 
     /// Appends the next frame of the current object, a chunk with its keyed id: offered for
     /// deduplication in `key.scope` (if any) once committed, and checked by restore. Whether
-    /// it is sealed is read from the frame, whatever `key.sealed` says.
-    pub fn append_chunk(&mut self, frame: &[u8], key: ChunkKey) -> Result<()> {
+    /// it is sealed is read from the frame, whatever `key.sealed` says. Returns the raw
+    /// length, as [`Batch::append_frame`] does.
+    pub fn append_chunk(&mut self, frame: &[u8], key: ChunkKey) -> Result<u32> {
         self.append(frame, Some(key))
     }
 
@@ -658,7 +660,7 @@ impl Batch<'_> {
         Ok(())
     }
 
-    fn append(&mut self, frame: &[u8], key: Option<ChunkKey>) -> Result<()> {
+    fn append(&mut self, frame: &[u8], key: Option<ChunkKey>) -> Result<u32> {
         let Some(object) = &self.current else {
             return Err(self.misuse("a frame was appended outside an object"));
         };
@@ -707,7 +709,7 @@ impl Batch<'_> {
                 None => ObjectChunk::New(at),
             });
         }
-        Ok(())
+        Ok(header.raw_len)
     }
 
     /// Ends the current object: it joins the next commit.

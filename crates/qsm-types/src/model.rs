@@ -899,3 +899,27 @@ pub struct Protection {
     /// When the last of those locks ends.
     pub locked_until: Timestamp,
 }
+
+impl Protection {
+    /// What keeps the filespace's versions, said for an administrator, with how to see and
+    /// release it (`None`: nothing does).
+    pub fn why(&self) -> Option<String> {
+        if let Some((kind, on_fs)) = self.holds.first() {
+            let on = if *on_fs { "the filespace" } else { "its node" };
+            return Some(match kind {
+                HoldKind::Hold => format!("{on} is held (query hold; release node)"),
+                HoldKind::Suspect => format!(
+                    "{on} is under a suspect hold: a suspect backup not yet acknowledged \
+                     (query hold; release node --suspect)"
+                ),
+            });
+        }
+        (self.locked > 0).then(|| {
+            format!(
+                "{} versions are retention-locked, the last until {} UTC",
+                self.locked,
+                crate::time::format_time(self.locked_until)
+            )
+        })
+    }
+}

@@ -14,9 +14,15 @@ pub(super) struct SqlTxn<'a> {
     /// Filespaces whose active inventory changed: a new generation at commit. In id order,
     /// so concurrent commits lock filespaces in one order.
     pub(super) changed: BTreeSet<i64>,
-    /// The minimum retention in days of (management class, filespace), read once per
-    /// transaction.
-    pub(super) retain_min: BTreeMap<(Option<i64>, i64), i64>,
+    /// What the class of (management class, filespace) says, read once per transaction.
+    pub(super) policies: BTreeMap<(Option<i64>, i64), ClassPolicy>,
+}
+
+/// The parts of a management class a version's insert applies ([`class_policy`]).
+#[derive(Clone, Copy)]
+pub(super) struct ClassPolicy {
+    versions_exist: i64,
+    retain_min_days: i64,
 }
 
 impl<'a> SqlTxn<'a> {
@@ -25,7 +31,7 @@ impl<'a> SqlTxn<'a> {
             c: b.open_txn("starting a transaction")?,
             chunks_gone: false,
             changed: BTreeSet::new(),
-            retain_min: BTreeMap::new(),
+            policies: BTreeMap::new(),
         })
     }
 
@@ -93,20 +99,12 @@ fn release(s: &mut dyn Sql, chunks: &[ChunkRowId]) -> Result<bool> {
 /// between expirations. The class is the new version's (the domain's default if unbound).
 /// A version under a retention lock or a hold is kept past the limit: expiration deletes
 /// it once it is free.
-fn enforce_versions_exist(s: &mut dyn Sql, object: &NewObject, now: Timestamp) -> Result<bool> {
-    let limit = s.int(
-        "SELECT COALESCE(\
-               (SELECT b.versions_exist FROM backup_copygroups b WHERE b.mgmt_class_id = ?1), \
-               (SELECT b.versions_exist FROM filespaces f JOIN nodes n ON n.id = f.node_id \
-                  JOIN mgmt_classes m ON m.domain_id = n.domain_id AND m.name = 'standard' \
-                  JOIN backup_copygroups b ON b.mgmt_class_id = m.id WHERE f.id = ?2), \
-               ?3)",
-        &[
-            object.mgmt_class.map(|m| m.0).into(),
-            object.filespace.0.into(),
-            i64::from(BackupCopyGroup::default().versions_exist).into(),
-        ],
-    )?;
+fn enforce_versions_exist(
+    s: &mut dyn Sql,
+    object: &NewObject,
+    limit: i64,
+    now: Timestamp,
+) -> Result<bool> {
     if limit >= i64::from(crate::expire::NO_LIMIT) {
         return Ok(false);
     }
@@ -134,18 +132,32 @@ fn enforce_versions_exist(s: &mut dyn Sql, object: &NewObject, now: Timestamp) -
     Ok(gone)
 }
 
-/// The minimum retention of a new version: its class's, or its domain's default class's
-/// when it is bound to none.
-fn retain_min_days(s: &mut dyn Sql, object: &NewObject) -> Result<i64> {
-    s.int(
+/// What a new version's class says at insert time: its versions-exist and its minimum
+/// retention in days. The class is the version's, or its domain's default (`standard`) when
+/// it is bound to none; without either, the built-in defaults.
+fn class_policy(s: &mut dyn Sql, object: &NewObject) -> Result<ClassPolicy> {
+    let standard = "FROM filespaces f JOIN nodes n ON n.id = f.node_id \
+                    JOIN mgmt_classes m ON m.domain_id = n.domain_id AND m.name = 'standard'";
+    let sql = format!(
         "SELECT COALESCE(\
+               (SELECT b.versions_exist FROM backup_copygroups b WHERE b.mgmt_class_id = ?1), \
+               (SELECT b.versions_exist {standard} \
+                  JOIN backup_copygroups b ON b.mgmt_class_id = m.id WHERE f.id = ?2), \
+               ?3), \
+           COALESCE(\
                (SELECT m.retain_min_days FROM mgmt_classes m WHERE m.id = ?1), \
-               (SELECT m.retain_min_days FROM filespaces f JOIN nodes n ON n.id = f.node_id \
-                  JOIN mgmt_classes m ON m.domain_id = n.domain_id AND m.name = 'standard' \
-                  WHERE f.id = ?2), \
-               0)",
-        &[object.mgmt_class.map(|m| m.0).into(), object.filespace.0.into()],
-    )
+               (SELECT m.retain_min_days {standard} WHERE f.id = ?2), \
+               0)"
+    );
+    let args = [
+        object.mgmt_class.map(|m| m.0).into(),
+        object.filespace.0.into(),
+        i64::from(BackupCopyGroup::default().versions_exist).into(),
+    ];
+    s.opt(&sql, &args, |r| {
+        Ok(ClassPolicy { versions_exist: r.int(0)?, retain_min_days: r.int(1)? })
+    })?
+    .ok_or_else(|| CatalogError::Damaged(format!("no row from {sql}")))
 }
 
 /// The error of an insert refused by its foreign key to a missing container.
@@ -190,14 +202,15 @@ impl Txn for SqlTxn<'_> {
         self.c.set_op("inserting an object version");
         let s: &mut dyn Sql = &mut *self.c;
         let key = (object.mgmt_class.map(|m| m.0), object.filespace.0);
-        let days = match self.retain_min.get(&key) {
-            Some(d) => *d,
+        let policy = match self.policies.get(&key) {
+            Some(p) => *p,
             None => {
-                let d = retain_min_days(s, object)?;
-                self.retain_min.insert(key, d);
-                d
+                let p = class_policy(s, object)?;
+                self.policies.insert(key, p);
+                p
             }
         };
+        let days = policy.retain_min_days;
         let locked_until = (days > 0).then(|| now.saturating_add(days.saturating_mul(86_400)));
         let state = match object.kind {
             ObjectKind::Backup => {
@@ -207,7 +220,8 @@ impl Txn for SqlTxn<'_> {
                     &[now.into(), object.filespace.0.into(), (&object.path).into()],
                 )?;
                 if replaced > 0 {
-                    self.chunks_gone |= enforce_versions_exist(s, object, now)?;
+                    self.chunks_gone |=
+                        enforce_versions_exist(s, object, policy.versions_exist, now)?;
                 }
                 STATE_ACTIVE
             }
