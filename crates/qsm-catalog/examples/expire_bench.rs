@@ -93,6 +93,8 @@ fn generate(db: &std::path::Path, versions: u64, filespaces: u64) -> Result<(), 
                             raw_len: 4000,
                             codec: 0,
                         })],
+                        origin: None,
+                        inserted: None,
                     };
                     t.insert_object(&object, now - age * DAY)?;
                 }

@@ -49,6 +49,7 @@ pub const CASES: &[(&str, Case)] = &[
     ("versions_exist_at_backup", versions_exist_at_backup),
     ("retention_locks_and_holds", retention_locks_and_holds),
     ("backup_figures", backup_figures),
+    ("replicas", replicas),
     ("damaged_chunks_and_repair", damaged_chunks_and_repair),
     ("state_and_snapshot", state_and_snapshot),
     ("trees_and_generations", trees_and_generations),
@@ -111,6 +112,8 @@ fn file(fs: FilespaceId, path: &[u8], size: u64, chunks: Vec<ObjectChunk>) -> Ne
         description: None,
         retain_until: None,
         chunks,
+        origin: None,
+        inserted: None,
     }
 }
 
@@ -1844,6 +1847,101 @@ pub fn listing_a_path_longer_than_a_page(cat: &dyn Catalog) -> CaseResult {
         listed.len(),
         expected.len(),
         listed.iter().zip(&expected).position(|(a, b)| a != b)
+    );
+    Ok(())
+}
+
+/// Node replication's records: a replicated node belongs to the account that made it; its
+/// versions keep their source ids and times, arrive in any order without making an older one
+/// active, and are deactivated by source id; a damaged chunk repaired makes its versions
+/// whole; the servers defined are kept with their account.
+pub fn replicas(cat: &dyn Catalog) -> CaseResult {
+    let fx = fixture(cat)?;
+    let domain = cat.domain("standard").map_err(e)?.ok_or("no domain")?.id;
+    let beta = cat.put_replica_node("beta", "repl", "$argon2id$b", domain).map_err(e)?;
+    ensure!(
+        cat.put_replica_node("beta", "repl", "$argon2id$c", domain).map_err(e)? == beta,
+        "the same account's second put made another node"
+    );
+    let node = cat.node("beta").map_err(e)?.ok_or("no beta")?;
+    ensure!(
+        node.password_hash == "$argon2id$c" && node.replica_of.as_deref() == Some("repl"),
+        "{node:?}"
+    );
+    for (name, account) in [("beta", "other"), ("alpha", "repl")] {
+        ensure!(
+            matches!(
+                cat.put_replica_node(name, account, "$argon2id$x", domain),
+                Err(CatalogError::Exists { .. })
+            ),
+            "{account} took over node {name}"
+        );
+    }
+    let fs = cat.filespace(beta, "/data").map_err(e)?;
+    let store =
+        |path: &[u8], origin: i64, at: Timestamp| -> std::result::Result<ObjectId, String> {
+            let mut t = cat.begin().map_err(e)?;
+            let object = NewObject {
+                origin: Some(ObjectId(origin)),
+                inserted: Some(at),
+                ..file(fs, path, 1, vec![new_chunk(fx.container, origin as u64 * 100)])
+            };
+            let id = t.insert_object(&object, 9_999_999).map_err(e)?;
+            t.commit().map_err(e)?;
+            Ok(id)
+        };
+    store(b"/a", 7, 1_000)?;
+    store(b"/a", 9, 2_000)?;
+    // Sent late (its chunk was unreadable at first): older than the active one, so inactive.
+    store(b"/a", 8, 1_500)?;
+    store(b"/b", 12, 3_000)?;
+    let versions = cat.versions(fs, b"/a").map_err(e)?;
+    let seen: Vec<(Timestamp, bool)> = versions.iter().map(|v| (v.inserted, v.active)).collect();
+    ensure!(seen == [(2_000, true), (1_500, false), (1_000, false)], "{seen:?}");
+    let held = cat.replica_versions(fs).map_err(e)?;
+    let want = [(7, false), (8, false), (9, true), (12, true)].map(|(o, a)| (ObjectId(o), a));
+    ensure!(held == want, "{held:?}");
+    let n =
+        cat.deactivate_origins(fs, &[(ObjectId(12), 4_000), (ObjectId(7), 4_000)]).map_err(e)?;
+    ensure!(n == 1, "{n} deactivated: only 12 was active");
+    let b = cat.versions(fs, b"/b").map_err(e)?;
+    ensure!(!b[0].active && b[0].deactivated == Some(4_000), "{b:?}");
+    let there = cat.object_by_origin(fs, ObjectId(9)).map_err(e)?;
+    ensure!(there == Some(versions[0].id), "{there:?}");
+    ensure!(cat.object_by_origin(fx.fs, ObjectId(9)).map_err(e)?.is_none(), "another filespace's");
+
+    // A damaged chunk repaired: its version is whole again; a second repair changes nothing.
+    let chunk = cat.object_chunks(versions[0].id).map_err(e)?[0];
+    cat.mark_damaged(&[chunk.id], &[versions[0].id], versions[0].id).map_err(e)?;
+    ensure!(cat.damaged_chunks().map_err(e)?.len() == 1, "no damaged chunk listed");
+    ensure!(cat.object(versions[0].id).map_err(e)?.ok_or("gone")?.damaged, "not marked");
+    let to = NewChunk { offset: 77_777, ..chunk.location };
+    let from = (chunk.location.container, chunk.location.offset);
+    ensure!(cat.repair_chunk(chunk.id, from, &to).map_err(e)?, "the repair was refused");
+    ensure!(!cat.repair_chunk(chunk.id, from, &to).map_err(e)?, "repaired twice");
+    ensure!(cat.damaged_chunks().map_err(e)?.is_empty(), "still damaged");
+    let after = cat.object(versions[0].id).map_err(e)?.ok_or("gone")?;
+    ensure!(!after.damaged, "the version is still damaged");
+    ensure!(cat.object_chunks(after.id).map_err(e)?[0].location.offset == 77_777, "not moved");
+
+    let server = PeerServer {
+        name: "dr".into(),
+        address: "https://dr.example:7300".into(),
+        ca: "-----BEGIN CERTIFICATE-----".into(),
+        account: "from-here".into(),
+        password: "secret".into(),
+        created: 5,
+    };
+    cat.define_peer_server(&server).map_err(e)?;
+    ensure!(
+        matches!(cat.define_peer_server(&server), Err(CatalogError::Exists { .. })),
+        "defined twice"
+    );
+    ensure!(cat.peer_servers().map_err(e)? == [server.clone()], "not read back");
+    cat.delete_peer_server("dr").map_err(e)?;
+    ensure!(
+        matches!(cat.delete_peer_server("dr"), Err(CatalogError::NotFound { .. })),
+        "deleted twice"
     );
     Ok(())
 }

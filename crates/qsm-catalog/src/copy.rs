@@ -76,6 +76,7 @@ pub const TABLES: &[Table] = &[
             ("dedup_scope", I),
             ("key_file", B),
             ("cloptset_id", I),
+            ("replica_of", T),
         ],
     ),
     (
@@ -159,6 +160,18 @@ pub const TABLES: &[Table] = &[
             ("suspect", I),
         ],
     ),
+    (
+        "peer_servers",
+        &[
+            ("id", I),
+            ("name", T),
+            ("address", T),
+            ("ca", T),
+            ("account", T),
+            ("password", T),
+            ("created", I),
+        ],
+    ),
     ("containers", &[("id", I), ("pool_id", I), ("size", I), ("sealed", I)]),
     (
         "chunks",
@@ -201,6 +214,7 @@ pub const TABLES: &[Table] = &[
             ("damaged", I),
             ("meta", B),
             ("locked_until", I),
+            ("origin", I),
         ],
     ),
     (

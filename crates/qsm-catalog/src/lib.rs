@@ -358,6 +358,47 @@ pub trait Catalog: Send + Sync + std::fmt::Debug {
     /// or `None` if there is no such object; read in one transaction.
     fn objects_chunks(&self, objects: &[ObjectId]) -> Result<Vec<Option<ObjectChunks>>>;
 
+    // --- replication ---
+    /// Creates node `name` as a replica made by replication account `account` in `domain`,
+    /// or updates the password hash of the one `account` made before. A node of this
+    /// server's own, or another account's replica, is refused (`Exists`).
+    fn put_replica_node(
+        &self,
+        name: &str,
+        account: &str,
+        password_hash: &str,
+        domain: DomainId,
+    ) -> Result<NodeId>;
+    /// The replicated versions of `filespace`: their ids on their source, in order, and
+    /// whether each is active here.
+    fn replica_versions(&self, filespace: FilespaceId) -> Result<Vec<(ObjectId, bool)>>;
+    /// Marks inactive (at the time given with each) the active replicated versions of
+    /// `filespace` with these source ids; how many there were.
+    fn deactivate_origins(
+        &self,
+        filespace: FilespaceId,
+        origins: &[(ObjectId, Timestamp)],
+    ) -> Result<u64>;
+    /// The version of `filespace` replicated from source id `origin`, if any.
+    fn object_by_origin(
+        &self,
+        filespace: FilespaceId,
+        origin: ObjectId,
+    ) -> Result<Option<ObjectId>>;
+    /// Points damaged chunk `id`, read at `from`, at a good copy of its frame at `to` and
+    /// clears the damage of the chunk and of the versions it leaves whole; false (nothing
+    /// changed) if the chunk moved since or is not damaged.
+    fn repair_chunk(&self, id: ChunkRowId, from: (ContainerId, u64), to: &NewChunk)
+    -> Result<bool>;
+    /// The chunks an audit marked damaged that versions still use.
+    fn damaged_chunks(&self) -> Result<Vec<ChunkRef>>;
+    /// Defines a server to replicate to.
+    fn define_peer_server(&self, server: &PeerServer) -> Result<()>;
+    /// Deletes a defined server.
+    fn delete_peer_server(&self, name: &str) -> Result<()>;
+    /// The servers defined, by name.
+    fn peer_servers(&self) -> Result<Vec<PeerServer>>;
+
     // --- integrity, audit and size ---
     /// The versions (id, filespace, path) whose chunk lists hold any of `chunks`: the objects
     /// an audit's damaged chunks belong to. Reads every version, in pages.

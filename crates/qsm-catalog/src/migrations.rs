@@ -367,6 +367,26 @@ CREATE TABLE backup_stats (
 );
 CREATE INDEX backup_stats_filespace ON backup_stats (filespace_id, id);
 "#,
+    // 13: node replication (issue 30). On a replication target, each replicated version
+    // keeps the id it has on its source server (`origin`), so a later run sends only what is
+    // missing and a repair finds the copy of a source's chunk; a replicated node remembers
+    // the replication account that made it (`replica_of`), the only one that may update it.
+    // On a source, the servers it replicates to (`peer_servers`), with the account it logs in
+    // as there.
+    r#"
+ALTER TABLE objects ADD COLUMN origin BIGINT;
+CREATE INDEX objects_origin ON objects (filespace_id, origin) WHERE origin IS NOT NULL;
+ALTER TABLE nodes ADD COLUMN replica_of TEXT;
+CREATE TABLE peer_servers (
+    id {ID},
+    name TEXT NOT NULL UNIQUE,
+    address TEXT NOT NULL,
+    ca TEXT NOT NULL,
+    account TEXT NOT NULL,
+    password TEXT NOT NULL,
+    created BIGINT NOT NULL
+);
+"#,
 ];
 
 /// The newest schema version this program knows.

@@ -8,7 +8,7 @@ use qsm_types::ServerError;
 use crate::reports::{
     ActlogReport, AssociationRow, AuditReport, BackupDbReport, CloptsetRow, DeleteFilespaceReport,
     DomainRow, EventRow, ExpireReport, FilespaceRow, HoldRow, NodeRow, ProcessRow, ReclaimReport,
-    ScheduleRow, SessionRow, StgpoolRow, VolhistRow,
+    RepairReport, ReplicateReport, ScheduleRow, ServerRow, SessionRow, StgpoolRow, VolhistRow,
 };
 use crate::v1;
 
@@ -65,6 +65,11 @@ macro_rules! admin_operations {
             hold_node(HoldRequest) -> Empty;
             release_node(HoldRequest) -> Empty;
             query_holds(Empty) -> HoldList;
+            define_server(ServerRequest) -> Empty;
+            delete_server(ServerRequest) -> Empty;
+            query_servers(Empty) -> ServerList;
+            replicate_node(ReplicateRequest) -> ReplicateReply;
+            repair_stgpool(RepairRequest) -> RepairReply;
         }
     };
 }
@@ -431,6 +436,52 @@ impl Admin<'_> {
     }
 
     /// Every container, or only `containers`.
+    /// Defines `name`, a server to replicate to at `address` (its TLS proved by `ca`, PEM),
+    /// where this server logs in as replication account `account`.
+    pub fn define_server(
+        &self,
+        name: &str,
+        address: &str,
+        ca: &str,
+        account: &str,
+        password: &str,
+    ) -> Result<()> {
+        self.0.define_server(v1::ServerRequest {
+            name: name.to_owned(),
+            address: address.to_owned(),
+            ca: ca.to_owned(),
+            account: account.to_owned(),
+            password: password.to_owned(),
+        })?;
+        Ok(())
+    }
+
+    pub fn delete_server(&self, name: &str) -> Result<()> {
+        self.0.delete_server(v1::ServerRequest { name: name.to_owned(), ..Default::default() })?;
+        Ok(())
+    }
+
+    pub fn servers(&self) -> Result<Vec<ServerRow>> {
+        Ok(self.0.query_servers(v1::Empty {})?.servers.into_iter().map(ServerRow::from).collect())
+    }
+
+    /// Replicates `nodes` to server `target` (`None`: the only one defined).
+    pub fn replicate_node(
+        &self,
+        nodes: Vec<String>,
+        target: Option<&str>,
+    ) -> Result<ReplicateReport> {
+        let target = target.unwrap_or_default().to_owned();
+        Ok(self.0.replicate_node(v1::ReplicateRequest { nodes, target })?.into())
+    }
+
+    /// Repairs the chunks an audit marked damaged from the copies on server `source` (`None`:
+    /// the only one defined).
+    pub fn repair_stgpool(&self, source: Option<&str>) -> Result<RepairReport> {
+        let source = source.unwrap_or_default().to_owned();
+        Ok(self.0.repair_stgpool(v1::RepairRequest { source })?.into())
+    }
+
     pub fn audit_stgpool(
         &self,
         mark_damaged: bool,

@@ -422,6 +422,91 @@ impl From<v1::ReclaimReply> for ReclaimReport {
     }
 }
 
+/// A server replicated to (`query server`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ServerRow {
+    pub name: String,
+    pub address: String,
+    /// The replication account this server logs in as there.
+    pub account: String,
+    pub created: i64,
+}
+
+impl From<v1::ServerInfo> for ServerRow {
+    fn from(s: v1::ServerInfo) -> ServerRow {
+        ServerRow { name: s.name, address: s.address, account: s.account, created: s.created }
+    }
+}
+
+/// `replicate node`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReplicateReport {
+    pub process: u64,
+    pub target: String,
+    pub nodes: u64,
+    pub filespaces: u64,
+    /// Versions sent, and those the target held already.
+    pub versions: u64,
+    pub skipped: u64,
+    /// Chunks sent with their frames, and their stored bytes.
+    pub chunks: u64,
+    pub frame_bytes: u64,
+    /// Chunks the target held, sent as references.
+    pub references: u64,
+    /// Every byte of the messages sent.
+    pub wire_bytes: u64,
+    /// Versions the source made inactive since, made inactive there too.
+    pub deactivated: u64,
+    pub stopped: Option<String>,
+    pub seconds: f64,
+}
+
+impl From<v1::ReplicateReply> for ReplicateReport {
+    fn from(r: v1::ReplicateReply) -> ReplicateReport {
+        ReplicateReport {
+            process: r.process,
+            target: r.target,
+            nodes: r.nodes,
+            filespaces: r.filespaces,
+            versions: r.versions,
+            skipped: r.skipped,
+            chunks: r.chunks,
+            frame_bytes: r.frame_bytes,
+            references: r.references,
+            wire_bytes: r.wire_bytes,
+            deactivated: r.deactivated,
+            stopped: stopped(r.stopped),
+            seconds: r.seconds,
+        }
+    }
+}
+
+/// `repair stgpool`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RepairReport {
+    pub process: u64,
+    /// Damaged chunks found, repaired from a copy, and left.
+    pub damaged: u64,
+    pub repaired: u64,
+    pub unrepaired: u64,
+    /// Why each chunk left was left.
+    pub problems: Vec<String>,
+    pub seconds: f64,
+}
+
+impl From<v1::RepairReply> for RepairReport {
+    fn from(r: v1::RepairReply) -> RepairReport {
+        RepairReport {
+            process: r.process,
+            damaged: r.damaged,
+            repaired: r.repaired,
+            unrepaired: r.unrepaired,
+            problems: r.problems,
+            seconds: r.seconds,
+        }
+    }
+}
+
 /// `backup db`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct BackupDbReport {

@@ -37,6 +37,8 @@ fn writer(
                 description: None,
                 retain_until: None,
                 chunks: Vec::new(),
+                origin: None,
+                inserted: None,
             };
             t.insert_object(&object, qsm_catalog::now()).map_err(|e| e.to_string())?;
         }

@@ -37,13 +37,26 @@ pub enum Actor {
     Admin(String),
 }
 
+/// A management class as the protocol carries it.
+pub(crate) fn class_info(c: qsm_catalog::MgmtClass) -> v1::MgmtClassInfo {
+    v1::MgmtClassInfo {
+        name: c.name,
+        versions_exist: c.backup.versions_exist,
+        versions_deleted: c.backup.versions_deleted,
+        retain_extra_days: c.backup.retain_extra_days,
+        retain_only_days: c.backup.retain_only_days,
+        retain_version_days: c.archive.retain_version_days,
+        retain_min_days: c.retain_min_days,
+    }
+}
+
 /// Privilege classes from their names.
 fn privileges(names: &[String]) -> Result<Vec<Privilege>, ServerError> {
     Privilege::parse_list(&names.join(",")).map_err(ServerError::invalid)
 }
 
 /// Account names: what a shell and a log line can carry without quoting.
-fn check_name(name: &str) -> Result<(), ServerError> {
+pub(crate) fn check_name(name: &str) -> Result<(), ServerError> {
     let ok = !name.is_empty()
         && name.len() <= 64
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
@@ -259,6 +272,11 @@ impl<'a> AdminSession<'a> {
         AdminSession { core, actor }
     }
 
+    /// The server core.
+    pub(crate) fn state(&self) -> &'a State {
+        self.core
+    }
+
     /// Who is asking, for the activity log, if they may do what needs `need`. An
     /// administrator's classes are read from the catalog at every call, so a revocation takes
     /// effect at once.
@@ -268,9 +286,6 @@ impl<'a> AdminSession<'a> {
             Actor::Admin(account) => account,
         };
         let actor = format!("administrator {account}");
-        if need.is_empty() {
-            return Ok(actor);
-        }
         let admin = self
             .core
             .store
@@ -282,7 +297,18 @@ impl<'a> AdminSession<'a> {
             return Err(ServerError::denied(format!("{actor} is locked")));
         }
         let held = &admin.privileges;
-        if held.contains(&Privilege::System) || need.iter().any(|p| held.contains(p)) {
+        // The account a source server logs in as, whose password that server keeps: it can
+        // add replicated nodes' data here and nothing else, not even look.
+        if held == &[Privilege::Replication] {
+            return Err(ServerError::denied(format!(
+                "{actor} is a replication account: it replicates nodes into this server and \
+                 administers nothing"
+            )));
+        }
+        if need.is_empty()
+            || held.contains(&Privilege::System)
+            || need.iter().any(|p| held.contains(p))
+        {
             return Ok(actor);
         }
         let wanted: Vec<&str> =
@@ -771,6 +797,68 @@ impl AdminApi for AdminSession<'_> {
         Ok(v1::Empty {})
     }
 
+    fn define_server(&self, r: v1::ServerRequest) -> Result<v1::Empty, ServerError> {
+        let actor = self.need(SYSTEM)?;
+        crate::replication::check_server(&r)?;
+        if r.password.is_empty() || r.password.len() > 1024 {
+            return Err(ServerError::invalid("the account's password: 1 to 1024 bytes"));
+        }
+        let server = qsm_catalog::PeerServer {
+            name: r.name.clone(),
+            address: r.address.clone(),
+            ca: r.ca,
+            account: r.account.clone(),
+            password: r.password,
+            created: qsm_types::now(),
+        };
+        let catalog = self.core.store.catalog();
+        catalog.define_peer_server(&server).map_err(|e| named(e, "server", &r.name))?;
+        self.core.log(
+            Severity::Info,
+            &format!(
+                "{actor} defined server {} at {} (replication account {})",
+                r.name, r.address, r.account
+            ),
+            None,
+            None,
+        );
+        Ok(v1::Empty {})
+    }
+
+    fn delete_server(&self, r: v1::ServerRequest) -> Result<v1::Empty, ServerError> {
+        let actor = self.need(SYSTEM)?;
+        let catalog = self.core.store.catalog();
+        catalog.delete_peer_server(&r.name).map_err(|e| named(e, "server", &r.name))?;
+        self.core.log(Severity::Info, &format!("{actor} deleted server {}", r.name), None, None);
+        Ok(v1::Empty {})
+    }
+
+    fn query_servers(&self, _: v1::Empty) -> Result<v1::ServerList, ServerError> {
+        self.need(ANY)?;
+        let servers = self.core.store.catalog().peer_servers().map_err(catalog_error)?;
+        Ok(v1::ServerList {
+            servers: servers
+                .into_iter()
+                .map(|s| v1::ServerInfo {
+                    name: s.name,
+                    address: s.address,
+                    account: s.account,
+                    created: s.created,
+                })
+                .collect(),
+        })
+    }
+
+    fn replicate_node(&self, r: v1::ReplicateRequest) -> Result<v1::ReplicateReply, ServerError> {
+        let actor = self.need(SYSTEM)?;
+        crate::replication::replicate(self, &actor, r)
+    }
+
+    fn repair_stgpool(&self, r: v1::RepairRequest) -> Result<v1::RepairReply, ServerError> {
+        let actor = self.need(STORAGE)?;
+        crate::replication::repair(self, &actor, r)
+    }
+
     fn query_holds(&self, _: v1::Empty) -> Result<v1::HoldList, ServerError> {
         self.need(ANY)?;
         let holds = self.core.store.catalog().holds().map_err(catalog_error)?;
@@ -1102,15 +1190,7 @@ impl AdminApi for AdminSession<'_> {
                 .mgmt_classes(d.id)
                 .map_err(catalog_error)?
                 .into_iter()
-                .map(|c| v1::MgmtClassInfo {
-                    name: c.name,
-                    versions_exist: c.backup.versions_exist,
-                    versions_deleted: c.backup.versions_deleted,
-                    retain_extra_days: c.backup.retain_extra_days,
-                    retain_only_days: c.backup.retain_only_days,
-                    retain_version_days: c.archive.retain_version_days,
-                    retain_min_days: c.retain_min_days,
-                })
+                .map(class_info)
                 .collect();
             domains.push(v1::DomainInfo {
                 nodes: nodes.iter().filter(|n| n.domain == d.id).map(|n| n.name.clone()).collect(),

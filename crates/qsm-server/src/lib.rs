@@ -21,6 +21,9 @@ pub mod logins;
 pub mod metrics;
 pub mod node;
 pub mod node_core;
+pub mod replica;
+pub mod replica_core;
+pub mod replication;
 pub mod schedules;
 pub mod state;
 pub mod streams;
@@ -32,7 +35,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use qsm_catalog::Coordination;
-use qsm_proto::v1::{admin_server::AdminServer, node_server::NodeServer};
+use qsm_proto::v1::{
+    admin_server::AdminServer, node_server::NodeServer, replica_server::ReplicaServer,
+};
 use tokio::net::{TcpListener, UnixListener};
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::transport::Server;
@@ -114,6 +119,9 @@ async fn serve(config: ServerConfig, ready: impl FnOnce(&Listening)) -> Result<(
     let admin = AdminServer::new(admin::AdminService { state: Arc::clone(&state) })
         .max_decoding_message_size(qsm_proto::MAX_MESSAGE)
         .max_encoding_message_size(qsm_proto::MAX_MESSAGE);
+    let replica = ReplicaServer::new(replica::ReplicaService { state: Arc::clone(&state) })
+        .max_decoding_message_size(qsm_proto::MAX_MESSAGE)
+        .max_encoding_message_size(qsm_proto::MAX_MESSAGE);
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = move || {
@@ -167,7 +175,10 @@ async fn serve(config: ServerConfig, ready: impl FnOnce(&Listening)) -> Result<(
             None => "http",
         };
         listening.urls.push(format!("{scheme}://{local}"));
-        let router = builder.add_service(node.clone()).add_service(admin.clone());
+        let router = builder
+            .add_service(node.clone())
+            .add_service(admin.clone())
+            .add_service(replica.clone());
         let closed = closed_tx.clone();
         let incoming = tokio_stream::StreamExt::map(
             tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),

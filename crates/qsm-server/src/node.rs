@@ -456,24 +456,24 @@ impl Node for NodeService {
 }
 
 /// A keyed chunk id from the wire: exactly 32 bytes.
-fn chunk_id(bytes: &[u8]) -> Result<[u8; 32], Status> {
+pub(crate) fn chunk_id(bytes: &[u8]) -> Result<[u8; 32], Status> {
     bytes.try_into().map_err(|_| {
         Status::invalid_argument(format!("a chunk id of {} bytes; chunk ids have 32", bytes.len()))
     })
 }
 
-/// The backup stream's messages, read from a blocking thread.
-struct Receiver<'a> {
-    handle: &'a tokio::runtime::Handle,
-    inbound: &'a mut Streaming<v1::BackupRequest>,
-    session: &'a Session,
+/// A client stream's messages (a backup's, a replication's), read from a blocking thread.
+pub(crate) struct Receiver<'a, M> {
+    pub(crate) handle: &'a tokio::runtime::Handle,
+    pub(crate) inbound: &'a mut Streaming<M>,
+    pub(crate) session: &'a Session,
     /// How long the client may send nothing (a long scan of unchanged files sends nothing):
     /// the session's idle timeout.
-    idle: std::time::Duration,
+    pub(crate) idle: std::time::Duration,
 }
 
-impl Receiver<'_> {
-    fn next(&mut self) -> Result<v1::BackupRequest, ServerError> {
+impl<M> Receiver<'_, M> {
+    pub(crate) fn next(&mut self) -> Result<M, ServerError> {
         // A stream in progress keeps its session from idling, however long it runs.
         self.session.used();
         if self.session.is_cancelled() {
@@ -485,14 +485,14 @@ impl Receiver<'_> {
         let next = tokio::time::timeout(self.idle, self.inbound.message());
         let message = self.handle.block_on(next).map_err(|_| {
             ServerError::TimedOut(format!(
-                "nothing arrived on the backup stream for {} s: it is ended; what was committed stays",
+                "nothing arrived on the stream for {} s: it is ended; what was committed stays",
                 self.idle.as_secs()
             ))
         })?;
         match message {
             Ok(Some(m)) => Ok(m),
             Ok(None) => Err(ServerError::Aborted(
-                "the client ended the backup stream without finishing it: its uncommitted objects are dropped"
+                "the client ended the stream without finishing it: its uncommitted objects are dropped"
                     .into(),
             )),
             Err(s) => Err(qsm_proto::status::from_code(s.code(), s.message().to_owned())),
@@ -503,7 +503,7 @@ impl Receiver<'_> {
 /// A backup stream's operations, applied in order through the core until `Finish`.
 fn run_backup(
     node: NodeSession<'_>,
-    receiver: &mut Receiver<'_>,
+    receiver: &mut Receiver<'_, v1::BackupRequest>,
     tx: &mpsc::Sender<Result<v1::BackupReply, Status>>,
 ) -> Result<(), ServerError> {
     let mut upload: Option<NodeUpload<'_>> = None;
@@ -547,6 +547,8 @@ fn run_backup(
                         description: b.description,
                         retain_until: b.retain_until,
                         chunks: Vec::new(),
+                        origin: None,
+                        inserted: None,
                     };
                     let size = object.attrs.size;
                     if up.begin_object(object, size, b.mgmt_class.as_deref())? {

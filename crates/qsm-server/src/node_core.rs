@@ -426,6 +426,13 @@ impl<'a> NodeSession<'a> {
         kind: UploadKind,
     ) -> Result<NodeUpload<'a>> {
         self.check_owner(fs)?;
+        let replica = kind == UploadKind::Replica;
+        if !replica && let Some(by) = self.record()?.replica_of {
+            return Err(ServerError::Refused(format!(
+                "this node is a replica (made by replication account {by}): restore from it \
+                 here, back it up on its own server"
+            )));
+        }
         let config = &self.core.config;
         // The client may ask for smaller transactions, never larger ones.
         let cap = |asked: u64, max: u64| if asked == 0 { max } else { asked.min(max) };
@@ -441,6 +448,7 @@ impl<'a> NodeSession<'a> {
             classes: None,
             decoder: qsm_codec::FrameDecoder::new(),
             raw: Vec::new(),
+            replica,
             run: RunRecord {
                 node: *self,
                 fs,
@@ -480,6 +488,8 @@ pub struct NodeUpload<'a> {
     classes: Option<Vec<MgmtClass>>,
     decoder: qsm_codec::FrameDecoder,
     raw: Vec<u8>,
+    /// Replicated versions: not counted for anomaly detection.
+    replica: bool,
     run: RunRecord<'a>,
 }
 
@@ -727,7 +737,7 @@ impl NodeUpload<'_> {
             }
         };
         self.current = (object.path.clone(), 0);
-        self.run.counting = object.kind == ObjectKind::Backup;
+        self.run.counting = object.kind == ObjectKind::Backup && !self.replica;
         if self.run.counting {
             self.run.stats.changed += 1;
         }

@@ -1,8 +1,8 @@
 //! Schedules (issue 26, TSM's DEFINE SCHEDULE): the windows a schedule opens, and the server
-//! running its own actions (expire, reclaim, audit, backup-db) in them by itself. Each run
-//! is an event in the catalog; the server that records it first runs it, so servers sharing a
-//! catalog run it once. A window that closed with no run (the server was down) is recorded
-//! missed.
+//! running its own actions (expire, reclaim, audit, backup-db, replicate) in them by itself.
+//! Each run is an event in the catalog; the server that records it first runs it, so servers
+//! sharing a catalog run it once. A window that closed with no run (the server was down) is
+//! recorded missed.
 //!
 //! Client actions (incremental, selective, archive) run on the nodes associated with the
 //! schedule, whose client scheduler (`qsm sched`) asks for its windows ([`due`]), starts and
@@ -19,7 +19,7 @@ use crate::admin_core::{Actor, AdminSession};
 use crate::state::State;
 
 /// The actions the server runs itself.
-pub const SERVER_ACTIONS: [&str; 4] = ["expire", "reclaim", "audit", "backup-db"];
+pub const SERVER_ACTIONS: [&str; 5] = ["expire", "reclaim", "audit", "backup-db", "replicate"];
 /// The actions a client scheduler would run.
 pub const CLIENT_ACTIONS: [&str; 3] = ["incremental", "selective", "archive"];
 /// Weekday names, from the epoch's (1970-01-01 was a Thursday) onwards: `DAYS[(d + 4) % 7]`
@@ -41,6 +41,12 @@ pub fn check(spec: &ScheduleSpec) -> Result<(), ServerError> {
     // a selective backup or an archive must say what.
     if action != "incremental" && CLIENT_ACTIONS.contains(&action) && spec.objects.is_empty() {
         return Err(ServerError::invalid(format!("a {action} schedule needs --objects")));
+    }
+    if action == "replicate" && spec.objects.is_empty() {
+        return Err(ServerError::invalid(
+            "a replicate schedule needs --objects: the nodes it replicates (and, optionally, \
+             target=SERVER)",
+        ));
     }
     if !(1..=366 * 86_400).contains(&spec.period) {
         return Err(ServerError::invalid(format!(
@@ -241,6 +247,19 @@ fn run(state: &State, s: &Schedule, event: i64) {
         "backup-db" => admin
             .backup_db(v1::BackupDbRequest::default())
             .map(|r| format!("catalog backed up to {} ({} bytes)", r.path, r.bytes)),
+        "replicate" => {
+            // Its objects are the nodes, and perhaps `target=SERVER`.
+            let (targets, nodes): (Vec<&String>, Vec<&String>) =
+                s.spec.objects.iter().partition(|o| o.starts_with("target="));
+            let target = targets.first().map_or("", |t| &t["target=".len()..]).to_owned();
+            let nodes = nodes.into_iter().cloned().collect();
+            admin.replicate_node(v1::ReplicateRequest { nodes, target }).map(|r| {
+                format!(
+                    "{} versions replicated to {} ({} bytes), {} there already",
+                    r.versions, r.target, r.wire_bytes, r.skipped
+                )
+            })
+        }
         other => Err(ServerError::invalid(format!("no action {other}"))),
     };
     let (end, detail, severity) = match done {

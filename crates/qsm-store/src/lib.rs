@@ -449,6 +449,66 @@ impl Store {
         Ok(reclaimed)
     }
 
+    /// Repairs damaged chunks with good copies of their frames (from a replica): the frames
+    /// are written to a new container, which is recorded sealed, then each chunk is pointed at
+    /// its copy and its damage cleared ([`Catalog::repair_chunk`]). Returns the chunks
+    /// repaired; one that moved or was repaired meanwhile is left, its copy dead space for
+    /// reclamation.
+    pub fn repair_chunks(
+        &self,
+        good: &[(qsm_catalog::ChunkRef, Vec<u8>)],
+    ) -> Result<Vec<qsm_catalog::ChunkRowId>> {
+        if good.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut writer = self.pool.writer()?;
+        self.opened(ContainerId(writer.container()))?;
+        let mut written = Vec::with_capacity(good.len());
+        let appended = (|| -> Result<()> {
+            for (_, frame) in good {
+                written.push(writer.append(frame)?);
+            }
+            Ok(())
+        })();
+        let finished = appended.and_then(|()| writer.finish().map_err(StoreError::from));
+        let recorded = finished.and_then(|()| {
+            let mut ends = container_ends(&written);
+            for (id, end) in ends.iter_mut() {
+                if let Some(info) = self.pool.container(*id)?.filter(|i| i.sealed) {
+                    *end = info.size;
+                }
+            }
+            let mut t = self.catalog.begin()?;
+            for (&id, &end) in &ends {
+                t.add_container(self.pool_record, ContainerId(id))?;
+                t.set_container(ContainerId(id), end, true)?;
+            }
+            t.commit()?;
+            Ok(())
+        });
+        {
+            let mut open = self.open_set();
+            for at in &written {
+                open.remove(&ContainerId(at.container));
+            }
+        }
+        recorded?;
+        let mut repaired = Vec::new();
+        for ((chunk, _), at) in good.iter().zip(&written) {
+            let to = NewChunk {
+                container: ContainerId(at.container),
+                offset: at.offset,
+                stored_len: at.len,
+                ..chunk.location
+            };
+            let from = (chunk.location.container, chunk.location.offset);
+            if self.catalog.repair_chunk(chunk.id, from, &to)? {
+                repaired.push(chunk.id);
+            }
+        }
+        Ok(repaired)
+    }
+
     /// Deletes containers the pool holds but the catalog does not know, that are not open in
     /// this process: the leftovers of a crash between sync and catalog commit, or between a
     /// reclamation's commit and its delete. Only call it when no other process writes to the

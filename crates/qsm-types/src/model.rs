@@ -121,6 +121,38 @@ pub struct Node {
     pub locked: bool,
     /// Registration time.
     pub registered: Timestamp,
+    /// A node replicated here from another server: the replication account that made it,
+    /// the only one that may update it; its versions are restored here, never backed up.
+    pub replica_of: Option<String>,
+}
+
+/// A server this one replicates nodes to (`define server`): where it is, the certificate that
+/// proves it, and the replication account this server logs in as there.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PeerServer {
+    /// Unique name.
+    pub name: String,
+    /// `https://HOST:PORT` (or `http://` on loopback).
+    pub address: String,
+    /// PEM certificate(s) to trust for its TLS.
+    pub ca: String,
+    /// The account on it.
+    pub account: String,
+    /// That account's password, which this server must present (kept in the catalog, as the
+    /// dedup scopes' secrets are: whoever reads the catalog holds every node's data anyway).
+    pub password: String,
+    /// When it was defined.
+    pub created: Timestamp,
+}
+
+impl std::fmt::Debug for PeerServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PeerServer")
+            .field("name", &self.name)
+            .field("address", &self.address)
+            .field("account", &self.account)
+            .finish_non_exhaustive()
+    }
 }
 
 /// An administrator account (it owns no data).
@@ -150,12 +182,20 @@ pub enum Privilege {
     Storage,
     /// Sessions and processes: cancel them; catalog backups.
     Operator,
+    /// Only the replication of nodes into this server (the account a source server logs in
+    /// as): no queries, no other change.
+    Replication,
 }
 
 impl Privilege {
     /// Every class, in the order they are listed.
-    pub const ALL: [Privilege; 4] =
-        [Privilege::System, Privilege::Policy, Privilege::Storage, Privilege::Operator];
+    pub const ALL: [Privilege; 5] = [
+        Privilege::System,
+        Privilege::Policy,
+        Privilege::Storage,
+        Privilege::Operator,
+        Privilege::Replication,
+    ];
 
     /// The name used in commands and the catalog.
     pub fn name(self) -> &'static str {
@@ -164,6 +204,7 @@ impl Privilege {
             Privilege::Policy => "policy",
             Privilege::Storage => "storage",
             Privilege::Operator => "operator",
+            Privilege::Replication => "replication",
         }
     }
 
@@ -177,7 +218,10 @@ impl Privilege {
         let mut out = Vec::new();
         for part in text.split(',').map(str::trim).filter(|p| !p.is_empty() && *p != "none") {
             let p = Privilege::parse(part).ok_or_else(|| {
-                format!("unknown privilege class {part:?}: use system, policy, storage or operator")
+                format!(
+                    "unknown privilege class {part:?}: use system, policy, storage, operator or \
+                     replication"
+                )
             })?;
             if !out.contains(&p) {
                 out.push(p);
@@ -611,6 +655,11 @@ pub struct NewObject {
     pub retain_until: Option<Timestamp>,
     /// Its chunks, in order.
     pub chunks: Vec<ObjectChunk>,
+    /// A replicated version: its id on the source server (`None` for a version stored here).
+    pub origin: Option<ObjectId>,
+    /// A replicated version: when its source stored it, which it keeps (else: the commit's
+    /// time).
+    pub inserted: Option<Timestamp>,
 }
 
 /// A stored object version.
@@ -655,6 +704,10 @@ pub struct ChunkRef {
     pub location: NewChunk,
     /// Its keyed id, if the client gave one: restore checks the data against it.
     pub hash: Option<[u8; 32]>,
+    /// Offered for deduplication in a dedup scope (a keyed chunk only).
+    pub scoped: bool,
+    /// Its frame is sealed (encrypted).
+    pub sealed: bool,
 }
 
 /// Severity of an activity-log entry.

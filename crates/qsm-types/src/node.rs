@@ -237,6 +237,9 @@ pub enum UploadKind {
     /// A backup of part of it (a file, a directory below its root) or an archive: it says
     /// nothing of whether the filespace is protected, so it is not recorded as one.
     Partial,
+    /// Versions replicated from another server: neither recorded as a backup nor judged (the
+    /// source judged them), and the only upload a replicated node takes.
+    Replica,
 }
 
 /// Objects on their way to the server. Nothing is visible on the server before it commits;

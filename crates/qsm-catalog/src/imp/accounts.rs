@@ -28,7 +28,7 @@ pub(super) fn register_node(
     })
 }
 
-const NODE_COLUMNS: &str = "id, name, password_hash, domain_id, locked, registered";
+const NODE_COLUMNS: &str = "id, name, password_hash, domain_id, locked, registered, replica_of";
 
 fn node_from_row(r: &dyn Row) -> Result<Node> {
     Ok(Node {
@@ -38,6 +38,7 @@ fn node_from_row(r: &dyn Row) -> Result<Node> {
         domain: DomainId(r.int(3)?),
         locked: r.int(4)? != 0,
         registered: r.int(5)?,
+        replica_of: r.opt_text(6)?,
     })
 }
 

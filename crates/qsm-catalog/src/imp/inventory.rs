@@ -181,7 +181,8 @@ pub(super) fn object(b: &dyn Backend, id: ObjectId) -> Result<Option<ObjectVersi
     sql::read(b, "reading an object version", |s| object_in(s, id))
 }
 
-fn chunk_ref(r: &dyn Row) -> Result<ChunkRef> {
+/// A chunk from a row of [`CHUNK_COLUMNS`] followed by `hash, scope, sealed`.
+pub(super) fn chunk_ref(r: &dyn Row) -> Result<ChunkRef> {
     let chunk = chunk_from_row(r)?;
     let hash = match r.opt_bytes(7)? {
         None => None,
@@ -189,7 +190,8 @@ fn chunk_ref(r: &dyn Row) -> Result<ChunkRef> {
             CatalogError::Damaged(format!("chunk {} has an id of the wrong length", chunk.id.0))
         })?),
     };
-    Ok(ChunkRef { id: chunk.id, location: chunk.location, hash })
+    let (scoped, sealed) = (r.opt_int(8)?.is_some(), r.int(9)? != 0);
+    Ok(ChunkRef { id: chunk.id, location: chunk.location, hash, scoped, sealed })
 }
 
 pub(super) fn object_chunks(b: &dyn Backend, object: ObjectId) -> Result<Vec<ChunkRef>> {
@@ -228,7 +230,8 @@ fn chunks_of(s: &mut dyn crate::sql::Sql, obj: &ObjectVersion) -> Result<Vec<Chu
     if s.dialect().arrays() {
         let ids: Vec<i64> = obj.chunks.iter().map(|c| c.0).collect();
         let mut found = std::collections::HashMap::with_capacity(ids.len());
-        let sql = format!("SELECT {CHUNK_COLUMNS}, hash FROM chunks WHERE id = ANY(?1)");
+        let sql =
+            format!("SELECT {CHUNK_COLUMNS}, hash, scope, sealed FROM chunks WHERE id = ANY(?1)");
         s.each(&sql, &[Arg::Ints(&ids)], &mut |r| {
             let chunk = chunk_ref(r)?;
             found.insert(chunk.id, chunk);
@@ -236,7 +239,7 @@ fn chunks_of(s: &mut dyn crate::sql::Sql, obj: &ObjectVersion) -> Result<Vec<Chu
         })?;
         obj.chunks.iter().map(|id| found.get(id).cloned().ok_or_else(|| missing(id))).collect()
     } else {
-        let sql = format!("SELECT {CHUNK_COLUMNS}, hash FROM chunks WHERE id = ?1");
+        let sql = format!("SELECT {CHUNK_COLUMNS}, hash, scope, sealed FROM chunks WHERE id = ?1");
         let args: Vec<Arg<'_>> = obj.chunks.iter().map(|id| Arg::Int(id.0)).collect();
         let mut found = vec![None; args.len()];
         s.each_of(&sql, &args, 1, &mut |i, r| {

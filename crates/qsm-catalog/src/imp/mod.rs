@@ -17,6 +17,7 @@ mod inventory;
 mod options;
 mod policy;
 mod pools;
+mod replicas;
 mod schedules;
 mod sessions;
 mod txn;
@@ -432,6 +433,52 @@ impl<B: Backend + std::fmt::Debug> Catalog for B {
         after: ObjectId,
     ) -> Result<()> {
         integrity::mark_damaged(self, chunks, objects, after)
+    }
+    fn put_replica_node(
+        &self,
+        name: &str,
+        account: &str,
+        password_hash: &str,
+        domain: DomainId,
+    ) -> Result<NodeId> {
+        replicas::put_replica_node(self, name, account, password_hash, domain)
+    }
+    fn replica_versions(&self, filespace: FilespaceId) -> Result<Vec<(ObjectId, bool)>> {
+        replicas::replica_versions(self, filespace)
+    }
+    fn deactivate_origins(
+        &self,
+        filespace: FilespaceId,
+        origins: &[(ObjectId, Timestamp)],
+    ) -> Result<u64> {
+        replicas::deactivate_origins(self, filespace, origins)
+    }
+    fn object_by_origin(
+        &self,
+        filespace: FilespaceId,
+        origin: ObjectId,
+    ) -> Result<Option<ObjectId>> {
+        replicas::object_by_origin(self, filespace, origin)
+    }
+    fn repair_chunk(
+        &self,
+        id: ChunkRowId,
+        from: (ContainerId, u64),
+        to: &NewChunk,
+    ) -> Result<bool> {
+        replicas::repair_chunk(self, id, from, to)
+    }
+    fn damaged_chunks(&self) -> Result<Vec<ChunkRef>> {
+        replicas::damaged_chunks(self)
+    }
+    fn define_peer_server(&self, server: &PeerServer) -> Result<()> {
+        replicas::define_peer_server(self, server)
+    }
+    fn delete_peer_server(&self, name: &str) -> Result<()> {
+        replicas::delete_peer_server(self, name)
+    }
+    fn peer_servers(&self) -> Result<Vec<PeerServer>> {
+        replicas::peer_servers(self)
     }
     fn state_value(&self, name: &str) -> Result<Option<i64>> {
         integrity::state_value(self, name)

@@ -201,6 +201,9 @@ impl Txn for SqlTxn<'_> {
         }
         self.c.set_op("inserting an object version");
         let s: &mut dyn Sql = &mut *self.c;
+        // A replicated version keeps its source's time: its versions roll off, deactivate and
+        // lock as they did there.
+        let now = object.inserted.unwrap_or(now);
         let key = (object.mgmt_class.map(|m| m.0), object.filespace.0);
         let policy = match self.policies.get(&key) {
             Some(p) => *p,
@@ -212,7 +215,19 @@ impl Txn for SqlTxn<'_> {
         };
         let days = policy.retain_min_days;
         let locked_until = (days > 0).then(|| now.saturating_add(days.saturating_mul(86_400)));
+        // A replicated version older than the active one of its path (sent late: its chunk
+        // was unreadable on the source at first) arrives inactive, as of its successor.
+        let succeeded = match object.origin {
+            Some(origin) if object.kind == ObjectKind::Backup => s.opt(
+                "SELECT inserted FROM objects WHERE filespace_id = ?1 AND path = ?2 AND state = 1 \
+                 AND origin > ?3",
+                &[object.filespace.0.into(), (&object.path).into(), origin.0.into()],
+                |r| r.int(0),
+            )?,
+            _ => None,
+        };
         let state = match object.kind {
+            ObjectKind::Backup if succeeded.is_some() => 0,
             ObjectKind::Backup => {
                 let replaced = s.execute(
                     "UPDATE objects SET state = 0, deactivated = ?1 WHERE filespace_id = ?2 \
@@ -305,8 +320,9 @@ impl Txn for SqlTxn<'_> {
             .insert(
                 "INSERT INTO objects (filespace_id, state, path, object_type, size, mtime_ns, \
                  ctime_ns, mode, uid, gid, inserted, mgmt_class_id, description, retain_until, \
-                 link_target, chunk_list, ino, damaged, meta, locked_until) VALUES (?1, ?2, ?3, \
-                 ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
+                 link_target, chunk_list, ino, damaged, meta, locked_until, origin, deactivated) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, \
+                 ?17, ?18, ?19, ?20, ?21, ?22)",
                 &[
                     object.filespace.0.into(),
                     state.into(),
@@ -328,6 +344,8 @@ impl Txn for SqlTxn<'_> {
                     i64::from(damaged).into(),
                     meta.as_deref().into(),
                     locked_until.into(),
+                    object.origin.map(|o| o.0).into(),
+                    succeeded.into(),
                 ],
             )
             .map_err(|e| {

@@ -167,6 +167,15 @@ enum AdminCommand {
     /// Audit the storage pool: read back and verify every chunk.
     #[command(subcommand)]
     Audit(AuditWhat),
+    /// Copy nodes' versions to another QSM server (`define server`): only what it lacks,
+    /// deduplicated against what it holds, encrypted data as is; resumable. The node can
+    /// then log in and restore there (`qsm restore --server SOURCE,REPLICA`).
+    #[command(subcommand)]
+    Replicate(ReplicateWhat),
+    /// Repair the chunks an audit marked damaged (`audit stgpool --mark-damaged`) from the
+    /// copies on a replication target, without a new backup.
+    #[command(subcommand)]
+    Repair(RepairWhat),
     /// Delete a domain or a management class (refused while in use).
     #[command(subcommand)]
     Delete(DeleteWhat),
@@ -237,9 +246,9 @@ enum DefineWhat {
         groups: CopyGroups,
     },
     /// A schedule, with its windows (times in UTC): one the server runs by itself (expire,
-    /// reclaim, audit, backup-db), or one its nodes' schedulers run (incremental, selective,
-    /// archive; `define association` names the nodes, `qsm sched` runs it on each). Each run
-    /// is an event (`query event`).
+    /// reclaim, audit, backup-db, replicate), or one its nodes' schedulers run (incremental,
+    /// selective, archive; `define association` names the nodes, `qsm sched` runs it on
+    /// each). Each run is an event (`query event`).
     Schedule {
         /// The policy domain it belongs to.
         domain: String,
@@ -267,6 +276,25 @@ enum DefineWhat {
         #[arg(long, default_value = "")]
         description: String,
     },
+    /// A server to replicate nodes to (TSM's DEFINE SERVER): its address, the certificate
+    /// its TLS must prove, and a replication account on it (`register admin NAME
+    /// --privilege replication` there), whose password is read from --password-file.
+    Server {
+        /// Its name here.
+        name: String,
+        /// https://HOST:PORT (http:// only on this machine's loopback).
+        #[arg(long)]
+        address: String,
+        /// The PEM certificate (or CA) its TLS must chain to: its DATA_DIR/tls/cert.pem.
+        #[arg(long)]
+        ca: Option<PathBuf>,
+        /// The replication account there.
+        #[arg(long)]
+        account: String,
+        /// A file whose first line is that account's password (kept in this server's catalog).
+        #[arg(long = "account-password-file")]
+        account_password_file: PathBuf,
+    },
     /// An option of a client option set (TSM's DEFINE CLIENTOPT), named as in client.toml:
     /// include, exclude (several add up), compression, dedup, encryption (on|off),
     /// limit_upload, txn_group_max, txn_byte_limit, threads. It fills in what a node's flags
@@ -288,12 +316,12 @@ enum DefineWhat {
 /// What a schedule says; on update, what is given changes.
 #[derive(Debug, Clone, clap::Args)]
 struct ScheduleArgs {
-    /// expire, reclaim, audit or backup-db (run by the server); incremental, selective or
-    /// archive (run by the associated nodes' `qsm sched`).
+    /// expire, reclaim, audit, backup-db or replicate (run by the server); incremental,
+    /// selective or archive (run by the associated nodes' `qsm sched`).
     #[arg(long)]
     action: Option<String>,
     /// The paths a client action backs up or archives (an incremental with none: each of the
-    /// node's filespaces).
+    /// node's filespaces); for replicate, the nodes (and target=SERVER, optionally).
     #[arg(long = "objects", num_args = 1..)]
     objects: Vec<String>,
     /// The first window's start, UTC: HH:MM (today), "YYYY-MM-DD HH:MM" or @SECONDS.
@@ -429,6 +457,8 @@ enum DeleteWhat {
         #[arg(required = true)]
         nodes: Vec<String>,
     },
+    /// A server defined to replicate to (what it holds stays there).
+    Server { name: String },
     /// A client option set and its options (its nodes keep only their own).
     Cloptset { name: String },
     /// Every value of an option of a client option set.
@@ -613,6 +643,11 @@ enum AdminQuery {
         #[arg(long)]
         json: bool,
     },
+    /// The servers defined to replicate to.
+    Server {
+        #[arg(long)]
+        json: bool,
+    },
     /// The activity log: logins, session ends, administrative actions, processes, warnings.
     Actlog {
         /// From this time (UTC; as `qsm restore --pit` takes it; default: the last 24 hours).
@@ -646,6 +681,34 @@ enum BackupWhat {
         /// A file or directory on the server (default: DATA_DIR/dbbackup).
         #[arg(long)]
         to: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ReplicateWhat {
+    /// Replicate these nodes. Runs as a server process (`query process`, `cancel process`);
+    /// a cut or cancelled run is simply run again and sends only what is still missing.
+    Node {
+        #[arg(required = true)]
+        nodes: Vec<String>,
+        /// The server to replicate to (default: the only one defined).
+        #[arg(long)]
+        target: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum RepairWhat {
+    /// Fetch each damaged chunk from a version replicated to the server, verify it, write it
+    /// anew and point the chunk at it: the versions using it restore again.
+    Stgpool {
+        /// The replication target holding the copies (default: the only one defined).
+        #[arg(long)]
+        source: Option<String>,
         #[arg(long)]
         json: bool,
     },
@@ -966,6 +1029,43 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
             let audit = admin.audit_stgpool(mark_damaged, release_unknown, container)?;
             emit(&audit, json)?;
             if !audit.damaged.is_empty() {
+                return Ok(false);
+            }
+        }
+        AdminCommand::Define(DefineWhat::Server {
+            name,
+            address,
+            ca,
+            account,
+            account_password_file,
+        }) => {
+            let ca = match &ca {
+                Some(path) => std::fs::read_to_string(path)
+                    .map_err(|e| crate::usage::usage(format!("--ca {}: {e}", path.display())))?,
+                None if address.starts_with("https:") => {
+                    return Err(crate::usage::usage(
+                        "--ca: give the certificate the server's TLS must prove (its \
+                         DATA_DIR/tls/cert.pem)",
+                    ));
+                }
+                None => String::new(),
+            };
+            let password = read_password(&account_password_file)?;
+            admin.define_server(&name, &address, &ca, &account, &password)?;
+            outln!("Server {name} defined at {address}.");
+        }
+        AdminCommand::Delete(DeleteWhat::Server { name }) => {
+            admin.delete_server(&name)?;
+            outln!("Server {name} deleted.");
+        }
+        AdminCommand::Query(AdminQuery::Server { json }) => emit(&admin.servers()?[..], json)?,
+        AdminCommand::Replicate(ReplicateWhat::Node { nodes, target, json }) => {
+            emit(&admin.replicate_node(nodes, target.as_deref())?, json)?;
+        }
+        AdminCommand::Repair(RepairWhat::Stgpool { source, json }) => {
+            let report = admin.repair_stgpool(source.as_deref())?;
+            emit(&report, json)?;
+            if report.unrepaired > 0 {
                 return Ok(false);
             }
         }

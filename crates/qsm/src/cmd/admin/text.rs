@@ -2,8 +2,8 @@
 
 use qsm_proto::reports::{
     ActlogReport, AssociationRow, AuditReport, BackupDbReport, CloptsetRow, DomainRow, EventRow,
-    ExpireReport, HoldRow, NodeRow, ProcessRow, ReclaimReport, ScheduleRow, SessionRow, StgpoolRow,
-    VolhistRow,
+    ExpireReport, HoldRow, NodeRow, ProcessRow, ReclaimReport, RepairReport, ReplicateReport,
+    ScheduleRow, ServerRow, SessionRow, StgpoolRow, VolhistRow,
 };
 use qsm_types::model::NO_LIMIT;
 use qsm_types::time::format_time;
@@ -183,6 +183,59 @@ impl Text for ReclaimReport {
             self.containers,
             self.seconds
         );
+    }
+}
+
+impl Text for [ServerRow] {
+    fn text(&self) {
+        for s in self {
+            outln!(
+                "{}  {}  as {}  defined {}",
+                s.name,
+                s.address,
+                s.account,
+                format_time(s.created)
+            );
+        }
+    }
+}
+
+impl Text for ReplicateReport {
+    fn text(&self) {
+        outln!(
+            "Process {}: replicate node {}: {} nodes, {} filespaces to {}: {} versions sent \
+             ({} chunks, {} bytes stored; {} chunks it held sent as references), {} versions \
+             it had already, {} made inactive; {} bytes sent in {:.1} s.",
+            self.process,
+            ended(&self.stopped),
+            self.nodes,
+            self.filespaces,
+            self.target,
+            self.versions,
+            self.chunks,
+            self.frame_bytes,
+            self.references,
+            self.skipped,
+            self.deactivated,
+            self.wire_bytes,
+            self.seconds
+        );
+    }
+}
+
+impl Text for RepairReport {
+    fn text(&self) {
+        outln!(
+            "Process {}: repair stgpool: {} damaged chunks, {} repaired, {} left, {:.1} s.",
+            self.process,
+            self.damaged,
+            self.repaired,
+            self.unrepaired,
+            self.seconds
+        );
+        for p in &self.problems {
+            outln!("  {p}");
+        }
     }
 }
 
