@@ -90,8 +90,7 @@ fn main() -> Result<(), Box<dyn Error>> {
                     raw_len: 10_000,
                     codec: 2,
                 })],
-                origin: None,
-                inserted: None,
+                replica: None,
             };
             t.insert_object(&object, 1_700_000_000 + (i / batch) as i64)?;
             i += 1;

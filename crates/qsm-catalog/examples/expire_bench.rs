@@ -93,8 +93,7 @@ fn generate(db: &std::path::Path, versions: u64, filespaces: u64) -> Result<(), 
                             raw_len: 4000,
                             codec: 0,
                         })],
-                        origin: None,
-                        inserted: None,
+                        replica: None,
                     };
                     t.insert_object(&object, now - age * DAY)?;
                 }

@@ -112,8 +112,7 @@ fn file(fs: FilespaceId, path: &[u8], size: u64, chunks: Vec<ObjectChunk>) -> Ne
         description: None,
         retain_until: None,
         chunks,
-        origin: None,
-        inserted: None,
+        replica: None,
     }
 }
 
@@ -1878,18 +1877,19 @@ pub fn replicas(cat: &dyn Catalog) -> CaseResult {
         );
     }
     let fs = cat.filespace(beta, "/data").map_err(e)?;
-    let store =
-        |path: &[u8], origin: i64, at: Timestamp| -> std::result::Result<ObjectId, String> {
-            let mut t = cat.begin().map_err(e)?;
-            let object = NewObject {
-                origin: Some(ObjectId(origin)),
-                inserted: Some(at),
-                ..file(fs, path, 1, vec![new_chunk(fx.container, origin as u64 * 100)])
-            };
-            let id = t.insert_object(&object, 9_999_999).map_err(e)?;
-            t.commit().map_err(e)?;
-            Ok(id)
+    let store = |path: &[u8],
+                 origin: i64,
+                 at: Timestamp|
+     -> std::result::Result<ObjectId, String> {
+        let mut t = cat.begin().map_err(e)?;
+        let object = NewObject {
+            replica: Some(Replicated { origin: ObjectId(origin), inserted: at, deactivated: None }),
+            ..file(fs, path, 1, vec![new_chunk(fx.container, origin as u64 * 100)])
         };
+        let id = t.insert_object(&object, 9_999_999).map_err(e)?;
+        t.commit().map_err(e)?;
+        Ok(id)
+    };
     store(b"/a", 7, 1_000)?;
     store(b"/a", 9, 2_000)?;
     // Sent late (its chunk was unreadable at first): older than the active one, so inactive.
@@ -1906,6 +1906,16 @@ pub fn replicas(cat: &dyn Catalog) -> CaseResult {
     ensure!(n == 1, "{n} deactivated: only 12 was active");
     let b = cat.versions(fs, b"/b").map_err(e)?;
     ensure!(!b[0].active && b[0].deactivated == Some(4_000), "{b:?}");
+    // Sent inactive, and from a clock ahead of this one: inactive as sent, stored as of now.
+    let mut t = cat.begin().map_err(e)?;
+    let late =
+        Replicated { origin: ObjectId(20), inserted: 5_000_000_000, deactivated: Some(3_500) };
+    let c = t
+        .insert_object(&NewObject { replica: Some(late), ..file(fs, b"/c", 1, vec![]) }, 9_000)
+        .map_err(e)?;
+    t.commit().map_err(e)?;
+    let c = cat.object(c).map_err(e)?.ok_or("no /c")?;
+    ensure!((c.inserted, c.active, c.deactivated) == (9_000, false, Some(3_500)), "{c:?}");
     let there = cat.object_by_origin(fs, ObjectId(9)).map_err(e)?;
     ensure!(there == Some(versions[0].id), "{there:?}");
     ensure!(cat.object_by_origin(fx.fs, ObjectId(9)).map_err(e)?.is_none(), "another filespace's");
@@ -1917,8 +1927,14 @@ pub fn replicas(cat: &dyn Catalog) -> CaseResult {
     ensure!(cat.object(versions[0].id).map_err(e)?.ok_or("gone")?.damaged, "not marked");
     let to = NewChunk { offset: 77_777, ..chunk.location };
     let from = (chunk.location.container, chunk.location.offset);
-    ensure!(cat.repair_chunk(chunk.id, from, &to).map_err(e)?, "the repair was refused");
-    ensure!(!cat.repair_chunk(chunk.id, from, &to).map_err(e)?, "repaired twice");
+    ensure!(
+        cat.repair_chunk(chunk.id, from, &to, &[versions[0].id]).map_err(e)?,
+        "the repair was refused"
+    );
+    ensure!(
+        !cat.repair_chunk(chunk.id, from, &to, &[versions[0].id]).map_err(e)?,
+        "repaired twice"
+    );
     ensure!(cat.damaged_chunks().map_err(e)?.is_empty(), "still damaged");
     let after = cat.object(versions[0].id).map_err(e)?.ok_or("gone")?;
     ensure!(!after.damaged, "the version is still damaged");

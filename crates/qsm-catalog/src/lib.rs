@@ -386,10 +386,15 @@ pub trait Catalog: Send + Sync + std::fmt::Debug {
         origin: ObjectId,
     ) -> Result<Option<ObjectId>>;
     /// Points damaged chunk `id`, read at `from`, at a good copy of its frame at `to` and
-    /// clears the damage of the chunk and of the versions it leaves whole; false (nothing
-    /// changed) if the chunk moved since or is not damaged.
-    fn repair_chunk(&self, id: ChunkRowId, from: (ContainerId, u64), to: &NewChunk)
-    -> Result<bool>;
+    /// clears the damage of the chunk and of those of `users` (the versions using it) it
+    /// leaves whole; false (nothing changed) if the chunk moved since or is not damaged.
+    fn repair_chunk(
+        &self,
+        id: ChunkRowId,
+        from: (ContainerId, u64),
+        to: &NewChunk,
+        users: &[ObjectId],
+    ) -> Result<bool>;
     /// The chunks an audit marked damaged that versions still use.
     fn damaged_chunks(&self) -> Result<Vec<ChunkRef>>;
     /// Defines a server to replicate to.

@@ -119,8 +119,7 @@ fn concurrent_writers_keep_reference_counts_exact() {
                         description: None,
                         retain_until: None,
                         chunks,
-                        origin: None,
-                        inserted: None,
+                        replica: None,
                     };
                     // A deadlock between two writers, or two versions of one path made active
                     // at once, is reported as transient: retry it.

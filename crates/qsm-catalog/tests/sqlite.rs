@@ -214,8 +214,7 @@ fn a_full_disk_loses_no_committed_transaction() {
                     raw_len: 1,
                     codec: 0,
                 })],
-                origin: None,
-                inserted: None,
+                replica: None,
             };
             if let Err(e) = t.insert_object(&object, 1) {
                 failure = Some(e);
@@ -337,8 +336,7 @@ fn a_full_disk_still_reads_and_names_itself_on_writes() {
                 description: None,
                 retain_until: None,
                 chunks: vec![],
-                origin: None,
-                inserted: None,
+                replica: None,
             };
             t.insert_object(&object, 100).unwrap();
         }

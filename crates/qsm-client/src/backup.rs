@@ -1203,8 +1203,7 @@ impl Piece {
                 description: archive.as_ref().map(|(d, _)| d.clone()),
                 retain_until: archive.as_ref().and_then(|(_, until)| *until),
                 chunks: Vec::new(),
-                origin: None,
-                inserted: None,
+                replica: None,
             };
             let is_dir = entry.object_type == ObjectType::Directory;
             let class =

@@ -445,9 +445,13 @@ pub struct ReplicateReport {
     pub target: String,
     pub nodes: u64,
     pub filespaces: u64,
-    /// Versions sent, and those the target held already.
+    /// Versions the target committed, and those it held already.
     pub versions: u64,
     pub skipped: u64,
+    /// Versions it refused (named in the activity log; tried again at the next run).
+    pub refused: u64,
+    /// What was left for the next run, and why.
+    pub problems: Vec<String>,
     /// Chunks sent with their frames, and their stored bytes.
     pub chunks: u64,
     pub frame_bytes: u64,
@@ -470,6 +474,8 @@ impl From<v1::ReplicateReply> for ReplicateReport {
             filespaces: r.filespaces,
             versions: r.versions,
             skipped: r.skipped,
+            refused: r.refused,
+            problems: r.problems,
             chunks: r.chunks,
             frame_bytes: r.frame_bytes,
             references: r.references,

@@ -37,8 +37,7 @@ fn writer(
                 description: None,
                 retain_until: None,
                 chunks: Vec::new(),
-                origin: None,
-                inserted: None,
+                replica: None,
             };
             t.insert_object(&object, qsm_catalog::now()).map_err(|e| e.to_string())?;
         }

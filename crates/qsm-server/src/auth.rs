@@ -29,6 +29,19 @@ pub fn verify_password(password: &str, hash: &str) -> bool {
         .is_ok_and(|h| Argon2::default().verify_password(password.as_bytes(), &h).is_ok())
 }
 
+/// Whether `hash` (a replicated node's, made by another server) is one this server would make:
+/// argon2id, costing no more than its own. A hash's parameters decide what each login as the
+/// node costs: a huge one would let anyone who tries the name exhaust the server.
+pub fn acceptable_hash(hash: &str) -> bool {
+    let Ok(h) = PasswordHash::new(hash) else { return false };
+    let Ok(params) = argon2::Params::try_from(&h) else { return false };
+    let ours = argon2::Params::DEFAULT;
+    h.algorithm.as_str() == "argon2id"
+        && params.m_cost() <= ours.m_cost()
+        && params.t_cost() <= ours.t_cost()
+        && params.p_cost() <= ours.p_cost()
+}
+
 /// Spends the time of one verification on an account that does not exist, so a refused login
 /// takes as long whether the name is known or not.
 pub fn verify_nothing(password: &str) {
@@ -323,6 +336,17 @@ mod tests {
         assert!(!verify_password("correct hors", &h));
         assert!(!verify_password("", "!embedded"));
         assert_ne!(h, hash_password("correct horse").unwrap(), "salts must differ");
+    }
+
+    #[test]
+    fn only_hashes_this_server_would_make_are_taken_from_a_replication_source() {
+        assert!(acceptable_hash(&hash_password("a password").unwrap()));
+        let costly = "$argon2id$v=19$m=4194304,t=2,p=1$c2FsdHNhbHQ$aGFzaGhhc2hoYXNoaGFzaA";
+        let slow = "$argon2id$v=19$m=19456,t=1000,p=1$c2FsdHNhbHQ$aGFzaGhhc2hoYXNoaGFzaA";
+        let other = "$argon2i$v=19$m=19456,t=2,p=1$c2FsdHNhbHQ$aGFzaGhhc2hoYXNoaGFzaA";
+        for bad in [costly, slow, other, "plain", "!embedded", ""] {
+            assert!(!acceptable_hash(bad), "{bad}");
+        }
     }
 
     #[test]

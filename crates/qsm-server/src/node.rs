@@ -547,8 +547,7 @@ fn run_backup(
                         description: b.description,
                         retain_until: b.retain_until,
                         chunks: Vec::new(),
-                        origin: None,
-                        inserted: None,
+                        replica: None,
                     };
                     let size = object.attrs.size;
                     if up.begin_object(object, size, b.mgmt_class.as_deref())? {

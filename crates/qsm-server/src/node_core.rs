@@ -236,8 +236,14 @@ impl<'a> NodeSession<'a> {
         Ok(found.iter().map(Option::is_some).collect())
     }
 
-    /// Keeps the node's wrapped key file.
+    /// Keeps the node's wrapped key file (a replicated node's is its source's, kept as sent).
     pub fn put_key(&self, key_file: &[u8]) -> Result<()> {
+        if let Some(by) = self.record()?.replica_of {
+            return Err(ServerError::Refused(format!(
+                "this node is a replica (made by replication account {by}): its key file is \
+                 its source server's"
+            )));
+        }
         if key_file.is_empty() || key_file.len() > KEY_FILE_MAX {
             return Err(ServerError::Invalid(format!(
                 "a key file of {} bytes; 1 to {KEY_FILE_MAX} are kept",

@@ -18,8 +18,12 @@ type Result<T> = std::result::Result<T, ServerError>;
 
 /// Chunks one Frames call may ask for: a repair asks for a few at a time.
 pub const FRAMES_MAX: usize = 64;
-/// Longest password hash taken (an argon2id PHC string is about 100 bytes).
-const HASH_MAX: usize = 512;
+/// The largest key file kept, as for a node's own (`node_core`).
+const KEY_FILE_MAX: usize = 4096;
+/// Refused versions named to the source, per stream.
+const REFUSALS_TOLD: usize = 1_000;
+/// Deactivations applied in one transaction.
+const DEACTIVATIONS_PER_TXN: usize = 10_000;
 
 /// A replication account's view of this server.
 #[derive(Debug)]
@@ -71,13 +75,16 @@ impl<'a> ReplicaSession<'a> {
             .ok_or_else(|| ServerError::not_found(format!("no filespace {name}")))
     }
 
-    /// Makes or updates replicated node `r.name`: its password hash, key file and dedup scope
-    /// as on its source; its domain when made (the target's own if it has one of that name,
-    /// else one made from the source's classes).
+    /// Makes or updates replicated node `r.name`: its password hash, lock and dedup scope as
+    /// on its source; its key file and domain when made (the target's domain of that name if
+    /// it has one, else one made from the source's classes).
     pub fn put_node(&self, r: v1::ReplicaNode) -> Result<()> {
         crate::admin_core::check_name(&r.name)?;
-        if !r.password_hash.starts_with("$argon2") || r.password_hash.len() > HASH_MAX {
-            return Err(ServerError::invalid("a replicated node's password hash is not argon2"));
+        if !crate::auth::acceptable_hash(&r.password_hash) {
+            return Err(ServerError::invalid(
+                "a replicated node's password hash must be argon2id, costing no more than this \
+                 server's own",
+            ));
         }
         let secret: [u8; 32] = r.scope_secret.as_ref().try_into().map_err(|_| {
             ServerError::invalid(format!(
@@ -85,12 +92,29 @@ impl<'a> ReplicaSession<'a> {
                 r.scope_secret.len()
             ))
         })?;
+        if r.key_file.as_ref().is_some_and(|k| k.is_empty() || k.len() > KEY_FILE_MAX) {
+            return Err(ServerError::invalid("a key file of 1 to 4096 bytes"));
+        }
         let catalog = self.core.store.catalog();
-        let domain = self.domain(&r)?;
-        let created = catalog.node(&r.name).map_err(catalog_error)?.is_none();
+        let existing = catalog.node(&r.name).map_err(catalog_error)?;
+        if let Some(n) = &existing
+            && n.replica_of.as_deref() != Some(self.account.as_str())
+        {
+            return Err(ServerError::exists(format!(
+                "node {} is here and is not a replica made by {}",
+                r.name, self.account
+            )));
+        }
+        let domain = match &existing {
+            Some(n) => n.domain,
+            None => self.domain(&r)?,
+        };
         let id = catalog
             .put_replica_node(&r.name, &self.account, &r.password_hash, domain)
             .map_err(catalog_error)?;
+        if existing.as_ref().is_none_or(|n| n.locked != r.locked) {
+            catalog.set_node_locked(id, r.locked).map_err(catalog_error)?;
+        }
         // The scope's name says whose it is: a source's scope never mixes with this server's
         // own nodes' or another source's, whose ids are keyed with other secrets.
         let scope = format!("replica:{}:{}", self.account, r.scope);
@@ -101,10 +125,14 @@ impl<'a> ReplicaSession<'a> {
                  made again; delete the replicated nodes of that scope here first"
             )));
         }
-        if let Some(key) = &r.key_file {
-            NodeSession::new(self.core, id, None).put_key(key)?;
+        // The key file is kept as first sent: a source in the wrong hands must not replace
+        // it with one nobody can open.
+        if let Some(key) = &r.key_file
+            && catalog.node_key(id).map_err(catalog_error)?.is_none()
+        {
+            catalog.set_node_key(id, key).map_err(catalog_error)?;
         }
-        if created {
+        if existing.is_none() {
             self.core.log(
                 qsm_catalog::Severity::Info,
                 &format!("replication account {} made replicated node {}", self.account, r.name),
@@ -122,6 +150,9 @@ impl<'a> ReplicaSession<'a> {
             return Ok(d.id);
         }
         crate::admin_core::check_name(&r.domain)?;
+        for c in &r.classes {
+            crate::admin_core::check_name(&c.name)?;
+        }
         let id = match catalog.define_domain(&r.domain, "replicated from its source server") {
             Ok(id) => id,
             // Made by a run at the same moment.
@@ -135,7 +166,6 @@ impl<'a> ReplicaSession<'a> {
             Err(e) => return Err(catalog_error(e)),
         };
         for c in &r.classes {
-            crate::admin_core::check_name(&c.name)?;
             let backup = qsm_catalog::BackupCopyGroup {
                 versions_exist: c.versions_exist,
                 versions_deleted: c.versions_deleted,
@@ -249,9 +279,15 @@ struct Receiving<'a> {
     core: &'a State,
     fs: FilespaceId,
     upload: NodeUpload<'a>,
-    /// The current version's path and next chunk, for messages.
-    current: (String, usize),
+    /// The current version's path, next chunk and source id, for messages.
+    current: (String, usize, u64),
+    /// The current version was refused: its chunks are skipped until its End.
+    refused: bool,
+    /// What was refused, told to the source (the first [`REFUSALS_TOLD`]), and how many more.
+    refusals: Vec<String>,
+    more_refused: u64,
     deactivations: Vec<(ObjectId, qsm_catalog::Timestamp)>,
+    deactivated: u64,
     decoder: qsm_codec::FrameDecoder,
     scratch: Vec<u8>,
 }
@@ -262,8 +298,12 @@ impl<'a> Receiving<'a> {
             core,
             fs,
             upload,
-            current: (String::new(), 0),
+            current: (String::new(), 0, 0),
+            refused: false,
+            refusals: Vec::new(),
+            more_refused: 0,
             deactivations: Vec::new(),
+            deactivated: 0,
             decoder: qsm_codec::FrameDecoder::new(),
             scratch: Vec::new(),
         }
@@ -274,10 +314,7 @@ impl<'a> Receiving<'a> {
     /// damaged on the way or on the source is refused, never stored as a good copy.
     fn verify(&mut self, frame: &[u8]) -> Result<()> {
         self.decoder.verify(frame, &mut self.scratch).map_err(|e| {
-            ServerError::invalid(format!(
-                "replicated version {}, chunk {}: {e}; refused",
-                self.current.0, self.current.1
-            ))
+            ServerError::invalid(format!("the frame is damaged ({e}): audit the source's pool"))
         })?;
         self.current.1 += 1;
         Ok(())
@@ -285,59 +322,130 @@ impl<'a> Receiving<'a> {
 
     fn apply(&mut self, op: Op) -> Result<()> {
         match op {
-            Op::Start(_) | Op::Finish(_) => {}
+            Op::Start(_) | Op::Finish(_) => Ok(()),
             Op::Begin(v) => {
-                let origin = ObjectId(convert::id_from_wire(v.origin, "origin").map_err(invalid)?);
-                let object = qsm_catalog::NewObject {
-                    filespace: self.fs,
-                    path: v.path.to_vec(),
-                    kind: convert::kind_from_wire(v.kind).map_err(invalid)?,
-                    object_type: convert::type_from_wire(v.object_type).map_err(invalid)?,
-                    attrs: convert::attributes_from_wire(v.attrs.as_ref()).map_err(invalid)?,
-                    mgmt_class: None,
-                    description: v.description,
-                    retain_until: v.retain_until,
-                    chunks: Vec::new(),
-                    origin: Some(origin),
-                    inserted: Some(v.inserted),
-                };
-                self.current = (String::from_utf8_lossy(&object.path).into_owned(), 0);
-                let size = object.attrs.size;
-                let class = Some(v.mgmt_class.as_str()).filter(|c| !c.is_empty());
-                self.upload.begin_object(object, size, class)?;
+                self.refused = false;
+                let r = self.begin(v);
+                self.settle(r)
+            }
+            _ if self.refused && !matches!(op, Op::End(_) | Op::Abandon(_) | Op::Deactivate(_)) => {
+                Ok(())
             }
             Op::Frame(frame) => {
-                self.verify(&frame)?;
-                self.upload.append_frame(&frame)?;
+                let r = self.verify(&frame).and_then(|()| self.upload.append_frame(&frame));
+                self.settle(r)
             }
             Op::Chunk(c) => {
-                self.verify(&c.frame)?;
-                let id =
-                    crate::node::chunk_id(&c.id).map_err(|s| ServerError::invalid(s.message()))?;
-                self.upload.append_chunk(&c.frame, &id, c.shared)?;
+                let r = self.verify(&c.frame).and_then(|()| {
+                    let id = crate::node::chunk_id(&c.id)
+                        .map_err(|s| ServerError::invalid(s.message()))?;
+                    self.upload.append_chunk(&c.frame, &id, c.shared)
+                });
+                self.settle(r)
             }
             Op::Reference(r) => {
-                let id =
-                    crate::node::chunk_id(&r.id).map_err(|s| ServerError::invalid(s.message()))?;
-                self.upload.reference_chunk(&id, r.sealed)?;
+                let r = crate::node::chunk_id(&r.id)
+                    .map_err(|s| ServerError::invalid(s.message()))
+                    .and_then(|id| self.upload.reference_chunk(&id, r.sealed));
                 self.current.1 += 1;
+                self.settle(r)
             }
-            Op::End(_) => self.upload.end_object()?,
-            Op::Abandon(_) => self.upload.abandon_object(),
+            Op::End(_) if std::mem::take(&mut self.refused) => Ok(()),
+            Op::End(_) => self.upload.end_object(),
+            Op::Abandon(_) => {
+                self.refused = false;
+                self.upload.abandon_object();
+                Ok(())
+            }
             Op::Deactivate(d) => {
                 let origin = ObjectId(convert::id_from_wire(d.origin, "origin").map_err(invalid)?);
                 self.deactivations.push((origin, d.when));
+                if self.deactivations.len() >= DEACTIVATIONS_PER_TXN {
+                    self.deactivate()?;
+                }
+                Ok(())
             }
         }
+    }
+
+    fn begin(&mut self, v: v1::ReplicaVersion) -> Result<()> {
+        self.current = (String::from_utf8_lossy(&v.path).into_owned(), 0, v.origin);
+        let origin = ObjectId(convert::id_from_wire(v.origin, "origin").map_err(invalid)?);
+        let object = qsm_catalog::NewObject {
+            filespace: self.fs,
+            path: v.path.to_vec(),
+            kind: convert::kind_from_wire(v.kind).map_err(invalid)?,
+            object_type: convert::type_from_wire(v.object_type).map_err(invalid)?,
+            attrs: convert::attributes_from_wire(v.attrs.as_ref()).map_err(invalid)?,
+            mgmt_class: None,
+            description: v.description,
+            retain_until: v.retain_until,
+            chunks: Vec::new(),
+            replica: Some(qsm_catalog::Replicated {
+                origin,
+                inserted: v.inserted,
+                deactivated: v.deactivated,
+            }),
+        };
+        let size = object.attrs.size;
+        let class = Some(v.mgmt_class.as_str()).filter(|c| !c.is_empty());
+        self.upload.begin_object(object, size, class).map(|_| ())
+    }
+
+    /// A refusal of what one version holds (a corrupt frame, a path or attribute out of
+    /// bounds, a chunk reference this server cannot resolve) drops that version and is told to
+    /// the source, so the versions after it still arrive; anything else (the pool, the
+    /// catalog) ends the stream.
+    fn settle(&mut self, r: Result<()>) -> Result<()> {
+        match r {
+            Err(ServerError::Invalid(why) | ServerError::Refused(why)) => {
+                self.upload.abandon_object();
+                self.refused = true;
+                if self.refusals.len() < REFUSALS_TOLD {
+                    let (path, chunk, origin) = &self.current;
+                    self.refusals.push(format!("version {origin} ({path}), chunk {chunk}: {why}"));
+                } else {
+                    self.more_refused += 1;
+                }
+                Ok(())
+            }
+            other => other,
+        }
+    }
+
+    /// Applies the deactivations received so far: they name versions committed in earlier
+    /// runs, so they need not wait for this stream's commits.
+    fn deactivate(&mut self) -> Result<()> {
+        let catalog = self.core.store.catalog();
+        let n = catalog.deactivate_origins(self.fs, &self.deactivations).map_err(catalog_error)?;
+        self.deactivated += n;
+        self.deactivations.clear();
         Ok(())
     }
 
-    /// Commits the rest, then applies the deactivations (after the versions they name).
+    /// Commits the rest and applies the last deactivations.
     fn finish(self) -> Result<v1::ReplicaSendReply> {
-        let Receiving { core, fs, upload, deactivations, .. } = self;
+        let Receiving {
+            core,
+            fs,
+            upload,
+            deactivations,
+            mut deactivated,
+            mut refusals,
+            more_refused,
+            ..
+        } = self;
         let done = upload.finish(0)?;
-        let deactivated =
-            core.store.catalog().deactivate_origins(fs, &deactivations).map_err(catalog_error)?;
-        Ok(v1::ReplicaSendReply { versions: done.objects, bytes: done.bytes, deactivated })
+        let catalog = core.store.catalog();
+        deactivated += catalog.deactivate_origins(fs, &deactivations).map_err(catalog_error)?;
+        if more_refused > 0 {
+            refusals.push(format!("and {more_refused} more versions refused"));
+        }
+        Ok(v1::ReplicaSendReply {
+            versions: done.objects,
+            bytes: done.bytes,
+            deactivated,
+            refused: refusals,
+        })
     }
 }

@@ -27,10 +27,15 @@ use crate::state::{Finished, State};
 
 type Result<T> = std::result::Result<T, ServerError>;
 
+/// Problems named in a run's report (all are in the activity log).
+const PROBLEMS_TOLD: usize = 1_000;
 /// Versions whose chunk lists are read, and whose chunks the target is asked about, at once.
 const VERSIONS_AHEAD: usize = 256;
 /// A message is sent once it holds this much; a bigger frame goes alone.
 const MESSAGE_TARGET: usize = 1 << 20;
+/// The largest message sent: a frame (at most 16 MiB and its header) always fits alone, well
+/// within the protocol's limit.
+const MESSAGE_MAX: usize = 4 * MESSAGE_TARGET;
 /// Messages on their way to the target: a bound on the run's memory.
 const QUEUE: usize = 4;
 
@@ -211,6 +216,9 @@ struct Totals {
     references: AtomicU64,
     wire_bytes: AtomicU64,
     deactivated: AtomicU64,
+    /// Versions the target committed, and those it refused.
+    committed: AtomicU64,
+    refused: AtomicU64,
 }
 
 fn add(counter: &AtomicU64, n: u64) {
@@ -274,6 +282,7 @@ pub(crate) fn replicate(
         for p in &problems {
             state.log(qsm_catalog::Severity::Warning, &format!("replicate node: {p}"), None, None);
         }
+        problems.truncate(PROBLEMS_TOLD);
         Ok(Finished {
             detail: format!(
                 "{} versions, {} chunks ({} bytes stored, {} bytes sent) to {}; {} chunks \
@@ -293,7 +302,7 @@ pub(crate) fn replicate(
                 }
             ),
             stopped,
-            value: (),
+            value: problems,
         })
     })?;
     Ok(v1::ReplicateReply {
@@ -301,7 +310,9 @@ pub(crate) fn replicate(
         target: server.name,
         nodes: get(&totals.nodes),
         filespaces: get(&totals.filespaces),
-        versions: get(&totals.versions),
+        versions: get(&totals.committed),
+        refused: get(&totals.refused),
+        problems: ran.value,
         skipped: get(&totals.skipped),
         chunks: get(&totals.chunks),
         frame_bytes: get(&totals.frame_bytes),
@@ -343,14 +354,19 @@ impl Run<'_> {
             scope_secret: scope.secret.to_vec().into(),
             domain: domain.name,
             classes: classes.into_iter().map(class_info).collect(),
+            locked: node.locked,
         };
         self.target.call(self.target.client.clone().put_node(def))?;
         for fs in catalog.filespaces(node.id).map_err(catalog_error)? {
             if self.cancel.load(Ordering::Relaxed) {
                 return Ok(());
             }
-            self.filespace(node, &fs, &names, problems)?;
-            add(&self.totals.filespaces, 1);
+            // One filespace's failure is told and the others go on; a target lost ends all.
+            match self.filespace(node, &fs, &names, problems) {
+                Ok(()) => add(&self.totals.filespaces, 1),
+                Err(e @ ServerError::Unreachable(_)) => return Err(e),
+                Err(e) => problems.push(format!("node {} filespace {}: {e}", node.name, fs.name)),
+            }
         }
         Ok(())
     }
@@ -367,23 +383,45 @@ impl Run<'_> {
         let held = self.target.held(&node.name, &fs.name)?;
         let now = qsm_types::now();
         let mut send: Vec<ObjectVersion> = Vec::new();
-        let mut inactive: Vec<(ObjectId, i64)> = Vec::new();
+        let mut inactive: Vec<(ObjectId, i64, Vec<u8>)> = Vec::new();
+        let mut seen = HashSet::new();
         let mut skipped = 0;
         catalog
             .for_each_version(fs.id, &mut |v| {
-                let there = held.get(&v.id.0).copied();
-                // Inactive here but active there, or on its way: the target makes it inactive
-                // after committing what this run sends.
-                if v.kind == ObjectKind::Backup && !v.active && there != Some(false) {
-                    inactive.push((v.id, v.deactivated.unwrap_or(now)));
-                }
-                match there {
+                seen.insert(v.id.0);
+                match held.get(&v.id.0) {
+                    // Active there, inactive here since: made inactive there too.
+                    Some(true) if !v.active && v.kind == ObjectKind::Backup => {
+                        inactive.push((v.id, v.deactivated.unwrap_or(now), v.path.clone()));
+                        skipped += 1;
+                    }
                     Some(_) => skipped += 1,
+                    // Sent in the state it has here.
                     None => send.push(v.clone()),
                 }
                 Ok(())
             })
             .map_err(catalog_error)?;
+        // A version sent replaces the older ones of its path there, as it did here: those
+        // need no word.
+        let replaced: HashSet<&[u8]> = send
+            .iter()
+            .filter(|v| v.kind == ObjectKind::Backup)
+            .map(|v| v.path.as_slice())
+            .collect();
+        let mut inactive: Vec<(ObjectId, i64)> = inactive
+            .into_iter()
+            .filter(|(_, _, path)| !replaced.contains(path.as_slice()))
+            .map(|(id, when, _)| (id, when))
+            .collect();
+        // Active there but gone here (expired or deleted with their filespace, which may have
+        // been made again): no longer the files' current state, so inactive there, never
+        // deleted there.
+        inactive.extend(
+            held.iter()
+                .filter(|&(id, &active)| active && !seen.contains(id))
+                .map(|(&id, _)| (ObjectId(id), now)),
+        );
         add(&self.totals.skipped, skipped);
         if send.is_empty() && inactive.is_empty() {
             return Ok(());
@@ -396,17 +434,15 @@ impl Run<'_> {
         let call = self.target.rt.spawn(async move { client.send(stream).await });
         let mut out = Outbox { tx, ops: Vec::new(), bytes: 0, wire: 0, lost: false };
         let start = v1::HeldRequest { node: node.name.clone(), filespace: fs.name.clone() };
-        out.push(Op::Start(start), 0);
+        out.push(Op::Start(start));
         let sent = self.versions(&node.name, &send, classes, &mut out, problems);
         let cancelled = self.cancel.load(Ordering::Relaxed);
         if sent.is_ok() && !cancelled {
             for (origin, when) in &inactive {
-                out.push(
-                    Op::Deactivate(v1::ReplicaDeactivate { origin: origin.0 as u64, when: *when }),
-                    16,
-                );
+                let when = *when;
+                out.push(Op::Deactivate(v1::ReplicaDeactivate { origin: origin.0 as u64, when }));
             }
-            out.push(Op::Finish(v1::Empty {}), 0);
+            out.push(Op::Finish(v1::Empty {}));
             out.flush();
         }
         add(&self.totals.wire_bytes, out.wire);
@@ -423,6 +459,15 @@ impl Run<'_> {
             .map_err(|s| status(&self.target.name, s))?
             .into_inner();
         add(&self.totals.deactivated, reply.deactivated);
+        add(&self.totals.committed, reply.versions);
+        let refused = reply.refused.len() as u64;
+        add(&self.totals.refused, refused);
+        problems.extend(
+            reply
+                .refused
+                .into_iter()
+                .map(|r| format!("node {} filespace {}: {r}", node.name, fs.name)),
+        );
         Ok(())
     }
 
@@ -457,19 +502,24 @@ impl Run<'_> {
                     ));
                     continue;
                 }
-                out.push(Op::Begin(version(v, classes)), v.path.len() + 128);
+                out.push(Op::Begin(version(v, classes)));
                 let mut whole = true;
                 for c in &chunks {
+                    if out.lost || self.cancel.load(Ordering::Relaxed) {
+                        // The stream failed (its error is the call's), or the run is cancelled:
+                        // the version is dropped with the stream.
+                        return Ok(());
+                    }
                     let key = c.hash.filter(|_| c.scoped).map(|h| (h, c.sealed));
                     if let Some(k) = key.filter(|k| have.contains(k) || sent.contains(k)) {
                         let r = v1::ChunkRef { id: k.0.to_vec().into(), sealed: k.1 };
-                        out.push(Op::Reference(r), 40);
+                        out.push(Op::Reference(r));
                         add(&self.totals.references, 1);
                         continue;
                     }
                     let mut frame = Vec::new();
                     if let Err(e) = store.read_chunk(c, &mut frame) {
-                        out.push(Op::Abandon(v1::Empty {}), 0);
+                        out.push(Op::Abandon(v1::Empty {}));
                         problems.push(format!(
                             "version {} ({}): chunk {}: {e}",
                             v.id.0,
@@ -496,10 +546,10 @@ impl Run<'_> {
                         }
                         None => Op::Frame(frame.into()),
                     };
-                    out.push(op, len + 48);
+                    out.push(op);
                 }
                 if whole {
-                    out.push(Op::End(v1::Empty {}), 0);
+                    out.push(Op::End(v1::Empty {}));
                     add(&self.totals.versions, 1);
                 }
                 if out.lost {
@@ -553,6 +603,8 @@ fn version(v: &ObjectVersion, classes: &HashMap<i64, String>) -> v1::ReplicaVers
         retain_until: v.retain_until,
         mgmt_class: v.mgmt_class.and_then(|c| classes.get(&c.0).cloned()).unwrap_or_default(),
         inserted: v.inserted,
+        deactivated: (v.kind == ObjectKind::Backup && !v.active)
+            .then(|| v.deactivated.unwrap_or(v.inserted)),
     }
 }
 
@@ -568,12 +620,15 @@ struct Outbox {
 }
 
 impl Outbox {
-    /// Queues `op`, about `size` bytes on the wire.
-    fn push(&mut self, op: Op, size: usize) {
-        if self.bytes > 0 && self.bytes + size > 4 * MESSAGE_TARGET {
+    /// Queues `op`. A message never grows past [`MESSAGE_MAX`] however large a version's
+    /// attributes are: each op is measured as encoded.
+    fn push(&mut self, op: Op) {
+        let op = v1::ReplicaOp { op: Some(op) };
+        let size = op.encoded_len() + 8;
+        if self.bytes > 0 && self.bytes + size > MESSAGE_MAX {
             self.flush();
         }
-        self.ops.push(v1::ReplicaOp { op: Some(op) });
+        self.ops.push(op);
         self.bytes += size;
         if self.bytes >= MESSAGE_TARGET {
             self.flush();
@@ -637,11 +692,15 @@ pub(crate) fn repair(
         }
         let mut good = Vec::new();
         let mut decoder = qsm_codec::FrameDecoder::new();
-        let mut scratch = Vec::new();
+        let (mut scratch, mut damaged_frame) = (Vec::new(), Vec::new());
+        let mut repaired = 0;
         for chunk in &damaged {
             if cancel.load(Ordering::Relaxed) {
                 break;
             }
+            // What is left of the damaged frame: its header, when intact, says which data the
+            // copy must hold (its checksum).
+            let was = state.store.read_chunk(chunk, &mut damaged_frame).ok();
             let mut why =
                 format!("chunk {}: no version replicated to {} uses it", chunk.id.0, server.name);
             for (object, index, (node, fs)) in used.get(&chunk.id).into_iter().flatten() {
@@ -653,11 +712,19 @@ pub(crate) fn repair(
                         index: *index as u32,
                     }],
                 };
-                let copy = fetch_frame(&target, ask)
-                    .and_then(|f| check_copy(chunk, &f, &mut decoder, &mut scratch).map(|()| f));
+                let copy = fetch_frame(&target, ask).and_then(|(frame, id)| {
+                    let codec = check_copy(chunk, &frame, &id, was, &mut decoder, &mut scratch)?;
+                    Ok((frame, codec))
+                });
                 match copy {
-                    Ok(frame) => {
-                        good.push((*chunk, frame));
+                    Ok((frame, codec)) => {
+                        let users = used.get(&chunk.id).into_iter().flatten().map(|u| u.0);
+                        good.push(qsm_store::Repair {
+                            chunk: *chunk,
+                            frame,
+                            codec,
+                            users: users.collect(),
+                        });
                         why.clear();
                         break;
                     }
@@ -669,19 +736,19 @@ pub(crate) fn repair(
             if !why.is_empty() {
                 problems.push(why);
             }
-        }
-        let repaired = state.store.repair_chunks(&good).map_err(crate::node_core::store_error)?;
-        fixed.store(repaired.len() as u64, Ordering::Relaxed);
-        for (chunk, _) in &good {
-            if !repaired.contains(&chunk.id) {
-                problems.push(format!("chunk {}: moved or repaired meanwhile", chunk.id.0));
+            // Written a few at a time: a damaged container of gigabytes is not held in memory.
+            if good.len() >= REPAIR_BATCH {
+                repaired += write_repairs(state, &mut good, &mut problems)?;
+                fixed.store(repaired, Ordering::Relaxed);
             }
         }
+        repaired += write_repairs(state, &mut good, &mut problems)?;
+        fixed.store(repaired, Ordering::Relaxed);
         let stopped = cancel.load(Ordering::Relaxed).then(|| "cancelled".to_owned());
         Ok(Finished {
             detail: format!(
                 "{} of {} damaged chunks repaired from {}",
-                repaired.len(),
+                repaired,
                 damaged.len(),
                 server.name
             ),
@@ -698,7 +765,7 @@ pub(crate) fn repair(
         process: ran.process as u64,
         damaged: damaged.len() as u64,
         repaired,
-        unrepaired: damaged.len() as u64 - repaired,
+        unrepaired: (damaged.len() as u64).saturating_sub(repaired),
         problems,
         seconds: ran.seconds,
     })
@@ -708,8 +775,8 @@ pub(crate) fn repair(
 /// names.
 type Use<'a> = (ObjectId, usize, &'a (String, String));
 
-/// The one frame a Frames call asked for.
-fn fetch_frame(target: &Target, ask: v1::ReplicaFramesRequest) -> Result<Vec<u8>> {
+/// The one frame a Frames call asked for, and the chunk id the target holds with it.
+fn fetch_frame(target: &Target, ask: v1::ReplicaFramesRequest) -> Result<(Vec<u8>, Vec<u8>)> {
     let mut stream = target.call(target.client.clone().frames(ask))?;
     let batch = target
         .rt
@@ -724,21 +791,47 @@ fn fetch_frame(target: &Target, ask: v1::ReplicaFramesRequest) -> Result<Vec<u8>
     if !frame.error.is_empty() {
         return Err(ServerError::Failed(frame.error));
     }
-    Ok(frame.data.to_vec())
+    Ok((frame.data.to_vec(), frame.chunk_id.to_vec()))
 }
 
-/// A copy must be a whole frame of the chunk's kind and raw length whose checksum holds (for
-/// a plaintext frame, over its decoded data).
+/// Frames of a repair written and recorded at once.
+const REPAIR_BATCH: usize = 64;
+
+/// Writes the copies in `good` and points their chunks at them (emptying `good`); how many
+/// were repaired. A chunk that moved or was repaired meanwhile is named in `problems`.
+fn write_repairs(
+    state: &State,
+    good: &mut Vec<qsm_store::Repair>,
+    problems: &mut Vec<String>,
+) -> Result<u64> {
+    if good.is_empty() {
+        return Ok(0);
+    }
+    let repaired = state.store.repair_chunks(good).map_err(crate::node_core::store_error)?;
+    for r in good.iter() {
+        if !repaired.contains(&r.chunk.id) {
+            problems.push(format!("chunk {}: moved or repaired meanwhile", r.chunk.id.0));
+        }
+    }
+    good.clear();
+    Ok(repaired.len() as u64)
+}
+
+/// A copy must be a whole frame of the chunk's raw and stored length whose checksum holds
+/// (for a plaintext frame, over its decoded data), and provably this chunk's: the same data
+/// checksum as the damaged frame's header says, when that header is intact, else the chunk's
+/// keyed id. A chunk with neither is not repaired: a frame of the same sizes could be another
+/// chunk's. Returns the copy's codec.
 fn check_copy(
     chunk: &ChunkRef,
     frame: &[u8],
+    id: &[u8],
+    was: Option<qsm_codec::FrameHeader>,
     decoder: &mut qsm_codec::FrameDecoder,
     scratch: &mut Vec<u8>,
-) -> Result<()> {
+) -> Result<u16> {
     let header = decoder.verify(frame, scratch).map_err(|e| ServerError::Invalid(e.to_string()))?;
-    if header.raw_len != chunk.location.raw_len
-        || frame.len() != chunk.location.stored_len as usize
-        || (chunk.hash.is_some() && header.is_sealed() != chunk.sealed)
+    if header.raw_len != chunk.location.raw_len || frame.len() != chunk.location.stored_len as usize
     {
         return Err(ServerError::Invalid(format!(
             "a frame of {} bytes holding {}, where the chunk's has {} holding {}",
@@ -748,5 +841,19 @@ fn check_copy(
             chunk.location.raw_len
         )));
     }
-    Ok(())
+    let same = match (was, chunk.hash) {
+        (Some(was), _) => was.checksum == header.checksum && was.is_sealed() == header.is_sealed(),
+        (None, Some(hash)) => id == hash.as_slice(),
+        (None, None) => {
+            return Err(ServerError::Invalid(
+                "the damaged frame's header is unreadable and the chunk has no id: nothing \
+                 tells that the copy holds this chunk's data"
+                    .into(),
+            ));
+        }
+    };
+    if !same {
+        return Err(ServerError::Invalid("it holds other data than the chunk's".into()));
+    }
+    Ok(header.codec)
 }

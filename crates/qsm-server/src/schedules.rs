@@ -309,6 +309,13 @@ mod tests {
         assert!(check(&ScheduleSpec { action: "incremental".into(), ..ok.clone() }).is_ok());
         let e = check(&ScheduleSpec { action: "archive".into(), ..ok.clone() }).unwrap_err();
         assert!(e.to_string().contains("--objects"), "{e}");
+        let e = check(&ScheduleSpec { action: "replicate".into(), ..ok.clone() }).unwrap_err();
+        assert!(e.to_string().contains("the nodes it replicates"), "{e}");
+        let nodes = vec!["alpha".to_owned(), "target=dr".to_owned()];
+        assert!(
+            check(&ScheduleSpec { action: "replicate".into(), objects: nodes, ..ok.clone() })
+                .is_ok()
+        );
         let e = check(&ScheduleSpec { action: "dance".into(), ..ok.clone() }).unwrap_err();
         assert!(e.to_string().contains("backup-db"), "{e}");
         assert!(check(&ScheduleSpec { duration: 61, ..ok.clone() }).is_err());

@@ -188,11 +188,12 @@ impl std::fmt::Debug for Running {
 }
 
 /// Processes that read or rewrite the pool's containers: one of them at a time.
-const POOL_PROCESSES: &[&str] = &["reclaim stgpool", "audit stgpool"];
+const POOL_PROCESSES: &[&str] = &["reclaim stgpool", "audit stgpool", "repair stgpool"];
 
 /// The kinds of process that keep `kind` from starting while one runs: its own (two
 /// expirations would decide the same versions), and for the [`POOL_PROCESSES`] each other (an
-/// audit reading a container reclamation deletes would take its chunks for damaged).
+/// audit reading a container reclamation deletes would take its chunks for damaged; orphan
+/// removal would delete a repair's new container before the repair records it).
 pub fn excluded_by(kind: &str) -> Vec<&str> {
     if POOL_PROCESSES.contains(&kind) { POOL_PROCESSES.to_vec() } else { vec![kind] }
 }

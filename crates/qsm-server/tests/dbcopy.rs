@@ -49,8 +49,7 @@ fn restoring_a_copy_older_than_a_reclamation_marks_what_it_lost() {
                 description: None,
                 retain_until: None,
                 chunks: Vec::new(),
-                origin: None,
-                inserted: None,
+                replica: None,
             };
             batch.add(object, &refs, 1).unwrap();
         }

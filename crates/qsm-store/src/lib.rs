@@ -450,23 +450,26 @@ impl Store {
     }
 
     /// Repairs damaged chunks with good copies of their frames (from a replica): the frames
-    /// are written to a new container, which is recorded sealed, then each chunk is pointed at
-    /// its copy and its damage cleared ([`Catalog::repair_chunk`]). Returns the chunks
-    /// repaired; one that moved or was repaired meanwhile is left, its copy dead space for
-    /// reclamation.
-    pub fn repair_chunks(
-        &self,
-        good: &[(qsm_catalog::ChunkRef, Vec<u8>)],
-    ) -> Result<Vec<qsm_catalog::ChunkRowId>> {
+    /// are written to new containers, recorded sealed, then each chunk is pointed at its copy
+    /// and its damage cleared, with that of the versions it leaves whole
+    /// ([`Catalog::repair_chunk`]). Returns the chunks repaired; one that moved or was
+    /// repaired meanwhile is left, its copy dead space for reclamation.
+    pub fn repair_chunks(&self, good: &[Repair]) -> Result<Vec<qsm_catalog::ChunkRowId>> {
         if good.is_empty() {
             return Ok(Vec::new());
         }
         let mut writer = self.pool.writer()?;
-        self.opened(ContainerId(writer.container()))?;
         let mut written = Vec::with_capacity(good.len());
+        let mut opened = HashSet::new();
+        // Every container the writer opens (it rolls over at its target size) is open until
+        // recorded, so orphan removal leaves it alone.
         let appended = (|| -> Result<()> {
-            for (_, frame) in good {
-                written.push(writer.append(frame)?);
+            for r in good {
+                let at = writer.append(&r.frame)?;
+                if opened.insert(at.container) {
+                    self.opened(ContainerId(at.container))?;
+                }
+                written.push(at);
             }
             Ok(())
         })();
@@ -488,22 +491,23 @@ impl Store {
         });
         {
             let mut open = self.open_set();
-            for at in &written {
-                open.remove(&ContainerId(at.container));
+            for id in &opened {
+                open.remove(&ContainerId(*id));
             }
         }
         recorded?;
         let mut repaired = Vec::new();
-        for ((chunk, _), at) in good.iter().zip(&written) {
+        for (r, at) in good.iter().zip(&written) {
             let to = NewChunk {
                 container: ContainerId(at.container),
                 offset: at.offset,
                 stored_len: at.len,
-                ..chunk.location
+                raw_len: r.chunk.location.raw_len,
+                codec: r.codec,
             };
-            let from = (chunk.location.container, chunk.location.offset);
-            if self.catalog.repair_chunk(chunk.id, from, &to)? {
-                repaired.push(chunk.id);
+            let from = (r.chunk.location.container, r.chunk.location.offset);
+            if self.catalog.repair_chunk(r.chunk.id, from, &to, &r.users)? {
+                repaired.push(r.chunk.id);
             }
         }
         Ok(repaired)
@@ -575,6 +579,19 @@ fn container_ends(locations: &[FrameLocation]) -> BTreeMap<u64, u64> {
 
 fn location(chunk: &NewChunk) -> FrameLocation {
     FrameLocation { container: chunk.container.0, offset: chunk.offset, len: chunk.stored_len }
+}
+
+/// A good copy of a damaged chunk's frame, for [`Store::repair_chunks`].
+#[derive(Debug, Clone)]
+pub struct Repair {
+    /// The damaged chunk, as the catalog has it.
+    pub chunk: qsm_catalog::ChunkRef,
+    /// The copy, verified by the caller to hold the chunk's data.
+    pub frame: Vec<u8>,
+    /// The copy's codec, from its header.
+    pub codec: u16,
+    /// The versions using the chunk: those it leaves whole are whole again.
+    pub users: Vec<ObjectId>,
 }
 
 /// What [`Store::check`] found.

@@ -655,11 +655,19 @@ pub struct NewObject {
     pub retain_until: Option<Timestamp>,
     /// Its chunks, in order.
     pub chunks: Vec<ObjectChunk>,
-    /// A replicated version: its id on the source server (`None` for a version stored here).
-    pub origin: Option<ObjectId>,
-    /// A replicated version: when its source stored it, which it keeps (else: the commit's
-    /// time).
-    pub inserted: Option<Timestamp>,
+    /// A version replicated from another server (`None` for one stored here).
+    pub replica: Option<Replicated>,
+}
+
+/// Where a replicated version comes from, and its state there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Replicated {
+    /// Its id on the source server.
+    pub origin: ObjectId,
+    /// When the source stored it: it keeps that time (never later than its arrival).
+    pub inserted: Timestamp,
+    /// When the source made it inactive, if it did: it arrives inactive.
+    pub deactivated: Option<Timestamp>,
 }
 
 /// A stored object version.

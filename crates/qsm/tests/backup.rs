@@ -173,8 +173,7 @@ fn restore_never_writes_outside_the_target() {
                 description: None,
                 retain_until: None,
                 chunks: vec![],
-                origin: None,
-                inserted: None,
+                replica: None,
             };
             t.insert_object(&object, 1).unwrap();
         }

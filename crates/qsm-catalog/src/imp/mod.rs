@@ -465,8 +465,9 @@ impl<B: Backend + std::fmt::Debug> Catalog for B {
         id: ChunkRowId,
         from: (ContainerId, u64),
         to: &NewChunk,
+        users: &[ObjectId],
     ) -> Result<bool> {
-        replicas::repair_chunk(self, id, from, to)
+        replicas::repair_chunk(self, id, from, to, users)
     }
     fn damaged_chunks(&self) -> Result<Vec<ChunkRef>> {
         replicas::damaged_chunks(self)

@@ -81,12 +81,14 @@ pub(super) fn deactivate_origins(
     t.changed.insert(filespace.0);
     t.c.set_op("deactivating replicated versions");
     let s: &mut dyn Sql = &mut *t.c;
-    let mut n = 0;
+    let (mut n, now) = (0, crate::now());
     for (origin, when) in origins {
+        // Never in the future: a hostile clock must not delay expiration either way.
+        let when = (*when).min(now);
         n += s.execute(
             "UPDATE objects SET state = 0, deactivated = ?1 WHERE filespace_id = ?2 \
              AND origin = ?3 AND state = 1",
-            &[(*when).into(), filespace.0.into(), origin.0.into()],
+            &[when.into(), filespace.0.into(), origin.0.into()],
         )?;
     }
     Box::new(t).commit()?;
@@ -116,6 +118,7 @@ pub(super) fn repair_chunk(
     id: ChunkRowId,
     from: (ContainerId, u64),
     to: &NewChunk,
+    users: &[ObjectId],
 ) -> Result<bool> {
     let mut t = txn::SqlTxn::begin(b)?;
     t.c.set_op("repairing a chunk");
@@ -136,27 +139,24 @@ pub(super) fn repair_chunk(
     if n == 0 {
         return Ok(false);
     }
-    // The versions marked damaged whose chunks are all whole now: few, so read them all.
-    let mut marked = Vec::new();
-    s.each("SELECT id, chunk_list, filespace_id FROM objects WHERE damaged <> 0", &[], &mut |r| {
-        marked.push((r.int(0)?, chunk_list::decode(&r.bytes(1)?)?, r.int(2)?));
-        Ok(())
-    })?;
-    let mut whole = Vec::new();
-    for (object, chunks, fs) in marked {
-        let mut damaged = false;
+    // The versions using it that are whole now.
+    for object in users {
+        let row = s.opt(
+            "SELECT chunk_list, filespace_id FROM objects WHERE id = ?1 AND damaged <> 0",
+            &[object.0.into()],
+            |r| Ok((chunk_list::decode(&r.bytes(0)?)?, r.int(1)?)),
+        )?;
+        let Some((chunks, fs)) = row else { continue };
+        let mut whole = true;
         for c in &chunks {
             let d =
                 s.opt("SELECT damaged FROM chunks WHERE id = ?1", &[c.0.into()], |r| r.int(0))?;
-            damaged |= d != Some(0);
+            whole &= d == Some(0);
         }
-        if !damaged {
-            whole.push((object, fs));
+        if whole {
+            s.execute("UPDATE objects SET damaged = 0 WHERE id = ?1", &[object.0.into()])?;
+            t.changed.insert(fs);
         }
-    }
-    for (object, fs) in whole {
-        s.execute("UPDATE objects SET damaged = 0 WHERE id = ?1", &[object.into()])?;
-        t.changed.insert(fs);
     }
     Box::new(t).commit()?;
     Ok(true)

@@ -201,9 +201,10 @@ impl Txn for SqlTxn<'_> {
         }
         self.c.set_op("inserting an object version");
         let s: &mut dyn Sql = &mut *self.c;
-        // A replicated version keeps its source's time: its versions roll off, deactivate and
-        // lock as they did there.
-        let now = object.inserted.unwrap_or(now);
+        // A replicated version keeps its source's time, never later than now (a source's clock
+        // ahead, or a hostile one, must not make anything look older than it is); protection
+        // is always judged at the real time, and a lock runs from the version's arrival here.
+        let at = object.replica.map_or(now, |r| r.inserted.min(now));
         let key = (object.mgmt_class.map(|m| m.0), object.filespace.0);
         let policy = match self.policies.get(&key) {
             Some(p) => *p,
@@ -215,30 +216,49 @@ impl Txn for SqlTxn<'_> {
         };
         let days = policy.retain_min_days;
         let locked_until = (days > 0).then(|| now.saturating_add(days.saturating_mul(86_400)));
-        // A replicated version older than the active one of its path (sent late: its chunk
-        // was unreadable on the source at first) arrives inactive, as of its successor.
-        let succeeded = match object.origin {
-            Some(origin) if object.kind == ObjectKind::Backup => s.opt(
-                "SELECT inserted FROM objects WHERE filespace_id = ?1 AND path = ?2 AND state = 1 \
-                 AND origin > ?3",
-                &[object.filespace.0.into(), (&object.path).into(), origin.0.into()],
-                |r| r.int(0),
-            )?,
+        // A replicated backup version arrives inactive when its source made it so, or when a
+        // later version of its path (by source id) is here already, active or not: one sent
+        // late (its chunk was unreadable at first) never takes over from its successors.
+        let inactive_since = match object.replica {
+            Some(r) if object.kind == ObjectKind::Backup => match r.deactivated {
+                Some(when) => Some(when.min(now)),
+                None => s
+                    .opt(
+                        "SELECT MIN(inserted) FROM objects WHERE filespace_id = ?1 AND path = ?2 \
+                         AND origin > ?3",
+                        &[object.filespace.0.into(), (&object.path).into(), r.origin.0.into()],
+                        |r| r.opt_int(0),
+                    )?
+                    .flatten(),
+            },
             _ => None,
         };
         let state = match object.kind {
-            ObjectKind::Backup if succeeded.is_some() => 0,
             ObjectKind::Backup => {
-                let replaced = s.execute(
-                    "UPDATE objects SET state = 0, deactivated = ?1 WHERE filespace_id = ?2 \
-                     AND path = ?3 AND state = 1",
-                    &[now.into(), object.filespace.0.into(), (&object.path).into()],
-                )?;
+                // It replaces the active version of its path, as it did on its source when it
+                // was stored there; a replicated one replaces only older ones.
+                let replaced = match object.replica {
+                    None => s.execute(
+                        "UPDATE objects SET state = 0, deactivated = ?1 WHERE filespace_id = ?2 \
+                         AND path = ?3 AND state = 1",
+                        &[at.into(), object.filespace.0.into(), (&object.path).into()],
+                    )?,
+                    Some(r) => s.execute(
+                        "UPDATE objects SET state = 0, deactivated = ?1 WHERE filespace_id = ?2 \
+                         AND path = ?3 AND state = 1 AND (origin IS NULL OR origin < ?4)",
+                        &[
+                            at.into(),
+                            object.filespace.0.into(),
+                            (&object.path).into(),
+                            r.origin.0.into(),
+                        ],
+                    )?,
+                };
                 if replaced > 0 {
                     self.chunks_gone |=
                         enforce_versions_exist(s, object, policy.versions_exist, now)?;
                 }
-                STATE_ACTIVE
+                if inactive_since.is_some() { 0 } else { STATE_ACTIVE }
             }
             ObjectKind::Archive => STATE_ARCHIVE,
         };
@@ -334,7 +354,7 @@ impl Txn for SqlTxn<'_> {
                     i64::from(a.mode).into(),
                     i64::from(a.uid).into(),
                     i64::from(a.gid).into(),
-                    now.into(),
+                    at.into(),
                     object.mgmt_class.map(|m| m.0).into(),
                     object.description.as_deref().into(),
                     object.retain_until.into(),
@@ -344,8 +364,8 @@ impl Txn for SqlTxn<'_> {
                     i64::from(damaged).into(),
                     meta.as_deref().into(),
                     locked_until.into(),
-                    object.origin.map(|o| o.0).into(),
-                    succeeded.into(),
+                    object.replica.map(|r| r.origin.0).into(),
+                    inactive_since.into(),
                 ],
             )
             .map_err(|e| {

@@ -73,8 +73,7 @@ pub fn object(fs: FilespaceId, path: &str, size: usize) -> NewObject {
         description: None,
         retain_until: None,
         chunks: Vec::new(),
-        origin: None,
-        inserted: None,
+        replica: None,
     }
 }
 

@@ -1060,7 +1060,11 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
         }
         AdminCommand::Query(AdminQuery::Server { json }) => emit(&admin.servers()?[..], json)?,
         AdminCommand::Replicate(ReplicateWhat::Node { nodes, target, json }) => {
-            emit(&admin.replicate_node(nodes, target.as_deref())?, json)?;
+            let report = admin.replicate_node(nodes, target.as_deref())?;
+            emit(&report, json)?;
+            if !report.problems.is_empty() {
+                return Ok(false);
+            }
         }
         AdminCommand::Repair(RepairWhat::Stgpool { source, json }) => {
             let report = admin.repair_stgpool(source.as_deref())?;

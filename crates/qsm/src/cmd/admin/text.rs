@@ -220,6 +220,12 @@ impl Text for ReplicateReport {
             self.wire_bytes,
             self.seconds
         );
+        if !self.problems.is_empty() {
+            outln!("Left for the next run ({} versions refused by the target):", self.refused);
+            for p in &self.problems {
+                outln!("  {p}");
+            }
+        }
     }
 }
 
