@@ -2,9 +2,9 @@
 //! TLS and the local socket, incremental backups, restores of every kind, two isolated
 //! nodes, bad logins, malformed requests, cancellation, and SIGKILL of either side.
 //!
-//! The suite itself is `suite/network.rs`; `network_postgres.rs` runs it again with the
-//! catalog on PostgreSQL, and `network_s3.rs` with the catalog on PostgreSQL and the pool on
-//! S3.
+//! The suite itself is `suite/network.rs`; `network_s3.rs` runs it again with the catalog on
+//! PostgreSQL and the pool on S3 (`network_postgres.rs` holds what only PostgreSQL does:
+//! several servers on one catalog).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 /// Whether the servers of this run keep their catalog on PostgreSQL.

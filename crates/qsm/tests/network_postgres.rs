@@ -1,14 +1,16 @@
-//! The end-to-end suite of `network.rs` (the real binary as server and clients over real
-//! sockets) with every server's catalog on a real PostgreSQL: a throw-away database per
-//! server, named in its data directory's `server.toml`.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! End-to-end tests of servers on a real PostgreSQL catalog (a throw-away database per
+//! server, named in its data directory's `server.toml`): several servers on one catalog and
+//! pool, failover, a PostgreSQL restart, an S3 pool stopped or misconfigured. The whole suite
+//! runs on PostgreSQL in `network_s3.rs` (with the pool on S3 too); this file uses its
+//! helpers, not all of them.
+#![allow(clippy::unwrap_used, clippy::expect_used, dead_code, unused_macros)]
 
 /// Whether the servers of this run keep their catalog on PostgreSQL.
 const POSTGRES: bool = true;
 /// Whether their pool is in an S3 bucket (with a PostgreSQL catalog only).
 const S3: bool = false;
 
-include!("suite/network.rs");
+include!("suite/helpers.rs");
 
 /// A server on `data` with the node alpha, and a slow backup by alpha of a tree under `dir`
 /// (with 40 big files) under way: its first objects committed. Returns the server, alpha's

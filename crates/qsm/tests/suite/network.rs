@@ -1,263 +1,7 @@
-use std::fs;
-use std::io::{BufRead, BufReader};
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command as StdCommand, Stdio};
-use std::time::{Duration, Instant};
-
-use assert_cmd::Command;
-use predicates::prelude::*;
-use tempfile::TempDir;
-
-/// Sends `ops` as one Backup stream on the raw gRPC client `node` and reads the replies to
-/// the end: `Ok` if the server accepted them all, else its first error. A macro because the
-/// client's type (its interceptor closure) cannot be named.
-macro_rules! backup_ops {
-    ($node:expr, $ops:expr) => {
-        async {
-            let ops = $ops.into_iter().map(|op| v1::BackupOp { op: Some(op) }).collect();
-            let request = tokio_stream::iter(vec![v1::BackupRequest { ops }]);
-            let mut replies = $node.backup(request).await?.into_inner();
-            while replies.message().await?.is_some() {}
-            Ok::<(), tonic::Status>(())
-        }
-        .await
-    };
-}
-
-/// A `qsm server` process on a free port, killed when dropped.
-struct ServerProc {
-    child: Child,
-    data: PathBuf,
-    url: String,
-    /// Where it serves metrics, when started with `--metrics-listen` (network.rs's test
-    /// does; the PostgreSQL and S3 runs of the suite do not).
-    #[allow(dead_code)]
-    metrics: Option<String>,
-}
-
-impl ServerProc {
-    fn start(data: &Path, tls: bool) -> ServerProc {
-        ServerProc::start_with(data, tls, &[])
-    }
-
-    fn start_with(data: &Path, tls: bool, extra: &[&str]) -> ServerProc {
-        backend(data);
-        let mut cmd = StdCommand::new(assert_cmd::cargo::cargo_bin("qsm"));
-        cmd.arg("server").arg("--data-dir").arg(data).arg("--listen").arg("127.0.0.1:0");
-        cmd.args(extra);
-        if !tls {
-            cmd.arg("--plaintext");
-        }
-        let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().unwrap();
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let first = lines.next().expect("the server printed nothing").unwrap();
-        let url = first.rsplit(' ').next().unwrap().to_owned();
-        assert!(url.starts_with(if tls { "https://" } else { "http://" }), "{first}");
-        let metrics = extra.contains(&"--metrics-listen").then(|| loop {
-            let line = lines.next().expect("the server did not say where its metrics are").unwrap();
-            if let Some(url) = line.strip_prefix("qsm server: metrics on ") {
-                break url.to_owned();
-            }
-        });
-        // Keep draining stdout so the server never blocks on it.
-        std::thread::spawn(move || for _ in lines {});
-        ServerProc { child, data: data.to_path_buf(), url, metrics }
-    }
-
-    fn socket(&self) -> String {
-        format!("unix:{}", self.data.join("qsm.sock").display())
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for ServerProc {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-/// Gives a new data directory the backends of this run, in `DATA_DIR/server.toml`, which
-/// every `qsm server --data-dir` command then reads (the server, `restore-db`, a second
-/// server): with [`POSTGRES`], a throw-away PostgreSQL database as the catalog; with [`S3`],
-/// also a pool in a bucket of an S3 server started for this data directory (its objects in
-/// the sibling directory `DATA_DIR-s3`).
-fn backend(data: &Path) {
-    static DATABASES: std::sync::Mutex<Vec<qsm_catalog::testing::TempDatabase>> =
-        std::sync::Mutex::new(Vec::new());
-    if !POSTGRES || data.join("server.toml").exists() {
-        return;
-    }
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(data)
-        .unwrap();
-    let db = qsm_catalog::testing::TempDatabase::new().unwrap();
-    let mut settings = format!("catalog = {:?}\n", db.url);
-    if S3 {
-        let s3 = s3_server(data);
-        s3.create_bucket(S3_BUCKET).unwrap();
-        settings.push_str(&s3_settings(&s3.pool_config(S3_BUCKET, S3_PREFIX)));
-    }
-    fs::write(data.join("server.toml"), settings).unwrap();
-    DATABASES.lock().unwrap().push(db);
-}
-
-/// The `[s3]` table of a `server.toml` for the pool `config`.
-fn s3_settings(config: &qsm_pool_s3::S3PoolConfig) -> String {
-    format!("[s3]\n{}", toml::to_string(config).unwrap())
-}
-
-/// Runs `qsm server --data-dir DATA`, which must refuse to start, and returns what it said.
-fn server_refusal(data: &Path) -> String {
-    let out = StdCommand::new(assert_cmd::cargo::cargo_bin("qsm"))
-        .arg("server")
-        .arg("--data-dir")
-        .arg(data)
-        .args(["--listen", "127.0.0.1:0", "--plaintext"])
-        .output()
-        .unwrap();
-    assert!(!out.status.success(), "the server in {} started", data.display());
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-/// The bucket and key prefix of the S3 pools of this run.
-const S3_BUCKET: &str = "backups";
-const S3_PREFIX: &str = "qsm";
-
-/// The S3 server of the data directory `data`, started on first use; it runs until the test
-/// process ends, its objects in `DATA_DIR-s3` (removed with the test's directory).
-fn s3_server(data: &Path) -> std::sync::Arc<qsm_pool_s3::test_server::TestServer> {
-    use std::collections::BTreeMap;
-    use std::sync::{Arc, Mutex};
-    static SERVERS: Mutex<BTreeMap<PathBuf, Arc<qsm_pool_s3::test_server::TestServer>>> =
-        Mutex::new(BTreeMap::new());
-    SERVERS
-        .lock()
-        .unwrap()
-        .entry(data.to_path_buf())
-        .or_insert_with(|| {
-            let mut root = data.as_os_str().to_owned();
-            root.push("-s3");
-            fs::create_dir_all(&root).unwrap();
-            Arc::new(
-                qsm_pool_s3::test_server::TestServer::start(
-                    root,
-                    "127.0.0.1:0".parse().unwrap(),
-                    "qsm-suite-key",
-                    "qsm-suite-secret",
-                )
-                .unwrap(),
-            )
-        })
-        .clone()
-}
-
-/// The file holding container `id` of `server`'s pool: in its pool directory, or the S3
-/// server's object.
-fn container_file(server: &ServerProc, id: u64) -> PathBuf {
-    let name = format!("{id:016x}");
-    if S3 {
-        s3_server(&server.data).object_file(S3_BUCKET, &format!("{S3_PREFIX}/containers/{name}"))
-    } else {
-        server.data.join("pool/containers").join(&name[..2]).join(format!("{name}.qsmc"))
-    }
-}
-
-/// Every container file of `server`'s pool, with its length.
-/// Flips 16 bytes in the middle of the server's biggest container.
-fn damage_the_biggest_container(server: &ServerProc) {
-    let mut containers = container_files(server);
-    containers.sort();
-    let (len, victim) = containers.last().unwrap().clone();
-    let mut bytes = fs::read(&victim).unwrap();
-    let at = (len / 2) as usize;
-    for b in &mut bytes[at..at + 16] {
-        *b ^= 0x5a;
-    }
-    fs::write(&victim, bytes).unwrap();
-}
-
-fn container_files(server: &ServerProc) -> Vec<(u64, PathBuf)> {
-    let top = if S3 {
-        s3_server(&server.data).object_file(S3_BUCKET, &format!("{S3_PREFIX}/containers"))
-    } else {
-        server.data.join("pool/containers")
-    };
-    let mut found = Vec::new();
-    let mut stack = vec![top];
-    while let Some(d) = stack.pop() {
-        for e in fs::read_dir(d).unwrap().filter_map(|e| e.ok()) {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                found.push((e.metadata().unwrap().len(), p));
-            }
-        }
-    }
-    assert!(!found.is_empty(), "no containers in {}'s pool", server.data.display());
-    found
-}
-
-/// The catalog of `server`, opened directly (whichever backend it is on).
-fn open_catalog(server: &ServerProc) -> qsm_catalog::AnyCatalog {
-    match fs::read_to_string(server.data.join("server.toml")) {
-        Ok(text) => {
-            let url = text.split('"').nth(1).unwrap().to_owned();
-            qsm_catalog::AnyCatalog::open(&url).unwrap()
-        }
-        Err(_) => qsm_catalog::AnyCatalog::open(
-            server.data.join("catalog.db").to_str().unwrap(),
-        )
-        .unwrap(),
-    }
-}
-
-fn admin(server: &ServerProc) -> Command {
-    let mut c = Command::cargo_bin("qsm").unwrap();
-    c.arg("admin").arg("--server").arg(server.socket());
-    c
-}
-
-fn register(server: &ServerProc, node: &str, password: &str) {
-    admin(server)
-        .args(["register-node", node])
-        .write_stdin(format!("{password}\n"))
-        .assert()
-        .success();
-}
-
-fn password_file(dir: &Path, name: &str, password: &str) -> PathBuf {
-    let p = dir.join(name);
-    fs::write(&p, format!("{password}\n")).unwrap();
-    fs::set_permissions(&p, fs::Permissions::from_mode(0o600)).unwrap();
-    p
-}
-
-/// A client command for `node`, configured through the environment as a user would.
-fn client(server: &ServerProc, node: &str, pw: &Path) -> Command {
-    let mut c = Command::cargo_bin("qsm").unwrap();
-    c.env("QSM_SERVER", &server.url)
-        .env("QSM_NODE", node)
-        .env("QSM_PASSWORD_FILE", pw)
-        .env("QSM_CA", server.data.join("tls/cert.pem"))
-        .env("QSM_HOME", "/nonexistent/embedded-must-not-be-used")
-        .env("HOME", server.data.parent().unwrap());
-    c
-}
-
-include!("noise.rs");
-include!("daemon.rs");
-include!("fidelity.rs");
+include!("helpers.rs");
 
 /// Issue 22: every kind of metadata QSM keeps comes back, over the network server (its
-/// catalog's `meta` column, on PostgreSQL too in network_postgres.rs).
+/// catalog's `meta` column, on PostgreSQL too in network_s3.rs).
 #[test]
 fn fidelity_every_kind_of_metadata_comes_back_over_the_network() {
     let dir = TempDir::new().unwrap();
@@ -279,43 +23,6 @@ fn fidelity_every_kind_of_metadata_comes_back_over_the_network() {
     };
     fidelity_round_trip(&src, &dir.path().join("out"), &mut backup, &mut restore);
 }
-
-fn tree(root: &Path) {
-    fs::create_dir_all(root.join("docs/deep")).unwrap();
-    fs::write(root.join("docs/a.txt"), b"alpha\n".repeat(1000)).unwrap();
-    let data: Vec<u8> =
-        (0..3_000_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
-    fs::write(root.join("docs/deep/b.bin"), data).unwrap();
-    fs::write(root.join("empty"), b"").unwrap();
-    std::os::unix::fs::symlink("docs/a.txt", root.join("link")).unwrap();
-}
-
-/// Restores `src` as `node` through `server` into `to`, and checks that it came back
-/// identical.
-fn restores_intact(server: &ServerProc, node: &str, pw: &Path, src: &Path, to: &Path) {
-    let report = json(client(server, node, pw).arg("restore").arg(src).arg("--to").arg(to));
-    // The summary says how fast it went (issue 24), consistently with what it counts.
-    let seconds = report["seconds"].as_f64().unwrap();
-    let entries = report["entries_per_second"].as_f64().unwrap() * seconds;
-    let bytes = report["bytes_per_second"].as_f64().unwrap() * seconds;
-    assert!(seconds > 0.0, "{report}");
-    assert!((entries - report["restored"].as_f64().unwrap()).abs() < 0.5, "{report}");
-    assert!((bytes - report["bytes"].as_f64().unwrap()).abs() < 1.0, "{report}");
-    assert_same(src, to);
-}
-
-fn assert_same(a: &Path, b: &Path) {
-    let out =
-        StdCommand::new("diff").arg("-r").arg("--no-dereference").arg(a).arg(b).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
-}
-
-fn json(cmd: &mut Command) -> serde_json::Value {
-    let out = cmd.arg("--json").output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
 #[test]
 fn over_tls_incremental_backups_and_every_restore_kind_work_and_nodes_are_isolated() {
     let dir = TempDir::new().unwrap();
@@ -454,11 +161,6 @@ fn over_tls_incremental_backups_and_every_restore_kind_work_and_nodes_are_isolat
         .failure();
     assert!(!dir.path().join("stolen/docs").exists());
 }
-
-fn qsm_time_now() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64
-}
-
 #[test]
 fn the_server_reports_its_load_to_an_adaptive_client() {
     let dir = TempDir::new().unwrap();
@@ -483,7 +185,6 @@ fn the_server_reports_its_load_to_an_adaptive_client() {
     );
     assert_eq!(fixed[0]["server_store_rate"], serde_json::Value::Null, "{fixed}");
 }
-
 #[test]
 fn bad_logins_a_locked_node_and_no_trust_are_refused_clearly() {
     let dir = TempDir::new().unwrap();
@@ -559,51 +260,6 @@ fn bad_logins_a_locked_node_and_no_trust_are_refused_clearly() {
         .code(1)
         .stderr(predicate::str::contains("cannot reach the server"));
 }
-
-/// A tree big enough that a backup limited to 4 MB/s runs for seconds.
-fn big_tree(root: &Path, files: usize) {
-    fs::create_dir_all(root).unwrap();
-    for i in 0..files {
-        let data: Vec<u8> = (0..1_000_000u32)
-            .map(|j| ((j as usize).wrapping_mul(2_654_435_761).wrapping_add(i * 7919) >> 11) as u8)
-            .collect();
-        fs::write(root.join(format!("f{i:03}")), data).unwrap();
-    }
-}
-
-/// A backup of `src` by node alpha through the servers `urls`, slowed down and committing
-/// every 3 files, so that a server can be killed in its middle; its report goes to stdout.
-fn slow_backup(urls: &str, pw: &Path, src: &Path, home: &Path) -> Child {
-    StdCommand::new(assert_cmd::cargo::cargo_bin("qsm"))
-        .env("QSM_SERVER", urls)
-        .env("QSM_NODE", "alpha")
-        .env("QSM_PASSWORD_FILE", pw)
-        .env("QSM_HOME", "/nonexistent/embedded-must-not-be-used")
-        .env("HOME", home)
-        .args(["backup", "--json", "--compression", "off", "--limit-upload", "4MB"])
-        .args(["--txn-group-max", "3"])
-        .arg(src)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
-}
-
-fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !f() {
-        assert!(start.elapsed() < Duration::from_secs(60), "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-fn committed_objects(server: &ServerProc, node: &str, pw: &Path) -> usize {
-    let out = client(server, node, pw).args(["query", "backup", "--json"]).output().unwrap();
-    serde_json::from_slice::<serde_json::Value>(&out.stdout)
-        .map(|v| v.as_array().map_or(0, Vec::len))
-        .unwrap_or(0)
-}
-
 #[test]
 fn sigkill_of_the_server_or_the_client_mid_backup_loses_nothing_committed() {
     let dir = TempDir::new().unwrap();
@@ -642,7 +298,6 @@ fn sigkill_of_the_server_or_the_client_mid_backup_loses_nothing_committed() {
     restores_intact(&server, "alpha", &pw, &src, &restored);
     server.kill();
 }
-
 #[test]
 fn an_administrator_sees_and_cancels_a_running_session() {
     let dir = TempDir::new().unwrap();
@@ -687,7 +342,6 @@ fn an_administrator_sees_and_cancels_a_running_session() {
         .code(1)
         .stderr(predicate::str::contains("wrong account name or password"));
 }
-
 /// Raw protocol abuse: the server answers each with a precise error and keeps serving.
 #[test]
 fn malformed_and_oversized_requests_are_refused_and_the_server_keeps_serving() {
@@ -802,7 +456,6 @@ fn malformed_and_oversized_requests_are_refused_and_the_server_keeps_serving() {
         assert_eq!(e.code(), tonic::Code::NotFound, "{e:?}");
     });
 }
-
 /// Issue 6 through a real server that has clients deduplicate by default: four nodes back up
 /// the same tree with encryption and dedup, dedup only, dedup off, and nothing said (the
 /// server's default); each restores byte for byte; the encrypted node's data is not in the
@@ -1020,7 +673,6 @@ fn dedup_and_encryption_mixed_across_nodes_and_chunk_ids_do_not_cross_nodes() {
     let out = dir.path().join("out-gamma-shared");
     restores_intact(&server, "gamma", &pw, &src, &out);
 }
-
 /// Issue 7: `qsm admin expire inventory` through a real server, with the default policy
 /// (2 versions while the file exists; archives at their retention): the oldest of three
 /// versions and a due archive go, what policy keeps stays restorable, the run is in the
@@ -1178,7 +830,6 @@ fn expire_inventory_removes_what_policy_no_longer_keeps() {
         .code(1)
         .stderr(predicate::str::contains("no process 999"));
 }
-
 /// Issue 7 policy: domains and management classes defined, validated, changed and deleted
 /// through the real server, and expiration following the class of the node's domain.
 #[test]
@@ -1279,14 +930,6 @@ fn policy_is_defined_validated_and_followed_by_expiration() {
     let said = json(admin(&server).args(["query", "actlog", "--search", "domain short"]));
     assert!(said.as_array().unwrap().len() >= 3, "{said}");
 }
-
-/// An administrator over TCP (not the local socket, which is the server's own user).
-fn admin_as(server: &ServerProc, name: &str, pw: &Path) -> Command {
-    let mut c = Command::cargo_bin("qsm").unwrap();
-    c.args(["admin", "--server", &server.url, "--admin", name, "--password-file"]).arg(pw);
-    c
-}
-
 /// Every command needs its privilege class; queries need none; system holds all; a change of
 /// privileges takes effect on the next command of an open session.
 #[test]
@@ -1361,12 +1004,6 @@ fn privilege_classes_are_enforced_on_every_admin_command() {
     let said = json(admin(&server).args(["query", "actlog", "--search", "privilege"]));
     assert!(said.as_array().unwrap().len() >= 4, "{said}");
 }
-
-fn backed_up(report: &serde_json::Value) -> u64 {
-    let first = report.as_array().map_or(report, |a| &a[0]);
-    first["backed_up"].as_u64().unwrap()
-}
-
 /// A catalog backup taken while the server runs restores with the server stopped; versions
 /// backed up after the copy are gone from the catalog but their data is reported by audit and
 /// kept from reclamation until released; the client backs them up again.
@@ -1466,7 +1103,6 @@ fn the_catalog_is_backed_up_online_restored_offline_and_audit_reports_what_it_lo
     let kinds: Vec<_> = hist.as_array().unwrap().iter().map(|e| e["kind"].clone()).collect();
     assert_eq!(kinds, ["dbbackup", "dbrestore"], "{hist}");
 }
-
 /// A corrupted frame in the pool: audit names the chunk and the file, exits 4, and marks it;
 /// the next incremental backup sends the file again (its dedup chunk is repaired in place, so
 /// the older version restores too), and a second audit is clean.
@@ -1523,7 +1159,6 @@ fn audit_finds_a_corrupt_chunk_and_the_next_backup_repairs_it() {
     let out = dir.path().join("out");
     restores_intact(&server, "alpha", &pw, &src, &out);
 }
-
 /// Include rules bind files to a management class of the node's domain, whose copy group then
 /// applies to them (versions-exist at backup time here); a class the domain lacks is named in
 /// a warning and its files get the default class.
@@ -1572,7 +1207,6 @@ fn mgmtclass_bindings_choose_the_copy_group_of_each_file() {
     assert_eq!(count("notes.txt"), 3, "the default class (versions-exist 3): {all}");
     assert_eq!(count("x.tmp"), 3, "an unknown class falls back to the default: {all}");
 }
-
 /// A filespace goes with its versions (a process, in the activity log); a node only once it
 /// has none, and then it cannot log in.
 #[test]
@@ -1608,7 +1242,6 @@ fn a_filespace_then_its_node_are_deleted() {
     let said = json(admin(&server).args(["query", "actlog", "--search", "delete"]));
     assert!(said.as_array().unwrap().len() >= 2, "{said}");
 }
-
 /// Issue 23: with its catalog moved away or mistyped, a server used to start on a new empty
 /// catalog, and reclamation then deleted the whole pool as orphans.
 #[test]
@@ -1655,7 +1288,6 @@ fn a_server_with_a_lost_or_mistyped_catalog_refuses_to_start_and_the_pool_surviv
     admin(&server).args(["reclaim", "stgpool"]).assert().success();
     restores_intact(&server, "alpha", &pw, &src, &dir.path().join("out"));
 }
-
 /// Issue 23: 1,000 wrong logins from 20 concurrent clients while a backup runs. Lockouts
 /// start after a few failures, so almost none of them is hashed or logged, the right password
 /// is refused while locked out (nothing can be guessed), and the backup (from another source
@@ -1749,7 +1381,6 @@ fn a_flood_of_wrong_logins_is_locked_out_and_guesses_nothing() {
     // still works at once.
     admin(&server).args(["query", "session"]).assert().success();
 }
-
 /// Issue 23: node isolation tried with node alpha's real filespace and object ids, not ids
 /// that do not exist: every node RPC by beta is refused exactly as a missing id is (same code,
 /// same message but for the number), and nothing of alpha's is listed or served.
@@ -1876,7 +1507,6 @@ fn another_nodes_real_ids_are_refused_exactly_as_missing_ones() {
         assert!(key.is_empty(), "beta was given a key file");
     });
 }
-
 /// Issue 23: passwords change, administrators are locked, unlocked and removed, and each takes
 /// effect at once (an administrator's open session included).
 #[test]
@@ -1953,13 +1583,6 @@ fn passwords_change_and_administrators_are_locked_and_removed() {
         assert!(said.iter().any(|m| m.contains(what)), "{what:?} not logged: {said:?}");
     }
 }
-
-/// The node sessions the server lists (administrators' left out).
-fn node_sessions(server: &ServerProc) -> Vec<serde_json::Value> {
-    let all = json(admin(server).args(["query", "session"]));
-    all.as_array().unwrap().iter().filter(|s| s["admin"] == false).cloned().collect()
-}
-
 /// Issue 26: each filespace records its last backup however it ended and its last completed
 /// one, which a failure does not replace; the node sees them (`query filespace`), and so
 /// does an administrator, for one node or all. A selective backup of a subtree is not
@@ -2029,7 +1652,6 @@ fn each_filespace_records_its_last_backup_and_its_last_completed_one() {
         .failure()
         .stderr(predicate::str::contains("no node nosuch"));
 }
-
 /// Issue 23: 64 clients (8 nodes, 8 each) killed with -9 in the middle of their backups: every
 /// session they held is ended within 30 s (their connections closed), not at the 60-minute
 /// idle timeout; and a ninth client of a node is refused, since a node has at most 16.
@@ -2089,7 +1711,6 @@ fn sessions_of_killed_clients_end_within_seconds() {
     eprintln!("64 sessions of killed clients ended {took:?} after the kill");
     assert!(took < Duration::from_secs(30), "their sessions ended only after {took:?}");
 }
-
 /// Issue 23: 500 backup streams opened by one node and left idle, then abandoned: those past
 /// the node's limit are refused at once, and a new login and backup go through meanwhile.
 #[test]
@@ -2156,17 +1777,6 @@ fn idle_and_abandoned_streams_cannot_stall_the_server() {
         node_sessions(&server).iter().all(|s| s["account"] != "alpha")
     });
 }
-
-include!("issue32.rs");
-
-/// A server with node "alpha", and its client (HOME is the test's directory).
-fn issue32_server(dir: &Path) -> (ServerProc, PathBuf) {
-    let server = ServerProc::start(&dir.join("srv"), false);
-    register(&server, "alpha", "alpha-password");
-    let pw = password_file(dir, "pa", "alpha-password");
-    (server, pw)
-}
-
 /// Issue 32, point 5, through a server.
 #[test]
 fn issue32_a_subdirectory_is_backed_up_into_its_filespace_over_the_network() {
@@ -2176,7 +1786,6 @@ fn issue32_a_subdirectory_is_backed_up_into_its_filespace_over_the_network() {
         client(&server, "alpha", &pw)
     });
 }
-
 /// Issue 32, point 7, through a server.
 #[test]
 fn issue32_archives_of_one_description_are_told_apart_over_the_network() {
@@ -2186,7 +1795,6 @@ fn issue32_archives_of_one_description_are_told_apart_over_the_network() {
         client(&server, "alpha", &pw)
     });
 }
-
 /// Issue 32, point 7: the client's state files (key, dedup cache) are owner-only, with a
 /// server.
 #[test]
@@ -2199,35 +1807,6 @@ fn issue32_client_state_is_owner_only_over_the_network() {
         c
     });
 }
-
-/// A `qsm journal start` daemon watching `root` into `journal`, killed when dropped.
-struct Issue32Daemon(Child);
-
-impl Issue32Daemon {
-    fn start(journal: &Path, root: &Path) -> Issue32Daemon {
-        let mut child = StdCommand::new(assert_cmd::cargo::cargo_bin("qsm"))
-            .args(["journal", "start", "--journal"])
-            .arg(journal)
-            .arg(root)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let first = lines.next().expect("the daemon printed nothing").unwrap();
-        assert!(first.contains("watching"), "{first}");
-        std::thread::spawn(move || for _ in lines {});
-        Issue32Daemon(child)
-    }
-}
-
-impl Drop for Issue32Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Issue 32, point 6, through a server: `journal status` asks the server and says what the
 /// next backup will do, including after the daemon was killed and restarted.
 #[test]
@@ -2266,7 +1845,6 @@ fn issue32_journal_status_says_what_the_next_backup_will_do_over_the_network() {
     let scanned = backup();
     assert_eq!(scanned["journal_used"], false, "{scanned}");
 }
-
 /// Issue 31: the wrong scheme for the server's port is said in words, exit 2, not as an HTTP/2
 /// or TLS error that blames the server.
 #[test]
@@ -2290,7 +1868,6 @@ fn the_wrong_scheme_is_recognised() {
         .code(2)
         .stderr(predicate::str::contains("does not speak TLS"));
 }
-
 /// Issue 23, point 6, on a running server: the disk holding its data directory (catalog and
 /// pool) fills up; a node still logs in, lists and restores, and a backup fails naming the
 /// full disk. Needs root for a tmpfs of its own; the catalog must be the server's SQLite.
@@ -2335,7 +1912,6 @@ fn issue23_a_server_on_a_full_disk_still_serves_reads() {
         "{said}"
     );
 }
-
 /// Issue 32.4 through a server: encryption turned on after plaintext backups seals every
 /// unchanged file again, and a restore that requires encryption then gets them all.
 #[test]
@@ -2366,7 +1942,6 @@ fn encryption_turned_on_seals_what_was_stored_in_the_clear_over_the_network() {
     c.args(["restore", "--require-encryption", "--to"]).arg(&out).arg(&src).assert().success();
     assert_same(&src, &out);
 }
-
 /// Issue 32.1 through a server: changes a journaled backup with an exclude skipped are backed
 /// up by the next backup without it.
 #[test]
@@ -2401,61 +1976,4 @@ fn journal_changes_an_exclude_skipped_are_not_lost_over_the_network() {
     assert_eq!(fs::read_to_string(out.join("docs/a.txt")).unwrap(), "changed under an exclude");
     assert_eq!(fs::read_to_string(out.join("docs/new.txt")).unwrap(), "new under an exclude");
     drop(daemon);
-}
-
-/// The second half of the shared-catalog tests (issue 23.7): `second` writes a container whose
-/// first transaction takes seconds, so the catalog does not know it yet; `first` must keep it
-/// (leased) while `second` lives and just after it is killed, and remove it as an orphan once
-/// the lease (6 s, set by the caller) lapsed.
-/// Not used by the S3 run: its pool is not a directory to watch.
-#[allow(dead_code)]
-fn leases_keep_a_writing_servers_container_until_they_lapse(
-    first: &ServerProc,
-    second: &mut ServerProc,
-    pool: &Path,
-    pw: &Path,
-    src: &Path,
-) {
-    let containers = || -> Vec<PathBuf> {
-        let mut all = Vec::new();
-        for sub in fs::read_dir(pool.join("containers")).into_iter().flatten().flatten() {
-            for f in fs::read_dir(sub.path()).into_iter().flatten().flatten() {
-                all.push(f.path());
-            }
-        }
-        all
-    };
-    let before = containers();
-    let mut backup = StdCommand::new(assert_cmd::cargo::cargo_bin("qsm"))
-        .env("QSM_SERVER", &second.url)
-        .env("QSM_NODE", "alpha")
-        .env("QSM_PASSWORD_FILE", pw)
-        .env("QSM_HOME", "/nonexistent/embedded-must-not-be-used")
-        .env("HOME", pool)
-        .args(["backup", "--json", "--compression", "off", "--limit-upload", "2MB"])
-        .args(["--txn-group-max", "1000"])
-        .arg(src)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut fresh = Vec::new();
-    wait_for("a new container", || {
-        fresh = containers().into_iter().filter(|c| !before.contains(c)).collect();
-        fresh.iter().any(|c| fs::metadata(c).map(|m| m.len() > 1_000_000).unwrap_or(false))
-    });
-    let reclaimed = json(admin(first).args(["reclaim", "stgpool"]));
-    assert_eq!(reclaimed["orphans"], 0, "a leased container removed: {reclaimed}");
-    second.kill();
-    let _ = backup.wait();
-    let reclaimed = json(admin(first).args(["reclaim", "stgpool"]));
-    assert_eq!(reclaimed["orphans"], 0, "removed before its lease lapsed: {reclaimed}");
-    assert!(fresh.iter().all(|c| c.exists()), "{fresh:?}");
-    // The lease (6 s) lapses and a heartbeat of the first server (every 3 s) notices.
-    std::thread::sleep(Duration::from_secs(10));
-    let reclaimed = json(admin(first).args(["reclaim", "stgpool"]));
-    assert!(reclaimed["orphans"].as_u64().unwrap() >= 1, "{reclaimed}");
-    assert!(fresh.iter().all(|c| !c.exists()), "the crashed server's container is still there");
-    let log = json(admin(first).args(["query", "actlog"]));
-    assert!(log.to_string().contains("stopped answering"), "{log}");
 }
