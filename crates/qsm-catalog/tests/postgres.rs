@@ -76,8 +76,11 @@ fn servers_opening_one_new_database_at_once_migrate_it_once() {
 fn concurrent_writers_keep_reference_counts_exact() {
     use qsm_catalog::*;
     let db = TempDatabase::new().unwrap();
+    // The racing writers deadlock by design, and PostgreSQL looks for a deadlock only after
+    // `deadlock_timeout` (1 s): each one would cost the test a second.
+    let url = format!("{}?options=-c%20deadlock_timeout%3D20ms", db.url);
     let cats: Vec<PostgresCatalog> =
-        (0..2).map(|_| PostgresCatalog::open(&db.url).unwrap()).collect();
+        (0..2).map(|_| PostgresCatalog::open(&url).unwrap()).collect();
     let domain = standard_domain(&cats[0]).unwrap();
     let node = cats[0].register_node("n", "h", domain).unwrap();
     let scope = cats[0].dedup_scope(node, [7; 32]).unwrap();
