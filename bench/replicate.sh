@@ -62,7 +62,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
 	echo replication-password | "$QSM" admin --server "unix:$OUT/replica/qsm.sock" \
 		register-admin from-source --privilege replication >/dev/null
 	"$QSM" admin --server "unix:$OUT/source/qsm.sock" define server replica --address "$DR_URL" \
-		--ca "$OUT/replica/tls/cert.pem" --account from-source --account-password-file "$OUT/repl.pw" >/dev/null
+		--cert "$OUT/replica/tls/cert.pem" --account from-source --account-password-file "$OUT/repl.pw" >/dev/null
 	export QSM_SERVER=$SRC_URL QSM_NODE=bench QSM_PASSWORD_FILE="$OUT/pw" QSM_CA="$OUT/source/tls/cert.pem"
 	sync
 	backup=$("$QSM" backup --json "$OUT/tree" | seconds)

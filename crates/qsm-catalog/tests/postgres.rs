@@ -79,8 +79,7 @@ fn concurrent_writers_keep_reference_counts_exact() {
     // The racing writers deadlock by design, and PostgreSQL looks for a deadlock only after
     // `deadlock_timeout` (1 s): each one would cost the test a second.
     let url = format!("{}?options=-c%20deadlock_timeout%3D20ms", db.url);
-    let cats: Vec<PostgresCatalog> =
-        (0..2).map(|_| PostgresCatalog::open(&url).unwrap()).collect();
+    let cats: Vec<PostgresCatalog> = (0..2).map(|_| PostgresCatalog::open(&url).unwrap()).collect();
     let domain = standard_domain(&cats[0]).unwrap();
     let node = cats[0].register_node("n", "h", domain).unwrap();
     let scope = cats[0].dedup_scope(node, [7; 32]).unwrap();

@@ -174,7 +174,7 @@ pub(crate) fn check_server(r: &v1::ServerRequest) -> Result<()> {
         .map_err(|e| ServerError::invalid(format!("--address {:?}: {e}", r.address)))?;
     match uri.scheme_str() {
         Some("https") => qsm_proto::pem::check_certificates(r.ca.as_bytes())
-            .map_err(|why| ServerError::invalid(format!("--ca: {why}"))),
+            .map_err(|why| ServerError::invalid(format!("--cert: {why}"))),
         Some("http") if uri.host().is_some_and(qsm_proto::is_loopback) => Ok(()),
         _ => Err(ServerError::invalid(format!(
             "--address {:?}: use https://HOST:PORT (http:// only to this machine's loopback)",
@@ -191,7 +191,8 @@ pub(crate) fn peer(state: &State, name: &str) -> Result<PeerServer> {
             1 => Ok(all.remove(0)),
             0 => Err(ServerError::not_found(
                 "no server is defined to replicate to: qsm admin define server NAME --address \
-                 https://HOST:PORT --ca CERT --account ACCOUNT",
+                 https://HOST:PORT --cert PEM --account ACCOUNT \
+                 --account-password-file FILE",
             )),
             _ => Err(ServerError::invalid(format!(
                 "several servers are defined ({}): name one with --target",

@@ -1057,7 +1057,7 @@ fn nodes_replicate_to_a_second_server_restore_from_it_and_repair_the_source() {
         .arg("from-source")
         .arg("--account-password-file")
         .arg(&repl_pw)
-        .arg("--ca")
+        .arg("--cert")
         .arg(replica.data.join("tls/cert.pem"))
         .assert()
         .success();

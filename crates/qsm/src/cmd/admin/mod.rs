@@ -277,8 +277,8 @@ enum DefineWhat {
         description: String,
     },
     /// A server to replicate nodes to (TSM's DEFINE SERVER): its address, the certificate
-    /// its TLS must prove, and a replication account on it (`register admin NAME
-    /// --privilege replication` there), whose password is read from --password-file.
+    /// its TLS must prove, and a replication account on it (`register-admin NAME
+    /// --privilege replication` there), whose password is read from --account-password-file.
     Server {
         /// Its name here.
         name: String,
@@ -286,8 +286,8 @@ enum DefineWhat {
         #[arg(long)]
         address: String,
         /// The PEM certificate (or CA) its TLS must chain to: its DATA_DIR/tls/cert.pem.
-        #[arg(long)]
-        ca: Option<PathBuf>,
+        #[arg(long, value_name = "PEM")]
+        cert: Option<PathBuf>,
         /// The replication account there.
         #[arg(long)]
         account: String,
@@ -1035,16 +1035,16 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
         AdminCommand::Define(DefineWhat::Server {
             name,
             address,
-            ca,
+            cert,
             account,
             account_password_file,
         }) => {
-            let ca = match &ca {
+            let ca = match &cert {
                 Some(path) => std::fs::read_to_string(path)
-                    .map_err(|e| crate::usage::usage(format!("--ca {}: {e}", path.display())))?,
+                    .map_err(|e| crate::usage::usage(format!("--cert {}: {e}", path.display())))?,
                 None if address.starts_with("https:") => {
                     return Err(crate::usage::usage(
-                        "--ca: give the certificate the server's TLS must prove (its \
+                        "--cert: give the certificate the server's TLS must prove (its \
                          DATA_DIR/tls/cert.pem)",
                     ));
                 }
