@@ -1205,6 +1205,33 @@ fn nodes_replicate_to_a_second_server_restore_from_it_and_repair_the_source() {
     assert_eq!(resumed["versions"].as_u64(), Some((total - arrived) as u64), "{resumed:#}");
     assert_eq!(replicated(&replica, "gamma"), total);
 
+    // A schedule replicates by itself: delta's first backup reaches the replica in a window.
+    register(&source, "delta", "delta-password");
+    let delta_pw = password_file(d, "delta.pw", "delta-password");
+    node_cmd(&source.url, "delta", &delta_pw, &source.data.join("tls/cert.pem"))
+        .arg("backup")
+        .arg(src.join("docs"))
+        .assert()
+        .success();
+    let now = qsm_time_now();
+    admin(&source)
+        .args(["define", "schedule", "standard", "to-dr", "--action", "replicate"])
+        .args(["--objects", "delta", "target=replica", "--start", &format!("@{now}")])
+        .args(["--duration", "50s", "--period", "60s"])
+        .assert()
+        .success();
+    let event = || {
+        let all = json(admin(&source).args(["query", "event"]));
+        all.as_array().unwrap().iter().find(|e| e["schedule"] == "to-dr").cloned()
+    };
+    wait_for("the scheduled replication", || {
+        event().is_some_and(|e| e["state"] != "started" && e["state"] != "future")
+    });
+    let done = event().unwrap();
+    assert_eq!(done["state"], "completed", "{done:#}");
+    assert!(done["detail"].as_str().unwrap().contains("replicated to replica"), "{done:#}");
+    assert!(replicated(&replica, "delta") >= 2, "{done:#}");
+
     // A damaged container of the source: audited, repaired from the replica, restored whole.
     damage_the_biggest_container(&source);
     let audit =
