@@ -58,11 +58,34 @@ pub const CASES: &[(&str, Case)] = &[
     ("listing_a_path_longer_than_a_page", listing_a_path_longer_than_a_page),
 ];
 
-/// Runs every case on catalogs from `make`; returns the failures.
-pub fn run_all(make: &dyn Fn() -> Box<dyn Catalog>) -> Vec<String> {
-    CASES
-        .iter()
-        .filter_map(|(name, case)| case(make().as_ref()).err().map(|msg| format!("{name}: {msg}")))
+/// Cases run at once: each has a catalog of its own, and most of a case's time is its
+/// database's (a PostgreSQL catalog's creation, commits waiting for the disk).
+const WORKERS: usize = 4;
+
+/// Runs every case on catalogs from `make`, [`WORKERS`] at a time; returns the failures, in
+/// the cases' order.
+pub fn run_all(make: &(dyn Fn() -> Box<dyn Catalog> + Sync)) -> Vec<String> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results = std::sync::Mutex::new(vec![None; CASES.len()]);
+    std::thread::scope(|s| {
+        for _ in 0..WORKERS {
+            s.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some((name, case)) = CASES.get(i) else { break };
+                    let failed = case(make().as_ref()).err().map(|msg| format!("{name}: {msg}"));
+                    if let Ok(mut r) = results.lock() {
+                        r[i] = failed;
+                    }
+                }
+            });
+        }
+    });
+    results
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .into_iter()
+        .flatten()
         .collect()
 }
 

@@ -9,11 +9,11 @@ use qsm_catalog::{Catalog, CatalogError, PostgresCatalog, SqliteCatalog, conform
 
 #[test]
 fn passes_the_conformance_suite() {
-    let dbs = std::cell::RefCell::new(Vec::new());
+    let dbs = std::sync::Mutex::new(Vec::new());
     let failures = conformance::run_all(&|| {
         let db = TempDatabase::new().unwrap();
         let cat = PostgresCatalog::open(&db.url).unwrap();
-        dbs.borrow_mut().push(db);
+        dbs.lock().unwrap().push(db);
         Box::new(cat) as Box<dyn Catalog>
     });
     assert!(failures.is_empty(), "{failures:#?}");

@@ -10,14 +10,14 @@ use tempfile::TempDir;
 #[test]
 fn passes_the_conformance_suite() {
     let dir = TempDir::new().unwrap();
-    let counter = std::cell::Cell::new(0);
+    let counter = std::sync::atomic::AtomicUsize::new(0);
     let failures = conformance::run_all(&|| {
-        counter.set(counter.get() + 1);
-        let path = dir.path().join(format!("case{}.db", counter.get()));
+        let n = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        let path = dir.path().join(format!("case{n}.db"));
         Box::new(SqliteCatalog::open(&path).unwrap()) as Box<dyn Catalog>
     });
     assert!(failures.is_empty(), "{failures:#?}");
-    assert_eq!(counter.get(), conformance::CASES.len());
+    assert_eq!(counter.into_inner(), conformance::CASES.len());
 }
 
 #[test]
