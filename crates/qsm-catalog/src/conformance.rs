@@ -1880,9 +1880,9 @@ pub fn listing_a_path_longer_than_a_page(cat: &dyn Catalog) -> CaseResult {
 pub fn replicas(cat: &dyn Catalog) -> CaseResult {
     let fx = fixture(cat)?;
     let domain = cat.domain("standard").map_err(e)?.ok_or("no domain")?.id;
-    let beta = cat.put_replica_node("beta", "repl", "$argon2id$b", domain).map_err(e)?;
+    let beta = cat.put_replica_node("beta", "repl", "$argon2id$b", domain, 7).map_err(e)?;
     ensure!(
-        cat.put_replica_node("beta", "repl", "$argon2id$c", domain).map_err(e)? == beta,
+        cat.put_replica_node("beta", "repl", "$argon2id$c", domain, 7).map_err(e)? == beta,
         "the same account's second put made another node"
     );
     let node = cat.node("beta").map_err(e)?.ok_or("no beta")?;
@@ -1893,12 +1893,19 @@ pub fn replicas(cat: &dyn Catalog) -> CaseResult {
     for (name, account) in [("beta", "other"), ("alpha", "repl")] {
         ensure!(
             matches!(
-                cat.put_replica_node(name, account, "$argon2id$x", domain),
+                cat.put_replica_node(name, account, "$argon2id$x", domain, 7),
                 Err(CatalogError::Exists { .. })
             ),
             "{account} took over node {name}"
         );
     }
+    ensure!(
+        matches!(
+            cat.put_replica_node("beta", "repl", "$argon2id$c", domain, 8),
+            Err(CatalogError::Refused(_))
+        ),
+        "a replica of another incarnation of its source's catalog was taken"
+    );
     let fs = cat.filespace(beta, "/data").map_err(e)?;
     let store = |path: &[u8],
                  origin: i64,

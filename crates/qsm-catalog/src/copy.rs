@@ -77,6 +77,7 @@ pub const TABLES: &[Table] = &[
             ("key_file", B),
             ("cloptset_id", I),
             ("replica_of", T),
+            ("replica_incarnation", I),
         ],
     ),
     (

@@ -359,15 +359,18 @@ pub trait Catalog: Send + Sync + std::fmt::Debug {
     fn objects_chunks(&self, objects: &[ObjectId]) -> Result<Vec<Option<ObjectChunks>>>;
 
     // --- replication ---
-    /// Creates node `name` as a replica made by replication account `account` in `domain`,
-    /// or updates the password hash of the one `account` made before. A node of this
-    /// server's own, or another account's replica, is refused (`Exists`).
+    /// Creates node `name` as a replica made by replication account `account` in `domain`
+    /// from the source catalog's `incarnation`, or updates the password hash of the one
+    /// `account` made before from the same incarnation. A node of this server's own, or
+    /// another account's replica, is refused (`Exists`); one from another incarnation of the
+    /// source's catalog (restored since: its ids mean other versions now) too (`Refused`).
     fn put_replica_node(
         &self,
         name: &str,
         account: &str,
         password_hash: &str,
         domain: DomainId,
+        incarnation: i64,
     ) -> Result<NodeId>;
     /// The replicated versions of `filespace`: their ids on their source, in order, and
     /// whether each is active here.

@@ -370,13 +370,15 @@ CREATE INDEX backup_stats_filespace ON backup_stats (filespace_id, id);
     // 13: node replication (issue 30). On a replication target, each replicated version
     // keeps the id it has on its source server (`origin`), so a later run sends only what is
     // missing and a repair finds the copy of a source's chunk; a replicated node remembers
-    // the replication account that made it (`replica_of`), the only one that may update it.
-    // On a source, the servers it replicates to (`peer_servers`), with the account it logs in
+    // the replication account that made it (`replica_of`), the only one that may update it,
+    // and the incarnation of the source's catalog it came from (`replica_incarnation`: a
+    // source whose catalog was restored gives out ids again). On a source, the servers it replicates to (`peer_servers`), with the account it logs in
     // as there.
     r#"
 ALTER TABLE objects ADD COLUMN origin BIGINT;
 CREATE INDEX objects_origin ON objects (filespace_id, origin) WHERE origin IS NOT NULL;
 ALTER TABLE nodes ADD COLUMN replica_of TEXT;
+ALTER TABLE nodes ADD COLUMN replica_incarnation BIGINT;
 CREATE TABLE peer_servers (
     id {ID},
     name TEXT NOT NULL UNIQUE,

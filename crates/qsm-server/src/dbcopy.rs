@@ -338,6 +338,9 @@ pub fn restore(config: &ServerConfig, from: Option<&Path>) -> Result<Restored, S
         }
         copy.set_state_value(qsm_store::RESTORED_AT, qsm_catalog::now().max(1))
             .map_err(|e| e.to_string())?;
+        // It gives out again the ids issued after it was taken: replication targets must
+        // know it for another catalog.
+        qsm_store::renew_incarnation(&copy).map_err(|e| e.to_string())?;
         // Clients' dedup caches describe the catalog as it was before: none may match this
         // one, now or after later rises (a counter stays far below the clock in µs).
         let epoch = copy.dedup_epoch().map_err(|e| e.to_string())? as i64;

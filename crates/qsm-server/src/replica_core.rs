@@ -110,7 +110,7 @@ impl<'a> ReplicaSession<'a> {
             None => self.domain(&r)?,
         };
         let id = catalog
-            .put_replica_node(&r.name, &self.account, &r.password_hash, domain)
+            .put_replica_node(&r.name, &self.account, &r.password_hash, domain, r.incarnation)
             .map_err(catalog_error)?;
         if existing.as_ref().is_none_or(|n| n.locked != r.locked) {
             catalog.set_node_locked(id, r.locked).map_err(catalog_error)?;

@@ -356,6 +356,8 @@ impl Run<'_> {
             domain: domain.name,
             classes: classes.into_iter().map(class_info).collect(),
             locked: node.locked,
+            incarnation: qsm_store::incarnation(catalog.as_ref())
+                .map_err(crate::node_core::store_error)?,
         };
         self.target.call(self.target.client.clone().put_node(def))?;
         for fs in catalog.filespaces(node.id).map_err(catalog_error)? {

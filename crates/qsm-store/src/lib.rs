@@ -95,7 +95,7 @@ mod local;
 mod owner;
 pub use audit::{AuditOptions, AuditReport, DamagedChunk, RESTORED_AT};
 pub use local::{open_catalog, open_local, open_with_pool};
-pub use owner::CATALOG_ID;
+pub use owner::{CATALOG_ID, INCARNATION, incarnation, renew_incarnation};
 
 /// Result of store operations.
 pub type Result<T> = std::result::Result<T, StoreError>;

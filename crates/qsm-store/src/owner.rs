@@ -20,6 +20,29 @@ use crate::{RESTORED_AT, Result, StoreError};
 /// (`backup db`, `restore-db`, `migrate-catalog`) carry it, so a copy is the same catalog.
 pub const CATALOG_ID: &str = "catalog_id";
 
+/// The catalog state value naming this incarnation of the catalog. A copy put back in
+/// service (`restore-db`, or an older copy its pool finds) gets a new one: it gives out again
+/// the ids issued after the copy was taken, and a replication target, which keys what it holds
+/// by its source's ids, must not take them for the old ones (issue 30).
+pub const INCARNATION: &str = "incarnation";
+
+/// This catalog's incarnation, made on first use.
+pub fn incarnation(catalog: &dyn Catalog) -> Result<i64> {
+    match catalog.state_value(INCARNATION)?.filter(|v| *v != 0) {
+        Some(v) => Ok(v),
+        None => renew_incarnation(catalog),
+    }
+}
+
+/// Gives the catalog a new incarnation.
+pub fn renew_incarnation(catalog: &dyn Catalog) -> Result<i64> {
+    let mut bytes = [0u8; 8];
+    qsm_pool::descriptor::random_bytes(&mut bytes)?;
+    let v = i64::from_le_bytes(bytes) | 1; // never 0, which reads as "unset"
+    catalog.set_state_value(INCARNATION, v)?;
+    Ok(v)
+}
+
 /// Refuses `pool` for the catalog at `location`, which has no record of it, if the pool
 /// holds containers (a new or emptied pool may be adopted by any catalog).
 pub(crate) fn refuse_if_holding(pool: &dyn Pool, location: &str) -> Result<()> {
@@ -58,6 +81,7 @@ pub(crate) fn claim(catalog: &dyn Catalog, pool: &dyn Pool, location: &str) -> R
             let already = catalog.state_value(RESTORED_AT)?.is_some_and(|t| t != 0);
             if !already {
                 catalog.set_state_value(RESTORED_AT, qsm_catalog::now().max(1))?;
+                renew_incarnation(catalog)?;
             }
             let warning = format!(
                 "storage pool '{}' was last used with catalog {} ({}), not with this one ({}, \

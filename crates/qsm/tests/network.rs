@@ -1189,7 +1189,16 @@ fn nodes_replicate_to_a_second_server_restore_from_it_and_repair_the_source() {
     wait_for("a first commit on the replica", || replicated(&replica, "gamma") > 0);
     source.kill();
     let _ = child.wait();
-    let arrived = replicated(&replica, "gamma");
+    // The target may still commit what it had received when the source died: what arrived
+    // is what it holds once that count holds still.
+    let mut arrived = replicated(&replica, "gamma");
+    let mut still = 0;
+    while still < 5 {
+        std::thread::sleep(Duration::from_millis(200));
+        let now = replicated(&replica, "gamma");
+        still = if now == arrived { still + 1 } else { 0 };
+        arrived = now;
+    }
     assert!(arrived < total, "the cut came too late to test anything: {arrived}");
     let source = ServerProc::start(&src_data, true);
     let resumed = loop {
@@ -1342,8 +1351,17 @@ fn the_replica_service_refuses_nodes_foreign_nodes_and_corrupt_frames() {
             .unwrap_err();
         assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
 
-        // A replica of its own, then a stream whose second version's frame is corrupt.
-        repl.put_node(node_def("mine")).await.unwrap();
+        // A replica of its own; the same node from a source whose catalog was restored since
+        // (another incarnation: its ids name other versions now) is refused.
+        repl.put_node(v1::ReplicaNode { incarnation: 41, ..node_def("mine") }).await.unwrap();
+        repl.put_node(v1::ReplicaNode { incarnation: 41, ..node_def("mine") }).await.unwrap();
+        let e = repl
+            .put_node(v1::ReplicaNode { incarnation: 43, ..node_def("mine") })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
+        assert!(e.message().contains("another incarnation"), "{e:?}");
+        // Then a stream whose second version's frame is corrupt.
         let mut frame = Vec::new();
         let mut encoder =
             qsm_codec::FrameEncoder::new(qsm_codec::Compression::parse("zstd:3").unwrap()).unwrap();

@@ -440,8 +440,9 @@ impl<B: Backend + std::fmt::Debug> Catalog for B {
         account: &str,
         password_hash: &str,
         domain: DomainId,
+        incarnation: i64,
     ) -> Result<NodeId> {
-        replicas::put_replica_node(self, name, account, password_hash, domain)
+        replicas::put_replica_node(self, name, account, password_hash, domain, incarnation)
     }
     fn replica_versions(&self, filespace: FilespaceId) -> Result<Vec<(ObjectId, bool)>> {
         replicas::replica_versions(self, filespace)

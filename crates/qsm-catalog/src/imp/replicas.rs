@@ -5,9 +5,11 @@
 use super::*;
 use crate::sql::{self, Sql};
 
-/// Creates node `name` as a replica made by `account`, or updates the one `account` made
-/// before (its password hash; its domain only when created): one transaction, so two runs
-/// at once make one node. A node of this server's own, or another account's replica, is
+/// Creates node `name` as a replica made by `account` from the source catalog's
+/// `incarnation`, or updates the one `account` made before from the same incarnation (its
+/// password hash; its domain only when created): one transaction, so two runs at once make
+/// one node. A node of this server's own, another account's replica, or one from another
+/// incarnation of its source's catalog (restored since: its ids name other versions now), is
 /// refused.
 pub(super) fn put_replica_node(
     b: &dyn Backend,
@@ -15,19 +17,31 @@ pub(super) fn put_replica_node(
     account: &str,
     password_hash: &str,
     domain: DomainId,
+    incarnation: i64,
 ) -> Result<NodeId> {
     sql::txn(b, "storing a replicated node", |s| {
-        let sql =
-            format!("SELECT id, replica_of FROM nodes WHERE name = ?1{}", s.dialect().for_update());
-        match s.opt(&sql, &[name.into()], |r| Ok((r.int(0)?, r.opt_text(1)?)))? {
-            Some((id, Some(by))) if by == account => {
+        let sql = format!(
+            "SELECT id, replica_of, replica_incarnation FROM nodes WHERE name = ?1{}",
+            s.dialect().for_update()
+        );
+        let row = |r: &dyn Row| Ok((r.int(0)?, r.opt_text(1)?, r.opt_int(2)?));
+        match s.opt(&sql, &[name.into()], row)? {
+            Some((_, Some(by), Some(was))) if by == account && was != incarnation => {
+                Err(CatalogError::Refused(format!(
+                    "node {name} was replicated from another incarnation of its source's \
+                     catalog (restored since, so its version ids now name other versions): \
+                     delete its replica here (its filespaces, then the node) and replicate it \
+                     again"
+                )))
+            }
+            Some((id, Some(by), _)) if by == account => {
                 s.execute(
-                    "UPDATE nodes SET password_hash = ?1 WHERE id = ?2",
-                    &[password_hash.into(), id.into()],
+                    "UPDATE nodes SET password_hash = ?1, replica_incarnation = ?2 WHERE id = ?3",
+                    &[password_hash.into(), incarnation.into(), id.into()],
                 )?;
                 Ok(NodeId(id))
             }
-            Some((_, by)) => Err(CatalogError::Exists {
+            Some((_, by, _)) => Err(CatalogError::Exists {
                 what: match by {
                     Some(_) => "node replicated by another server",
                     None => "node of this server's own",
@@ -37,13 +51,14 @@ pub(super) fn put_replica_node(
             None => s
                 .insert(
                     "INSERT INTO nodes (name, password_hash, domain_id, locked, registered, \
-                     replica_of) VALUES (?1, ?2, ?3, 0, ?4, ?5)",
+                     replica_of, replica_incarnation) VALUES (?1, ?2, ?3, 0, ?4, ?5, ?6)",
                     &[
                         name.into(),
                         password_hash.into(),
                         domain.0.into(),
                         crate::now().into(),
                         account.into(),
+                        incarnation.into(),
                     ],
                 )
                 .map(NodeId),
