@@ -251,15 +251,8 @@ async fn connect_channel(options: &RemoteOptions) -> Result<Channel> {
             .await
             .map_err(unreachable);
     }
-    let mut endpoint = Endpoint::from_shared(url.clone())
-        .map_err(|e| ClientError::Usage(format!("server address {url:?}: {e}")))?
-        .connect_timeout(Duration::from_secs(10))
-        .tcp_nodelay(true)
-        .http2_keep_alive_interval(Duration::from_secs(30))
-        .keep_alive_timeout(Duration::from_secs(20))
-        // Large windows: one backup stream must fill a fast link with megabyte frames.
-        .initial_stream_window_size(8 << 20)
-        .initial_connection_window_size(16 << 20);
+    let mut endpoint = qsm_proto::endpoint(url)
+        .map_err(|e| ClientError::Usage(format!("server address {url:?}: {e}")))?;
     if url.starts_with("https:") {
         let mut tls = ClientTlsConfig::new();
         match &options.ca {

@@ -24,6 +24,20 @@ pub const RETRY_AFTER: &str = "retry-after";
 pub const MAX_MESSAGE: usize = 17 * 1024 * 1024 + 64 * 1024;
 
 mod admin;
+/// A channel's endpoint as every QSM peer dials one (a client to its server, a server to its
+/// replication target): a bounded connect, keepalives that find a vanished peer, and large
+/// HTTP/2 windows, so one stream fills a fast link with megabyte frames.
+pub fn endpoint(url: &str) -> Result<tonic::transport::Endpoint, tonic::transport::Error> {
+    use std::time::Duration;
+    Ok(tonic::transport::Endpoint::from_shared(url.to_owned())?
+        .connect_timeout(Duration::from_secs(10))
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(Duration::from_secs(30))
+        .keep_alive_timeout(Duration::from_secs(20))
+        .initial_stream_window_size(8 << 20)
+        .initial_connection_window_size(16 << 20))
+}
+
 pub mod convert;
 pub mod pem;
 pub mod reports;

@@ -77,18 +77,24 @@ pub(crate) fn token<T>(request: &Request<T>) -> Option<&str> {
     request.metadata().get("authorization")?.to_str().ok()?.strip_prefix("Bearer ")
 }
 
+/// The session a request's token names, if it is still open and not cancelled.
+pub(crate) fn live_session<T>(state: &State, request: &Request<T>) -> Result<Arc<Session>, Status> {
+    let session = token(request)
+        .and_then(|t| state.sessions.get(t, conn(request)))
+        .ok_or_else(|| Status::unauthenticated("not logged in, or the session expired"))?;
+    if session.is_cancelled() {
+        return Err(Status::cancelled(format!(
+            "session {} was cancelled by an administrator",
+            session.id
+        )));
+    }
+    Ok(session)
+}
+
 impl NodeService {
     /// The session of a request, which must be a node's and not cancelled.
     fn session<T>(&self, request: &Request<T>) -> Result<(Arc<Session>, NodeId), Status> {
-        let session = token(request)
-            .and_then(|t| self.state.sessions.get(t, conn(request)))
-            .ok_or_else(|| Status::unauthenticated("not logged in, or the session expired"))?;
-        if session.is_cancelled() {
-            return Err(Status::cancelled(format!(
-                "session {} was cancelled by an administrator",
-                session.id
-            )));
-        }
+        let session = live_session(&self.state, request)?;
         let node = session
             .node
             .ok_or_else(|| Status::permission_denied("an administrator owns no data"))?;

@@ -8,7 +8,7 @@ use qsm_proto::v1::{self, replica_server::Replica};
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::auth::Session;
-use crate::node::{Receiver, chunk_id, conn, core_call, token};
+use crate::node::{Receiver, chunk_id, core_call, live_session};
 use crate::replica_core::ReplicaSession;
 use crate::state::State;
 
@@ -28,15 +28,7 @@ impl ReplicaService {
     /// The administrator session of a request, not cancelled (its privilege is checked by
     /// [`ReplicaSession::new`]).
     fn session<T>(&self, request: &Request<T>) -> Result<(Arc<Session>, String), Status> {
-        let session = token(request)
-            .and_then(|t| self.state.sessions.get(t, conn(request)))
-            .ok_or_else(|| Status::unauthenticated("not logged in, or the session expired"))?;
-        if session.is_cancelled() {
-            return Err(Status::cancelled(format!(
-                "session {} was cancelled by an administrator",
-                session.id
-            )));
-        }
+        let session = live_session(&self.state, request)?;
         if session.node.is_some() {
             return Err(Status::permission_denied("a node cannot replicate into the server"));
         }

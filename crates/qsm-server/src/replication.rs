@@ -11,7 +11,6 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
 
 use prost::Message;
 use qsm_catalog::{ChunkRef, Filespace, Node, ObjectId, ObjectKind, ObjectVersion, PeerServer};
@@ -19,7 +18,7 @@ use qsm_proto::v1::{self, node_client::NodeClient, replica_client::ReplicaClient
 use qsm_types::ServerError;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig};
 
 use crate::admin_core::{AdminSession, class_info};
 use crate::node_core::{HAVE_MAX, catalog_error, new_secret};
@@ -144,14 +143,8 @@ impl Target {
 /// A channel to `server`: TLS against its certificate, or plaintext HTTP on loopback only.
 async fn channel(server: &PeerServer) -> Result<Channel> {
     let url = &server.address;
-    let mut endpoint = Endpoint::from_shared(url.clone())
-        .map_err(|e| ServerError::invalid(format!("server address {url:?}: {e}")))?
-        .connect_timeout(Duration::from_secs(10))
-        .tcp_nodelay(true)
-        .http2_keep_alive_interval(Duration::from_secs(30))
-        .keep_alive_timeout(Duration::from_secs(20))
-        .initial_stream_window_size(8 << 20)
-        .initial_connection_window_size(16 << 20);
+    let mut endpoint = qsm_proto::endpoint(url)
+        .map_err(|e| ServerError::invalid(format!("server address {url:?}: {e}")))?;
     if url.starts_with("https:") {
         let tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&server.ca));
         endpoint = endpoint
