@@ -27,11 +27,14 @@ pub struct NodeRow {
     pub locked: bool,
     /// When it was registered (seconds since the epoch).
     pub registered: i64,
+    /// A replica of another server's node: the replication account that made it.
+    pub replica_of: Option<String>,
 }
 
 impl From<v1::NodeInfo> for NodeRow {
     fn from(n: v1::NodeInfo) -> NodeRow {
-        NodeRow { name: n.name, locked: n.locked, registered: n.registered }
+        let replica_of = Some(n.replica_of).filter(|r| !r.is_empty());
+        NodeRow { name: n.name, locked: n.locked, registered: n.registered, replica_of }
     }
 }
 

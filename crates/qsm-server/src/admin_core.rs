@@ -404,7 +404,12 @@ impl AdminApi for AdminSession<'_> {
         Ok(v1::NodeList {
             nodes: nodes
                 .into_iter()
-                .map(|n| v1::NodeInfo { name: n.name, locked: n.locked, registered: n.registered })
+                .map(|n| v1::NodeInfo {
+                    name: n.name,
+                    locked: n.locked,
+                    registered: n.registered,
+                    replica_of: n.replica_of.unwrap_or_default(),
+                })
                 .collect(),
         })
     }

@@ -1130,7 +1130,11 @@ fn nodes_replicate_to_a_second_server_restore_from_it_and_repair_the_source() {
             .success();
         assert_same(&src, &out);
     }
-    // A replicated node backs up only on its own server.
+    // The replica's administrator sees which nodes are replicas; they back up only on their
+    // own server.
+    let nodes = json(admin(&replica).args(["query", "node"]));
+    let alpha = nodes.as_array().unwrap().iter().find(|n| n["name"] == "alpha").unwrap();
+    assert_eq!(alpha["replica_of"], "from-source", "{nodes:#}");
     node_cmd(&replica.url, "alpha", &pws[0], &both)
         .arg("backup")
         .arg(&src)

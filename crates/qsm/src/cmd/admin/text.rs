@@ -24,7 +24,14 @@ fn ended(stopped: &Option<String>) -> &str {
 impl Text for [NodeRow] {
     fn text(&self) {
         for n in self {
-            outln!("{:<24} {}", n.name, if n.locked { "locked" } else { "" });
+            let mut about = Vec::new();
+            if n.locked {
+                about.push("locked".to_owned());
+            }
+            if let Some(by) = &n.replica_of {
+                about.push(format!("replica (made by {by}; restore only)"));
+            }
+            outln!("{:<24} {}", n.name, about.join(", "));
         }
     }
 }
