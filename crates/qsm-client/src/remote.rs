@@ -15,7 +15,7 @@ use qsm_proto::v1::{self, admin_client::AdminClient, backup_op::Op, node_client:
 use qsm_types::ServerError;
 use qsm_types::model::{Filespace, FilespaceId, NewObject, ObjectId, ObjectVersion, TxnLimits};
 use tokio::runtime::Runtime;
-use tonic::metadata::{Ascii, MetadataValue};
+use tonic::metadata::MetadataValue;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 
@@ -47,21 +47,7 @@ pub struct RemoteOptions {
     pub insecure: bool,
 }
 
-/// Adds the session token to every call.
-#[derive(Debug, Clone)]
-pub struct Bearer(Option<MetadataValue<Ascii>>);
-
-impl tonic::service::Interceptor for Bearer {
-    fn call(
-        &mut self,
-        mut request: tonic::Request<()>,
-    ) -> std::result::Result<tonic::Request<()>, tonic::Status> {
-        if let Some(token) = &self.0 {
-            request.metadata_mut().insert("authorization", token.clone());
-        }
-        Ok(request)
-    }
-}
+pub use qsm_proto::Bearer;
 
 type Authed = InterceptedService<Channel, Bearer>;
 

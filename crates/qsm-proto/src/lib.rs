@@ -38,6 +38,23 @@ pub fn endpoint(url: &str) -> Result<tonic::transport::Endpoint, tonic::transpor
         .initial_connection_window_size(16 << 20))
 }
 
+/// Adds a session's token (`Bearer TOKEN`) to every call; `None` before a login, or on the
+/// local socket, which needs none.
+#[derive(Debug, Clone)]
+pub struct Bearer(pub Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>);
+
+impl tonic::service::Interceptor for Bearer {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(token) = &self.0 {
+            request.metadata_mut().insert("authorization", token.clone());
+        }
+        Ok(request)
+    }
+}
+
 pub mod convert;
 pub mod pem;
 pub mod reports;

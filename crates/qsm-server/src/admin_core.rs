@@ -161,7 +161,7 @@ fn named(e: qsm_catalog::CatalogError, what: &str, name: &str) -> ServerError {
 }
 
 /// The copy groups a request asks for, over `base` for what it leaves unset.
-fn copy_groups(
+pub(crate) fn copy_groups(
     r: &v1::MgmtClassRequest,
     base: (qsm_catalog::BackupCopyGroup, qsm_catalog::ArchiveCopyGroup),
 ) -> Result<(qsm_catalog::BackupCopyGroup, qsm_catalog::ArchiveCopyGroup), ServerError> {

@@ -149,9 +149,24 @@ impl<'a> ReplicaSession<'a> {
         if let Some(d) = catalog.domain(&r.domain).map_err(catalog_error)? {
             return Ok(d.id);
         }
+        // Every class checked as `define mgmtclass` checks it, before anything is made.
         crate::admin_core::check_name(&r.domain)?;
+        let mut classes = Vec::with_capacity(r.classes.len());
         for c in &r.classes {
             crate::admin_core::check_name(&c.name)?;
+            let asked = v1::MgmtClassRequest {
+                domain: r.domain.clone(),
+                name: c.name.clone(),
+                versions_exist: Some(c.versions_exist),
+                versions_deleted: Some(c.versions_deleted),
+                retain_extra_days: Some(c.retain_extra_days),
+                retain_only_days: Some(c.retain_only_days),
+                retain_version_days: Some(c.retain_version_days),
+                retain_min_days: Some(c.retain_min_days),
+            };
+            let (backup, archive) = crate::admin_core::copy_groups(&asked, Default::default())?;
+            let days = c.retain_min_days.min(crate::admin_core::MAX_RETAIN_MIN_DAYS);
+            classes.push((&c.name, backup, archive, days));
         }
         let id = match catalog.define_domain(&r.domain, "replicated from its source server") {
             Ok(id) => id,
@@ -165,19 +180,10 @@ impl<'a> ReplicaSession<'a> {
             }
             Err(e) => return Err(catalog_error(e)),
         };
-        for c in &r.classes {
-            let backup = qsm_catalog::BackupCopyGroup {
-                versions_exist: c.versions_exist,
-                versions_deleted: c.versions_deleted,
-                retain_extra_days: c.retain_extra_days,
-                retain_only_days: c.retain_only_days,
-            };
-            let archive =
-                qsm_catalog::ArchiveCopyGroup { retain_version_days: c.retain_version_days };
+        for (name, backup, archive, days) in classes {
             let class =
-                catalog.define_mgmt_class(id, &c.name, backup, archive).map_err(catalog_error)?;
-            if c.retain_min_days > 0 {
-                let days = c.retain_min_days.min(crate::admin_core::MAX_RETAIN_MIN_DAYS);
+                catalog.define_mgmt_class(id, name, backup, archive).map_err(catalog_error)?;
+            if days > 0 {
                 catalog.set_retain_min(class, days).map_err(catalog_error)?;
             }
         }

@@ -14,9 +14,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use prost::Message;
 use qsm_catalog::{ChunkRef, Filespace, Node, ObjectId, ObjectKind, ObjectVersion, PeerServer};
+use qsm_proto::Bearer;
 use qsm_proto::v1::{self, node_client::NodeClient, replica_client::ReplicaClient, replica_op::Op};
 use qsm_types::ServerError;
-use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig};
 
@@ -37,20 +37,6 @@ const MESSAGE_TARGET: usize = 1 << 20;
 const MESSAGE_MAX: usize = 4 * MESSAGE_TARGET;
 /// Messages on their way to the target: a bound on the run's memory.
 const QUEUE: usize = 4;
-
-/// Adds the session token to every call.
-#[derive(Debug, Clone)]
-struct Bearer(MetadataValue<Ascii>);
-
-impl tonic::service::Interceptor for Bearer {
-    fn call(
-        &mut self,
-        mut request: tonic::Request<()>,
-    ) -> std::result::Result<tonic::Request<()>, tonic::Status> {
-        request.metadata_mut().insert("authorization", self.0.clone());
-        Ok(request)
-    }
-}
 
 type Client = ReplicaClient<InterceptedService<Channel, Bearer>>;
 
@@ -97,7 +83,7 @@ impl Target {
         let token = format!("Bearer {}", reply.token)
             .parse()
             .map_err(|_| ServerError::Failed(format!("server {name} gave a malformed token")))?;
-        let client = ReplicaClient::with_interceptor(channel, Bearer(token))
+        let client = ReplicaClient::with_interceptor(channel, Bearer(Some(token)))
             .max_decoding_message_size(qsm_proto::MAX_MESSAGE)
             .max_encoding_message_size(qsm_proto::MAX_MESSAGE);
         Ok(Target { rt, client, name })
@@ -118,6 +104,14 @@ impl Target {
         while let Some(batch) =
             self.rt.block_on(stream.message()).map_err(|s| status(&self.name, s))?
         {
+            if batch.origins.len() != batch.active.len() {
+                return Err(ServerError::Failed(format!(
+                    "server {} answered Held with {} versions and {} states",
+                    self.name,
+                    batch.origins.len(),
+                    batch.active.len()
+                )));
+            }
             for (origin, active) in batch.origins.iter().zip(batch.active.iter()) {
                 held.insert(*origin as i64, *active);
             }
@@ -134,7 +128,16 @@ impl Target {
                 ids: part.iter().map(|id| id.to_vec().into()).collect(),
                 sealed,
             };
-            have.extend(self.call(self.client.clone().have_chunks(r))?.have);
+            let answer = self.call(self.client.clone().have_chunks(r))?.have;
+            if answer.len() != part.len() {
+                return Err(ServerError::Failed(format!(
+                    "server {} answered {} of {} chunk ids",
+                    self.name,
+                    answer.len(),
+                    part.len()
+                )));
+            }
+            have.extend(answer);
         }
         Ok(have)
     }
@@ -276,12 +279,13 @@ pub(crate) fn replicate(
         for p in &problems {
             state.log(qsm_catalog::Severity::Warning, &format!("replicate node: {p}"), None, None);
         }
+        let left = problems.len();
         problems.truncate(PROBLEMS_TOLD);
         Ok(Finished {
             detail: format!(
                 "{} versions, {} chunks ({} bytes stored, {} bytes sent) to {}; {} chunks \
                  there already, {} versions there already, {} made inactive{}",
-                get(&totals.versions),
+                get(&totals.committed),
                 get(&totals.chunks),
                 get(&totals.frame_bytes),
                 get(&totals.wire_bytes),
@@ -289,10 +293,10 @@ pub(crate) fn replicate(
                 get(&totals.references),
                 get(&totals.skipped),
                 get(&totals.deactivated),
-                if problems.is_empty() {
+                if left == 0 {
                     String::new()
                 } else {
-                    format!("; {} versions left for the next run (see the log)", problems.len())
+                    format!("; {left} versions or filespaces left for the next run (see the log)")
                 }
             ),
             stopped,
