@@ -445,6 +445,27 @@ pub fn backup_runs_are_recorded_per_filespace(cat: &dyn Catalog) -> CaseResult {
         matches!(cat.record_backup(FilespaceId(4242), &done), Err(CatalogError::NotFound { .. })),
         "a run recorded for an unknown filespace"
     );
+    // The history keeps every run, oldest first, and only the filespace's own.
+    let history = cat.backup_runs(home, 0).map_err(e)?;
+    ensure!(history == [ok, failed, done], "history {history:?}");
+    ensure!(cat.backup_runs(home, 2_030).map_err(e)? == [failed, done], "since 2030");
+    let etc = fs("/etc")?.id;
+    ensure!(cat.backup_runs(etc, 0).map_err(e)?.is_empty(), "/etc has /home's history");
+    ensure!(cat.backup_runs(FilespaceId(4242), 0).map_err(e)?.is_empty(), "unknown filespace");
+    // Bounded: past RUNS_KEPT runs, the oldest go.
+    for i in 0..crate::RUNS_KEPT as i64 {
+        cat.record_backup(etc, &run(10_000 + i, RunResult::Completed, 1)).map_err(e)?;
+    }
+    cat.record_backup(etc, &run(20_000, RunResult::Failed, 1)).map_err(e)?;
+    let kept = cat.backup_runs(etc, 0).map_err(e)?;
+    ensure!(kept.len() == crate::RUNS_KEPT, "{} runs kept", kept.len());
+    ensure!(
+        kept[0].started == 10_001 && kept.last() == Some(&run(20_000, RunResult::Failed, 1)),
+        "kept from {:?} to {:?}",
+        kept.first(),
+        kept.last()
+    );
+    ensure!(cat.backup_runs(home, 0).map_err(e)?.len() == 3, "/etc's bound cut /home's runs");
     Ok(())
 }
 
@@ -769,7 +790,12 @@ pub fn transactions_are_atomic(cat: &dyn Catalog) -> CaseResult {
     t.commit().map_err(e)?;
     let c = cat.containers(fx.pool).map_err(e)?;
     ensure!(c.len() == 1 && c[0].size == 4096 && c[0].sealed, "container record {c:?}");
-    ensure!(cat.stats().map_err(e)?.objects == 1, "committed object missing");
+    let stats = cat.stats().map_err(e)?;
+    ensure!(stats.objects == 1, "committed object missing");
+    ensure!(
+        (stats.version_bytes, stats.chunk_raw_bytes, stats.chunk_stored_bytes) == (1, 300, 100),
+        "bytes counted: {stats:?}"
+    );
     consistent(cat)
 }
 

@@ -162,6 +162,19 @@ pub const TABLES: &[Table] = &[
         ],
     ),
     (
+        "backup_runs",
+        &[
+            ("id", I),
+            ("filespace_id", I),
+            ("started", I),
+            ("ended", I),
+            ("result", T),
+            ("objects", I),
+            ("bytes", I),
+            ("warnings", I),
+        ],
+    ),
+    (
         "peer_servers",
         &[
             ("id", I),

@@ -41,6 +41,10 @@ pub use qsm_types::model;
 pub use qsm_types::model::*;
 pub use sqlite::{SqliteCatalog, Upgrade};
 
+/// How many backup runs a filespace's history keeps ([`Catalog::backup_runs`]): more than a
+/// year of daily backups.
+pub const RUNS_KEPT: usize = 400;
+
 /// Whether `spec` names a PostgreSQL database (`postgres://` or `postgresql://`) rather than a
 /// SQLite file.
 pub fn is_postgres(spec: &str) -> bool {
@@ -180,6 +184,9 @@ pub trait Catalog: Send + Sync + std::fmt::Debug {
     /// Records how a backup of `filespace` ended: its last backup, and its last completed one
     /// unless it failed.
     fn record_backup(&self, filespace: FilespaceId, run: &BackupRun) -> Result<()>;
+    /// `filespace`'s recorded backup runs that ended at or after `since`, oldest first: at
+    /// most its newest [`RUNS_KEPT`].
+    fn backup_runs(&self, filespace: FilespaceId, since: Timestamp) -> Result<Vec<BackupRun>>;
     /// Defines schedule `name` in `domain` (`Exists` if the domain has one of that name).
     fn define_schedule(
         &self,

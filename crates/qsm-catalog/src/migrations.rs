@@ -389,6 +389,21 @@ CREATE TABLE peer_servers (
     created BIGINT NOT NULL
 );
 "#,
+    // 14: backup history (issue 27). Every backup run of a filespace, not only its last: what
+    // the console charts per day. A filespace keeps its newest `RUNS_KEPT` runs.
+    r#"
+CREATE TABLE backup_runs (
+    id {ID},
+    filespace_id BIGINT NOT NULL,
+    started BIGINT NOT NULL,
+    ended BIGINT NOT NULL,
+    result TEXT NOT NULL,
+    objects BIGINT NOT NULL,
+    bytes BIGINT NOT NULL,
+    warnings BIGINT NOT NULL
+);
+CREATE INDEX backup_runs_filespace ON backup_runs (filespace_id, id);
+"#,
 ];
 
 /// The newest schema version this program knows.

@@ -6,9 +6,10 @@
 use qsm_types::ServerError;
 
 use crate::reports::{
-    ActlogReport, AssociationRow, AuditReport, BackupDbReport, CloptsetRow, DeleteFilespaceReport,
-    DomainRow, EventRow, ExpireReport, FilespaceRow, HoldRow, NodeRow, ProcessRow, ReclaimReport,
-    RepairReport, ReplicateReport, ScheduleRow, ServerRow, SessionRow, StgpoolRow, VolhistRow,
+    ActlogReport, AssociationRow, AuditReport, BackupDbReport, BackupRunRow, CloptsetRow,
+    DeleteFilespaceReport, DomainRow, EventRow, ExpireReport, FilespaceRow, HoldRow, NodeRow,
+    ProcessRow, ReclaimReport, RepairReport, ReplicateReport, ScheduleRow, ServerRow, SessionRow,
+    StgpoolRow, VolhistRow,
 };
 use crate::v1;
 
@@ -49,6 +50,7 @@ macro_rules! admin_operations {
             query_stgpool(Empty) -> StgpoolList;
             audit_stgpool(AuditRequest) -> AuditReply;
             query_filespaces(NodeName) -> NodeFilespaceList;
+            query_backup_runs(BackupRunsRequest) -> BackupRunList;
             define_schedule(ScheduleRequest) -> Empty;
             update_schedule(ScheduleRequest) -> Empty;
             delete_schedule(ScheduleRequest) -> Empty;
@@ -290,6 +292,22 @@ impl Admin<'_> {
         let name = node.unwrap_or_default().to_owned();
         let list = self.0.query_filespaces(v1::NodeName { name })?.filespaces;
         list.into_iter().map(FilespaceRow::from_wire).collect()
+    }
+
+    /// `node`'s backup history (one filespace's, or all of them), runs that ended at or
+    /// after `since`, oldest first.
+    pub fn backup_runs(
+        &self,
+        node: &str,
+        filespace: Option<&str>,
+        since: i64,
+    ) -> Result<Vec<BackupRunRow>> {
+        let r = v1::BackupRunsRequest {
+            node: node.to_owned(),
+            filespace: filespace.unwrap_or_default().to_owned(),
+            since,
+        };
+        self.0.query_backup_runs(r)?.runs.into_iter().map(BackupRunRow::from_wire).collect()
     }
 
     pub fn nodes(&self) -> Result<Vec<NodeRow>> {

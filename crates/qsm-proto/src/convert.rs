@@ -162,16 +162,21 @@ pub fn version_from_wire(v: &v1::Version) -> Result<ObjectVersion, Malformed> {
     })
 }
 
-/// A filespace on the wire (its node is the session's, not sent).
-pub fn filespace_to_wire(f: &Filespace) -> v1::Filespace {
-    let run = |r: &BackupRun| v1::BackupRun {
+/// A backup run on the wire.
+pub fn run_to_wire(r: &BackupRun) -> v1::BackupRun {
+    v1::BackupRun {
         started: r.started,
         ended: r.ended,
         result: r.result.name().into(),
         objects: r.objects,
         bytes: r.bytes,
         warnings: r.warnings,
-    };
+    }
+}
+
+/// A filespace on the wire (its node is the session's, not sent).
+pub fn filespace_to_wire(f: &Filespace) -> v1::Filespace {
+    let run = run_to_wire;
     v1::Filespace {
         id: f.id.0 as u64,
         name: f.name.clone(),

@@ -21,7 +21,7 @@ pub fn container_hex(id: u64) -> String {
 }
 
 /// One registered node.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct NodeRow {
     pub name: String,
     pub locked: bool,
@@ -40,7 +40,7 @@ impl From<v1::NodeInfo> for NodeRow {
 
 /// One filespace, with its node, its last backup and its last completed one (absent before
 /// the first): what `qsm query filespace` and `qsm admin query filespace` show.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct FilespaceRow {
     /// Its node (empty where the node is the caller).
     #[serde(skip_serializing_if = "String::is_empty")]
@@ -53,7 +53,7 @@ pub struct FilespaceRow {
 }
 
 /// How a backup of a filespace ended (seconds since the epoch, the server's clock).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct RunRow {
     pub started: i64,
     pub ended: i64,
@@ -75,6 +75,39 @@ impl From<&qsm_types::BackupRun> for RunRow {
             bytes: r.bytes,
             warnings: r.warnings,
         }
+    }
+}
+
+/// One backup run of a node's filespace, in its history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct BackupRunRow {
+    pub filespace: String,
+    pub started: i64,
+    pub ended: i64,
+    /// "completed", "completed with warnings" or "failed".
+    pub result: String,
+    pub objects: u64,
+    /// Frame bytes it stored.
+    pub bytes: u64,
+    /// Files skipped or not read whole.
+    pub warnings: u64,
+}
+
+impl BackupRunRow {
+    /// The row of a server's answer.
+    pub fn from_wire(r: v1::FilespaceRun) -> Result<BackupRunRow, qsm_types::ServerError> {
+        let run = r.run.ok_or_else(|| {
+            qsm_types::ServerError::Failed(format!("a run of {} without its figures", r.filespace))
+        })?;
+        Ok(BackupRunRow {
+            filespace: r.filespace,
+            started: run.started,
+            ended: run.ended,
+            result: run.result,
+            objects: run.objects,
+            bytes: run.bytes,
+            warnings: run.warnings,
+        })
     }
 }
 
@@ -101,7 +134,7 @@ impl FilespaceRow {
 }
 
 /// One schedule (`query schedule`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct ScheduleRow {
     pub domain: String,
     pub name: String,
@@ -135,7 +168,7 @@ impl From<v1::ScheduleInfo> for ScheduleRow {
 }
 
 /// One run of a schedule in one of its windows (`query event`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct EventRow {
     pub domain: String,
     pub schedule: String,
@@ -168,7 +201,7 @@ impl From<v1::EventInfo> for EventRow {
 }
 
 /// A node a client schedule runs for (`query association`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct AssociationRow {
     pub domain: String,
     pub schedule: String,
@@ -184,7 +217,7 @@ impl From<v1::AssociationInfo> for AssociationRow {
 }
 
 /// One option of a client option set.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct ClientOptionRow {
     pub name: String,
     pub value: String,
@@ -193,7 +226,7 @@ pub struct ClientOptionRow {
 }
 
 /// A client option set and its options (`query cloptset`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct CloptsetRow {
     pub name: String,
     pub description: String,
@@ -215,7 +248,7 @@ impl From<v1::Cloptset> for CloptsetRow {
 }
 
 /// A hold on a node or a filespace (`query hold`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct HoldRow {
     pub node: String,
     /// Empty: the whole node.
@@ -241,7 +274,7 @@ impl From<v1::HoldInfo> for HoldRow {
 }
 
 /// One open session.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct SessionRow {
     pub id: u64,
     pub account: String,
@@ -280,7 +313,7 @@ impl SessionRow {
 }
 
 /// One server process running now.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct ProcessRow {
     pub id: u64,
     pub kind: String,
@@ -302,7 +335,7 @@ impl From<v1::ProcessInfo> for ProcessRow {
 }
 
 /// `expire inventory`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct ExpireReport {
     pub process: u64,
     /// Versions looked at.
@@ -334,7 +367,7 @@ impl From<v1::ExpireReply> for ExpireReport {
 }
 
 /// `delete filespace`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct DeleteFilespaceReport {
     pub process: u64,
     pub versions: u64,
@@ -354,7 +387,7 @@ impl From<v1::DeleteFilespaceReply> for DeleteFilespaceReport {
 }
 
 /// A management class's copy groups; [`qsm_types::model::NO_LIMIT`] is "nolimit".
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct ClassRow {
     pub name: String,
     pub versions_exist: u32,
@@ -367,7 +400,7 @@ pub struct ClassRow {
 }
 
 /// A policy domain with its nodes and classes.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct DomainRow {
     pub name: String,
     pub description: String,
@@ -399,7 +432,7 @@ impl From<v1::DomainInfo> for DomainRow {
 }
 
 /// `reclaim stgpool`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct ReclaimReport {
     pub process: u64,
     /// Containers rewritten.
@@ -426,7 +459,7 @@ impl From<v1::ReclaimReply> for ReclaimReport {
 }
 
 /// A server replicated to (`query server`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct ServerRow {
     pub name: String,
     pub address: String,
@@ -442,7 +475,7 @@ impl From<v1::ServerInfo> for ServerRow {
 }
 
 /// `replicate node`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct ReplicateReport {
     pub process: u64,
     pub target: String,
@@ -491,7 +524,7 @@ impl From<v1::ReplicateReply> for ReplicateReport {
 }
 
 /// `repair stgpool`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct RepairReport {
     pub process: u64,
     /// Damaged chunks found, repaired from a copy, and left.
@@ -517,7 +550,7 @@ impl From<v1::RepairReply> for RepairReport {
 }
 
 /// `backup db`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct BackupDbReport {
     pub process: u64,
     /// The backup file, on the server.
@@ -544,7 +577,7 @@ impl From<v1::BackupDbReply> for BackupDbReport {
 }
 
 /// One line of the volume history: a catalog backup or restore.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct VolhistRow {
     pub time: i64,
     /// "dbbackup" or "dbrestore".
@@ -572,7 +605,7 @@ impl From<v1::VolhistEntry> for VolhistRow {
 }
 
 /// One storage pool.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct StgpoolRow {
     pub name: String,
     pub kind: String,
@@ -605,7 +638,7 @@ impl From<v1::StgpoolInfo> for StgpoolRow {
 }
 
 /// A chunk the audit found damaged.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct DamagedRow {
     /// The chunk's row in the catalog.
     pub chunk: u64,
@@ -616,7 +649,7 @@ pub struct DamagedRow {
 }
 
 /// `audit stgpool`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct AuditReport {
     pub process: u64,
     pub containers: u64,
@@ -671,7 +704,7 @@ impl From<v1::AuditReply> for AuditReport {
 }
 
 /// One activity log entry.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct ActlogRow {
     pub time: i64,
     pub severity: String,

@@ -435,6 +435,39 @@ impl AdminApi for AdminSession<'_> {
         Ok(v1::NodeFilespaceList { filespaces })
     }
 
+    fn query_backup_runs(
+        &self,
+        r: v1::BackupRunsRequest,
+    ) -> Result<v1::BackupRunList, ServerError> {
+        self.need(ANY)?;
+        let catalog = self.core.store.catalog();
+        let node = catalog
+            .node(&r.node)
+            .map_err(catalog_error)?
+            .ok_or_else(|| ServerError::not_found(format!("no node {}", r.node)))?;
+        let mut filespaces = catalog.filespaces(node.id).map_err(catalog_error)?;
+        if !r.filespace.is_empty() {
+            filespaces.retain(|f| f.name == r.filespace);
+            if filespaces.is_empty() {
+                return Err(ServerError::not_found(format!(
+                    "node {} has no filespace {}",
+                    r.node, r.filespace
+                )));
+            }
+        }
+        let mut runs = Vec::new();
+        for f in filespaces {
+            for run in catalog.backup_runs(f.id, r.since).map_err(catalog_error)? {
+                runs.push(v1::FilespaceRun {
+                    filespace: f.name.clone(),
+                    run: Some(qsm_proto::convert::run_to_wire(&run)),
+                });
+            }
+        }
+        runs.sort_by_key(|r| r.run.as_ref().map(|x| (x.ended, x.started)));
+        Ok(v1::BackupRunList { runs })
+    }
+
     fn define_schedule(&self, r: v1::ScheduleRequest) -> Result<v1::Empty, ServerError> {
         let actor = self.need(SYSTEM)?;
         check_name(&r.name)?;

@@ -27,6 +27,9 @@ pub struct ServerConfig {
     /// by default. They name nodes and filespaces: keep it on loopback or a monitoring
     /// network.
     pub metrics_listen: Option<String>,
+    /// Where to serve the web console and its HTTP/JSON API, over HTTPS with the server's
+    /// certificate (`HOST:PORT`); none by default.
+    pub http_listen: Option<String>,
     /// Serve TCP without TLS: refused on an address other machines reach unless `insecure`.
     pub plaintext: bool,
     /// Allow `plaintext` on addresses other machines reach (passwords and data in clear).
@@ -88,6 +91,7 @@ impl Default for ServerConfig {
             // TSM's port.
             listen: vec!["0.0.0.0:1500".into()],
             metrics_listen: None,
+            http_listen: None,
             plaintext: false,
             insecure: false,
             socket: None,
@@ -148,6 +152,7 @@ impl ServerConfig {
             .iter()
             .map(|a| ("listen", a))
             .chain(self.metrics_listen.iter().map(|a| ("metrics_listen", a)))
+            .chain(self.http_listen.iter().map(|a| ("http_listen", a)))
         {
             let port = addr.rsplit_once(':').filter(|(host, _)| !host.is_empty());
             if port.is_none_or(|(_, port)| port.parse::<u16>().is_err()) {

@@ -16,6 +16,7 @@ pub mod config;
 pub mod conns;
 pub mod dbcopy;
 pub mod embedded;
+pub mod http;
 pub mod login;
 pub mod logins;
 pub mod metrics;
@@ -57,6 +58,8 @@ pub struct Listening {
     pub certificate: Option<std::path::PathBuf>,
     /// `http://ADDR/metrics`, where Prometheus scrapes (`metrics_listen`).
     pub metrics: Option<String>,
+    /// `https://ADDR/`, the web console and its API (`http_listen`).
+    pub console: Option<String>,
 }
 
 /// How often ended sessions are looked for.
@@ -130,7 +133,8 @@ async fn serve(config: ServerConfig, ready: impl FnOnce(&Listening)) -> Result<(
             let _ = rx.wait_for(|s| *s).await;
         }
     };
-    let mut listening = Listening { urls: Vec::new(), certificate: None, metrics: None };
+    let mut listening =
+        Listening { urls: Vec::new(), certificate: None, metrics: None, console: None };
     // Closed TCP connections orphan the sessions logged in over them (module `conns`).
     let (closed_tx, mut closed_rx) = tokio::sync::mpsc::unbounded_channel::<u64>();
     let orphaning = Arc::clone(&state);
@@ -218,6 +222,16 @@ async fn serve(config: ServerConfig, ready: impl FnOnce(&Listening)) -> Result<(
         let (listener, local) = metrics::bind(addr).await?;
         listening.metrics = Some(format!("http://{local}/metrics"));
         let serving = metrics::serve(listener, Arc::clone(&state), stopped());
+        tasks.spawn(async move { serving.await.map_err(|e| e.to_string()) });
+    }
+    if let Some(addr) = &config.http_listen {
+        let tls = tls::http_config(&config)?;
+        let (listener, local) = http::bind(addr).await?;
+        listening.console = Some(format!("https://{local}/"));
+        if listening.certificate.is_none() {
+            listening.certificate = Some(config.tls_paths().0);
+        }
+        let serving = http::serve(listener, tls, Arc::clone(&state), stopped());
         tasks.spawn(async move { serving.await.map_err(|e| e.to_string()) });
     }
     ready(&listening);

@@ -21,6 +21,32 @@ pub fn identity(config: &ServerConfig) -> Result<(Identity, PathBuf), ServerErro
     Ok((Identity::from_pem(read(&cert)?, read(&key)?), cert))
 }
 
+/// The HTTPS listener's TLS settings: the same certificate as the gRPC listeners (made
+/// first by [`identity`] if missing), HTTP/1.1 only.
+pub fn http_config(
+    config: &ServerConfig,
+) -> Result<std::sync::Arc<rustls::ServerConfig>, ServerError> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    identity(config)?;
+    let (cert, key) = config.tls_paths();
+    let bad = |p: &PathBuf, e: &dyn std::fmt::Display| {
+        ServerError::Failed(format!("reading {}: {e}", p.display()))
+    };
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&cert)
+        .map_err(|e| bad(&cert, &e))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| bad(&cert, &e))?;
+    let private = PrivateKeyDer::from_pem_file(&key).map_err(|e| bad(&key, &e))?;
+    let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut tls = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .and_then(|b| b.with_no_client_auth().with_single_cert(certs, private))
+        .map_err(|e| ServerError::Failed(format!("the HTTPS listener's certificate: {e}")))?;
+    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(std::sync::Arc::new(tls))
+}
+
 fn generate(config: &ServerConfig, cert: &PathBuf, key: &PathBuf) -> Result<(), ServerError> {
     let mut names: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
     names.extend(hostname());

@@ -812,6 +812,12 @@ pub struct CatalogStats {
     pub damaged_chunks: u64,
     /// Object versions with a damaged chunk.
     pub damaged_objects: u64,
+    /// The sizes of every version kept, summed: the data the catalog protects.
+    pub version_bytes: u64,
+    /// The chunks' bytes before compression: the data stored once deduplicated.
+    pub chunk_raw_bytes: u64,
+    /// The chunks' bytes as stored (compressed, encrypted).
+    pub chunk_stored_bytes: u64,
 }
 
 /// TSM's `NOLIMIT`: a count or number of days of a copy group that never expires anything.

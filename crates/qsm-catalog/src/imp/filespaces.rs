@@ -86,22 +86,56 @@ pub(super) fn record_backup(b: &dyn Backend, filespace: FilespaceId, r: &BackupR
         .collect();
     let sql = format!("UPDATE filespaces SET {} WHERE id = ?7", set.join(", "));
     let int = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-    update_one(
-        b,
-        "recording a backup",
-        &sql,
-        &[
-            r.started.into(),
-            r.ended.into(),
-            r.result.name().into(),
-            int(r.objects).into(),
-            int(r.bytes).into(),
-            int(r.warnings).into(),
-            filespace.0.into(),
-        ],
-        "filespace",
-        &filespace.0,
-    )
+    let args = [
+        r.started.into(),
+        r.ended.into(),
+        r.result.name().into(),
+        int(r.objects).into(),
+        int(r.bytes).into(),
+        int(r.warnings).into(),
+        filespace.0.into(),
+    ];
+    // The last runs and the history change together: a chart never shows a run the
+    // filespace's row does not, or misses the one it does.
+    let found = sql::txn(b, "recording a backup", |s| {
+        if s.execute(&sql, &args)? == 0 {
+            return Ok(false);
+        }
+        s.execute(
+            &format!(
+                "INSERT INTO backup_runs (filespace_id, {}) VALUES (?7, ?1, ?2, ?3, ?4, ?5, ?6)",
+                RUN.join(", ")
+            ),
+            &args,
+        )?;
+        // The history is bounded: past its newest RUNS_KEPT, the oldest go.
+        s.execute(
+            "DELETE FROM backup_runs WHERE filespace_id = ?1 AND id <= \
+             (SELECT id FROM backup_runs WHERE filespace_id = ?1 ORDER BY id DESC \
+              LIMIT 1 OFFSET ?2)",
+            &[filespace.0.into(), (crate::RUNS_KEPT as i64).into()],
+        )?;
+        Ok(true)
+    })?;
+    if !found {
+        return Err(CatalogError::NotFound { what: "filespace", key: filespace.0.to_string() });
+    }
+    Ok(())
+}
+
+pub(super) fn backup_runs(
+    b: &dyn Backend,
+    filespace: FilespaceId,
+    since: Timestamp,
+) -> Result<Vec<BackupRun>> {
+    let sql = format!(
+        "SELECT {} FROM backup_runs WHERE filespace_id = ?1 AND ended >= ?2 ORDER BY id",
+        RUN.join(", ")
+    );
+    sql::read(b, "reading a filespace's backup history", |s| {
+        let runs = s.all(&sql, &[filespace.0.into(), since.into()], |r| run(r, 0))?;
+        Ok(runs.into_iter().flatten().collect())
+    })
 }
 
 pub(super) fn delete_filespace(
@@ -134,6 +168,7 @@ pub(super) fn delete_filespace(
             )? > 0;
             if gone {
                 s.execute("DELETE FROM backup_stats WHERE filespace_id = ?1", &[fs])?;
+                s.execute("DELETE FROM backup_runs WHERE filespace_id = ?1", &[fs])?;
                 s.execute("DELETE FROM holds WHERE filespace_id = ?1", &[fs])?;
             }
             Ok(gone)

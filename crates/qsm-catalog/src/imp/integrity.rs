@@ -205,6 +205,12 @@ pub(super) fn stats(b: &dyn Backend) -> Result<CatalogStats> {
             damaged_chunks: n("SELECT count(*) FROM chunks WHERE damaged <> 0")?,
             damaged_objects: n("SELECT count(*) FROM objects WHERE damaged <> 0")?,
             database_bytes: n(size)?,
+            // PostgreSQL sums BIGINTs as NUMERIC: cast back.
+            version_bytes: n("SELECT CAST(COALESCE(SUM(size), 0) AS BIGINT) FROM objects")?,
+            chunk_raw_bytes: n("SELECT CAST(COALESCE(SUM(raw_len), 0) AS BIGINT) FROM chunks")?,
+            chunk_stored_bytes: n(
+                "SELECT CAST(COALESCE(SUM(stored_len), 0) AS BIGINT) FROM chunks",
+            )?,
         })
     })
 }

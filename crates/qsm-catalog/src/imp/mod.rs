@@ -205,6 +205,9 @@ impl<B: Backend + std::fmt::Debug> Catalog for B {
     fn record_backup(&self, filespace: FilespaceId, run: &BackupRun) -> Result<()> {
         filespaces::record_backup(self, filespace, run)
     }
+    fn backup_runs(&self, filespace: FilespaceId, since: Timestamp) -> Result<Vec<BackupRun>> {
+        filespaces::backup_runs(self, filespace, since)
+    }
     fn define_schedule(
         &self,
         domain: DomainId,

@@ -33,6 +33,10 @@ pub struct ServerArgs {
     /// network.
     #[arg(long, value_name = "HOST:PORT")]
     metrics_listen: Option<String>,
+    /// Serve the web console and its HTTP/JSON API on this address, over HTTPS with the
+    /// server's certificate (e.g. 0.0.0.0:1580); administrators log in with their accounts.
+    #[arg(long, value_name = "HOST:PORT")]
+    http_listen: Option<String>,
     /// No TCP listener: the local socket only.
     #[arg(long, conflicts_with = "listen")]
     no_tcp: bool,
@@ -117,7 +121,7 @@ pub fn server(args: ServerArgs) -> Result<bool> {
     macro_rules! set {
         ($($field:ident),*) => { $( if args.$field.is_some() { config.$field = args.$field; } )* };
     }
-    set!(socket, catalog, pool, tls_cert, tls_key, metrics_listen);
+    set!(socket, catalog, pool, tls_cert, tls_key, metrics_listen, http_listen);
     if let Some(n) = args.txn_group_max {
         config.txn_group_max = n;
     }
@@ -182,6 +186,9 @@ pub fn server(args: ServerArgs) -> Result<bool> {
         }
         if let Some(metrics) = &l.metrics {
             let _ = writeln!(out, "qsm server: metrics on {metrics}");
+        }
+        if let Some(console) = &l.console {
+            let _ = writeln!(out, "qsm server: web console and API on {console}");
         }
         let _ = out.flush();
     })?;

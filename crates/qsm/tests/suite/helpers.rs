@@ -38,6 +38,9 @@ struct ServerProc {
     /// does; the PostgreSQL and S3 run of the suite does not).
     #[allow(dead_code)]
     metrics: Option<String>,
+    /// Where it serves the web console, when started with `--http-listen` (console.rs).
+    #[allow(dead_code)]
+    console: Option<String>,
 }
 
 impl ServerProc {
@@ -58,15 +61,21 @@ impl ServerProc {
         let first = lines.next().expect("the server printed nothing").unwrap();
         let url = first.rsplit(' ').next().unwrap().to_owned();
         assert!(url.starts_with(if tls { "https://" } else { "http://" }), "{first}");
-        let metrics = extra.contains(&"--metrics-listen").then(|| loop {
-            let line = lines.next().expect("the server did not say where its metrics are").unwrap();
+        let (mut metrics, mut console) = (None, None);
+        while (extra.contains(&"--metrics-listen") && metrics.is_none())
+            || (extra.contains(&"--http-listen") && console.is_none())
+        {
+            let line = lines.next().expect("the server did not say where it listens").unwrap();
             if let Some(url) = line.strip_prefix("qsm server: metrics on ") {
-                break url.to_owned();
+                metrics = Some(url.to_owned());
             }
-        });
+            if let Some(url) = line.strip_prefix("qsm server: web console and API on ") {
+                console = Some(url.to_owned());
+            }
+        }
         // Keep draining stdout so the server never blocks on it.
         std::thread::spawn(move || for _ in lines {});
-        ServerProc { child, data: data.to_path_buf(), url, metrics }
+        ServerProc { child, data: data.to_path_buf(), url, metrics, console }
     }
 
     fn socket(&self) -> String {

@@ -613,6 +613,19 @@ enum AdminQuery {
         #[arg(long)]
         json: bool,
     },
+    /// A node's backup history: each run of its filespaces (the newest 400 of each), when,
+    /// how long, how it ended, what it stored; oldest first.
+    Backups {
+        node: String,
+        /// Only this filespace's.
+        #[arg(long)]
+        filespace: Option<String>,
+        /// Only runs that ended at or after this time (UTC; as `qsm restore --pit` takes it).
+        #[arg(long, value_parser = qsm_types::time::parse_time)]
+        since: Option<i64>,
+        #[arg(long)]
+        json: bool,
+    },
     /// Sessions open now, with bytes, objects and throughput.
     Session {
         #[arg(long)]
@@ -994,6 +1007,9 @@ pub fn admin(args: AdminArgs) -> Result<bool> {
         AdminCommand::Query(AdminQuery::Node { json }) => emit(&admin.nodes()?[..], json)?,
         AdminCommand::Query(AdminQuery::Filespace { node, json }) => {
             emit(&admin.filespaces(node.as_deref())?[..], json)?
+        }
+        AdminCommand::Query(AdminQuery::Backups { node, filespace, since, json }) => {
+            emit(&admin.backup_runs(&node, filespace.as_deref(), since.unwrap_or(0))?[..], json)?
         }
         AdminCommand::Query(AdminQuery::Session { json }) => emit(&admin.sessions()?[..], json)?,
         AdminCommand::Query(AdminQuery::Process { json }) => emit(&admin.processes()?[..], json)?,

@@ -1,9 +1,9 @@
 //! How `qsm admin`'s reports read on a terminal.
 
 use qsm_proto::reports::{
-    ActlogReport, AssociationRow, AuditReport, BackupDbReport, CloptsetRow, DomainRow, EventRow,
-    ExpireReport, HoldRow, NodeRow, ProcessRow, ReclaimReport, RepairReport, ReplicateReport,
-    ScheduleRow, ServerRow, SessionRow, StgpoolRow, VolhistRow,
+    ActlogReport, AssociationRow, AuditReport, BackupDbReport, BackupRunRow, CloptsetRow,
+    DomainRow, EventRow, ExpireReport, HoldRow, NodeRow, ProcessRow, ReclaimReport, RepairReport,
+    ReplicateReport, ScheduleRow, ServerRow, SessionRow, StgpoolRow, VolhistRow,
 };
 use qsm_types::model::NO_LIMIT;
 use qsm_types::time::format_time;
@@ -19,6 +19,28 @@ fn limit(v: u32) -> String {
 /// The process's end: "ended", or why it stopped early.
 fn ended(stopped: &Option<String>) -> &str {
     stopped.as_deref().unwrap_or("ended")
+}
+
+impl Text for [BackupRunRow] {
+    fn text(&self) {
+        if self.is_empty() {
+            outln!("No backup recorded.");
+        }
+        for r in self {
+            let mut line = format!(
+                "{}  {:>6} s  {:<23}  {} objects, {} bytes",
+                format_time(r.started),
+                (r.ended - r.started).max(0),
+                r.result,
+                r.objects,
+                r.bytes
+            );
+            if r.warnings > 0 {
+                line += &format!(", {} files skipped", r.warnings);
+            }
+            outln!("{line}  {}", r.filespace);
+        }
+    }
 }
 
 impl Text for [NodeRow] {
