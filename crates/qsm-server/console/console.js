@@ -765,6 +765,132 @@
     });
   }
 
+  // ---------------------------------------------------------------- node view: own files
+  // A node session sees only this page and calls only /api/my/… (admin endpoints answer 403).
+  // Route: #/files for the list of filespaces, #/files?fs=NAME&dir=PATH inside one; both
+  // values go through encodeURIComponent, so spaces, slashes, "&" and "+" survive.
+  const filesHref = (fs, dir) => `#/files?fs=${enc(fs)}${dir ? `&dir=${enc(dir)}` : ''}`;
+  const tarHref = (fs, dir) => `/api/my/tar?filespace=${enc(fs)}&dir=${enc(dir)}`;
+  const downloadHref = (id) => `/api/my/download?object=${enc(id)}`;
+  const fullPath = (fs, dir) => (!dir ? fs : fs.endsWith('/') ? fs + dir : `${fs}/${dir}`);
+  const baseName = (p) => p.split('/').filter(Boolean).pop() || p;
+
+  function myFilespacesPage(sec, v) {
+    const t = table('my-filespaces-table', 'Your filespaces', ['Filespace', 'Last completed backup', 'Result',
+      ['Bytes stored', 'num'], ['Objects', 'num'], 'Latest backup']);
+    sec.append(heading('My files'),
+      h('p', { class: 'muted', text: 'Choose a filespace to browse the files backed up from this node and download them.' }),
+      t.el);
+    poll(v, 0, async () => {
+      let fss;
+      try { fss = await api('/api/my/filespaces'); } catch (e) { t.set([], 'Could not list the filespaces.'); throw e; }
+      if (!v.alive) return;
+      t.set((fss || []).map((f) => {
+        const c = f.last_completed;
+        const b = f.last_backup;
+        // The latest run matters when it is not the completed one (it failed or is running).
+        const latest = b && !(c && b.started === c.started)
+          ? [timeEl(b.started), ' ', badge(b.result)] : h('span', { class: 'muted', text: b ? 'same' : 'never' });
+        return h('tr', { 'data-filespace': f.name },
+          rowHead(h('a', { href: filesHref(f.name, ''), text: f.name })),
+          td(c ? timeEl(c.ended) : 'never'), td(c ? badge(c.result) : '–'),
+          td(c ? fmtBytes(c.bytes) : '–', 'num'), td(c ? fmtCount(c.objects) : '–', 'num'),
+          td(latest));
+      }), 'This node has no filespaces yet: nothing has been backed up.');
+    });
+  }
+
+  function breadcrumb(fs, dir) {
+    const parts = dir ? dir.split('/').filter(Boolean) : [];
+    const items = [[fs, '']];
+    parts.forEach((p, i) => items.push([p, parts.slice(0, i + 1).join('/')]));
+    return h('nav', { 'aria-label': 'Breadcrumb', class: 'breadcrumb' }, h('ol', null, items.map(([text, d], i) => h('li', null,
+      i ? h('span', { class: 'sep', 'aria-hidden': 'true', text: '›' }) : null,
+      h('a', { href: filesHref(fs, d), text, 'aria-current': i === items.length - 1 ? 'page' : null })))));
+  }
+
+  function entryAction(fs, e) {
+    if (e.type === 'directory') {
+      return h('a', { href: tarHref(fs, e.path), download: `${e.name}.tar`, 'data-tar': e.path,
+        'aria-label': `Download ${e.name} as tar`, text: 'Download as tar' });
+    }
+    if (e.type !== 'file') return h('span', { class: 'muted', text: '–' });
+    if (e.encrypted) return h('span', { class: 'badge neutral', text: 'encrypted: restore with qsm' });
+    return h('a', { href: downloadHref(e.object), download: e.name, 'data-download': e.object,
+      'aria-label': `Download ${e.name}`, text: 'Download' });
+  }
+
+  function filesPage(sec, v, { fs, dir }) {
+    const here = fullPath(fs, dir);
+    const encNote = h('p', { id: 'files-encrypted', class: 'note warn', hidden: true },
+      'This node\'s data is encrypted on the client: the server cannot read it. Restore it with ',
+      h('code', { text: 'qsm restore' }), '.');
+    const truncNote = h('p', { id: 'files-truncated', class: 'note', hidden: true });
+    const tarNote = h('span', { class: 'muted small', hidden: true,
+      text: 'The server refuses it while files here are encrypted.' });
+    const t = table('files-table', `Contents of ${here}`, ['Name', 'Type', ['Size', 'num'], 'Modified', 'Action']);
+    sec.append(
+      h('p', null, h('a', { href: '#/files', text: '← All filespaces' })),
+      breadcrumb(fs, dir),
+      heading(`Files in ${here}`),
+      encNote,
+      h('p', { class: 'toolbar' },
+        h('a', { id: 'download-tar', class: 'button-link', href: tarHref(fs, dir),
+          download: `${baseName(dir || fs) || 'filespace'}.tar`, text: 'Download this directory as tar' }),
+        tarNote),
+      truncNote,
+      t.el);
+    poll(v, 0, async () => {
+      let r;
+      try {
+        r = await api(`/api/my/files?filespace=${enc(fs)}&dir=${enc(dir)}`);
+      } catch (e) {
+        t.set([], 'Could not list this directory.');
+        throw e;
+      }
+      if (!v.alive) return;
+      const entries = (r && r.entries) || [];
+      const encrypted = entries.some((e) => e.encrypted);
+      encNote.hidden = !encrypted;
+      tarNote.hidden = !encrypted;
+      truncNote.hidden = !(r && r.truncated);
+      truncNote.textContent = `Only the first ${fmtCount(entries.length)} entries of this directory are shown.`;
+      t.set(entries.map((e) => {
+        const path = e.path || (dir ? `${dir}/${e.name}` : e.name);
+        const x = { ...e, path };
+        const name = e.type === 'directory'
+          ? h('a', { href: filesHref(fs, path), text: e.name })
+          : h('span', { text: e.name });
+        return h('tr', { 'data-path': path },
+          rowHead([name, e.type === 'symlink' && e.link_target != null
+            ? h('span', { class: 'muted', text: ` → ${e.link_target}` }) : null]),
+          td(e.type),
+          td(e.type === 'file' || e.type === 'hard link' ? fmtBytes(e.size) : '–', 'num'),
+          td(timeEl(e.mtime)),
+          td(entryAction(fs, x)));
+      }), 'This directory is empty.');
+    });
+  }
+
+  // "fs" and "dir" from the query part of the hash; a missing fs means the filespace list.
+  function filesRoute(raw) {
+    const q = raw.indexOf('?');
+    const params = new Map();
+    if (q >= 0) {
+      for (const part of raw.slice(q + 1).split('&')) {
+        if (!part) continue;
+        const i = part.indexOf('=');
+        const dec = (x) => { try { return decodeURIComponent(x); } catch (_) { return x; } };
+        params.set(dec(i < 0 ? part : part.slice(0, i)), dec(i < 0 ? '' : part.slice(i + 1)));
+      }
+    }
+    return {
+      path: q < 0 ? raw : raw.slice(0, q),
+      fs: params.get('fs') || '',
+      dir: (params.get('dir') || '').replace(/^\/+|\/+$/g, ''),
+    };
+  }
+
   // ---------------------------------------------------------------- routing and login
   const PAGES = {
     overview: overviewPage, activity: activityPage, nodes: nodesPage, node: nodePage,
@@ -772,10 +898,25 @@
   };
   let me = null;
 
+  const isNode = (who) => !!who && who.admin === false;
+
+  // A node session has one page; every other hash becomes #/files.
+  function nodeRoute(byUser) {
+    const r = filesRoute(location.hash.slice(1) || '/');
+    if (r.path !== '/files') history.replaceState(null, '', '#/files');
+    view = { alive: true, timers: [], cleanups: [] };
+    const sec = h('section', { id: 'page-files' });
+    $('#app').replaceChildren(sec);
+    if (r.path === '/files' && r.fs) filesPage(sec, view, r);
+    else myFilespacesPage(sec, view);
+    if (byUser) { const h1 = $('h1', sec); if (h1) h1.focus(); }
+  }
+
   function route(byUser) {
     if (!me) return;
     leaveView();
     clearMsg();
+    if (isNode(me)) { nodeRoute(byUser); return; }
     const m = (location.hash.slice(1) || '/').match(/^\/([a-z]*)(?:\/(.+))?$/) || [];
     let page = m[1] || 'overview';
     let arg = null;
@@ -802,7 +943,8 @@
     $('#login-view').hidden = true;
     $('#whoami').textContent = who.account;
     $('#role').hidden = !who.admin;
-    $('#nav').hidden = false;
+    $('#role-node').hidden = !isNode(who);
+    $('#nav').hidden = isNode(who);
     $('#account').hidden = false;
     $('#app').hidden = false;
     route(byUser);
@@ -828,15 +970,16 @@
     const btn = $('#login-submit');
     const err = $('#login-error');
     const name = $('#login-name').value.trim();
+    const asNode = $('#login-node').checked;
     err.textContent = '';
     btn.disabled = true;
     try {
       const who = await api('/api/login', {
         method: 'POST', quiet401: true,
-        body: { name, password: $('#login-password').value, node: false },
+        body: { name, password: $('#login-password').value, node: asNode },
       });
       $('#login-password').value = '';
-      showApp(who && who.account ? who : { account: name, admin: false }, true);
+      showApp(who && who.account ? who : { account: name, admin: !asNode }, true);
     } catch (x) {
       err.textContent = x.message;
       $('#login-password').select();

@@ -560,6 +560,23 @@ fn the_console_shows_a_backup_then_a_running_one_and_cancels_it() {
     screenshots(&b, &site, "overview");
     let message = b.text("#message").unwrap_or_default();
     assert!(message.trim().is_empty(), "the console shows an error: {message}");
+
+    // A node logs in to browse its own files, and sees nothing of the administrators'.
+    b.click("#logout");
+    b.wait_text("#login-form", "");
+    b.type_into("#login-name", "alpha");
+    b.type_into("#login-password", "alpha-password");
+    b.click("#login-node");
+    b.click("#login-submit");
+    let src = site.src.to_str().unwrap();
+    b.wait_text("#my-filespaces-table", src);
+    let hidden = b.js("return document.querySelector('#nav').hidden;", json!([]));
+    assert_eq!(hidden, true, "a node sees the administrators' pages");
+    b.go(&format!("{}#/files?fs={}&dir=docs", site.console, url_encode(src)));
+    b.wait_text("#files-table", "a.txt");
+    let href = b.js("return document.querySelector('a[data-download]').href;", json!([]));
+    assert!(href.as_str().unwrap().contains("/api/my/download?object="), "{href}");
+    screenshots(&b, &site, "files");
 }
 
 /// With `QSM_CONSOLE_SCREENSHOTS=DIR`, saves the page as it is, wide and phone-sized, for
@@ -574,4 +591,194 @@ fn screenshots(b: &Browser, site: &Site, name: &str) {
     std::thread::sleep(Duration::from_millis(600));
     b.screenshot(&dir.join(format!("{name}-phone.png")));
     b.resize(1280, 900);
+}
+
+/// Reads an answer's body as bytes.
+fn bytes(api: &Api, token: &str, path: &str) -> (u16, Vec<u8>, reqwest::header::HeaderMap) {
+    api.rt.block_on(async {
+        let r = api
+            .http
+            .get(format!("{}{path}", api.base))
+            .header("authorization", format!("Bearer {token}"))
+            .send()
+            .await
+            .unwrap();
+        let (status, headers) = (r.status().as_u16(), r.headers().clone());
+        (status, r.bytes().await.unwrap().to_vec(), headers)
+    })
+}
+
+fn url_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                char::from(b).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn a_node_browses_and_downloads_its_own_files_and_nothing_else() {
+    let site = site();
+    let api = Api::new(&site);
+    let dir = site.src.parent().unwrap();
+    // beta: encrypted on the client, a sparse file among its files.
+    register(&site.server, "beta", "beta-password");
+    let beta_pw = password_file(dir, "beta.pw", "beta-password");
+    let pass = password_file(dir, "passphrase", "a passphrase for beta");
+    let beta_src = dir.join("beta-src");
+    fs::create_dir_all(&beta_src).unwrap();
+    fs::write(beta_src.join("secret.txt"), b"beta's secret\n".repeat(100)).unwrap();
+    client(&site.server, "beta", &beta_pw)
+        .env("QSM_PASSPHRASE_FILE", &pass)
+        .env("QSM_KEY_FILE", dir.join("beta.key"))
+        .args(["backup", "--encryption", "on"])
+        .arg(&beta_src)
+        .assert()
+        .success();
+    // alpha's second tree: a sparse file, a hard link, a name to escape.
+    let more = dir.join("more");
+    fs::create_dir_all(more.join("sub")).unwrap();
+    let sparse = fs::File::create(more.join("sparse")).unwrap();
+    sparse.set_len(5_000_000).unwrap();
+    use std::io::{Seek, SeekFrom, Write as _};
+    let mut f = &sparse;
+    f.seek(SeekFrom::Start(2_000_000)).unwrap();
+    f.write_all(&b"data in the middle".repeat(1000)).unwrap();
+    drop(sparse);
+    fs::write(more.join("sub/x y\"z.txt"), b"quoted name\n").unwrap();
+    fs::hard_link(more.join("sub/x y\"z.txt"), more.join("sub/linked")).unwrap();
+    client(&site.server, "alpha", &site.alpha_pw).arg("backup").arg(&more).assert().success();
+
+    let alpha = api.token("alpha", "alpha-password", true);
+    let beta = api.token("beta", "beta-password", true);
+    let admin = api.token("sysadm", "admin-password", false);
+    let src = site.src.to_str().unwrap();
+    let fs_of = |token: &str| -> Vec<String> {
+        let a = api.as_(Some(token), "GET", "/api/my/filespaces", None);
+        assert_eq!(a.status, 200, "{}", a.body);
+        a.body.as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap().to_owned()).collect()
+    };
+    assert_eq!(fs_of(&alpha).len(), 2);
+    assert_eq!(fs_of(&beta), [beta_src.to_str().unwrap()]);
+
+    // alpha's root, then a directory: direct children only, in name order.
+    let list = |token: &str, fs: &str, d: &str| {
+        api.as_(
+            Some(token),
+            "GET",
+            &format!("/api/my/files?filespace={}&dir={}", url_encode(fs), url_encode(d)),
+            None,
+        )
+    };
+    let root = list(&alpha, src, "").body;
+    let names: Vec<&str> =
+        root["entries"].as_array().unwrap().iter().map(|e| e["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["docs", "empty", "link"], "{root}");
+    let docs = list(&alpha, src, "docs").body;
+    let entries = docs["entries"].as_array().unwrap();
+    assert_eq!(entries.len(), 2, "{docs}");
+    assert_eq!(
+        (entries[0]["name"].clone(), entries[0]["type"].clone()),
+        (json!("a.txt"), json!("file"))
+    );
+    assert_eq!(entries[1]["type"], "directory", "{docs}");
+    assert_eq!(root["entries"][2]["link_target"], "docs/a.txt", "{root}");
+
+    // A file, byte for byte, with its name in the header.
+    let id = entries[0]["object"].as_i64().unwrap();
+    let (status, body, headers) = bytes(&api, &alpha, &format!("/api/my/download?object={id}"));
+    assert_eq!(status, 200);
+    assert_eq!(body, fs::read(site.src.join("docs/a.txt")).unwrap());
+    assert!(headers["content-disposition"].to_str().unwrap().contains("a.txt"));
+    // The sparse file, holes as zeros, the right length.
+    let more_fs = more.to_str().unwrap();
+    let top = list(&alpha, more_fs, "").body;
+    let sparse_id = top["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "sparse")
+        .unwrap()["object"]
+        .as_i64()
+        .unwrap();
+    let (_, body, _) = bytes(&api, &alpha, &format!("/api/my/download?object={sparse_id}"));
+    assert!(body == fs::read(more.join("sparse")).unwrap(), "the sparse file differs");
+
+    // A directory as tar, as `tar -x` reads it: contents, hard link, odd names.
+    let (status, tar, _) =
+        bytes(&api, &alpha, &format!("/api/my/tar?filespace={}&dir=", url_encode(more_fs)));
+    assert_eq!(status, 200);
+    let out = dir.join("untarred");
+    fs::create_dir_all(&out).unwrap();
+    let tarfile = dir.join("more.tar");
+    fs::write(&tarfile, &tar).unwrap();
+    let x = StdCommand::new("tar").arg("-xf").arg(&tarfile).arg("-C").arg(&out).output().unwrap();
+    assert!(x.status.success(), "{}", String::from_utf8_lossy(&x.stderr));
+    assert_same(&more, &out.join("more"));
+    let ino = |p: &Path| std::os::unix::fs::MetadataExt::ino(&fs::metadata(p).unwrap());
+    assert_eq!(ino(&out.join("more/sub/linked")), ino(&out.join("more/sub/x y\"z.txt")));
+    let (status, tar, _) =
+        bytes(&api, &alpha, &format!("/api/my/tar?filespace={}&dir=docs", url_encode(src)));
+    assert_eq!(status, 200);
+    let out = dir.join("untarred-docs");
+    fs::create_dir_all(&out).unwrap();
+    fs::write(dir.join("docs.tar"), &tar).unwrap();
+    let x = StdCommand::new("tar")
+        .arg("-xf")
+        .arg(dir.join("docs.tar"))
+        .arg("-C")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(x.status.success());
+    assert_same(&site.src.join("docs"), &out.join("docs"));
+
+    // beta's files are encrypted on its client: listed, never served, and said so.
+    let bfs = beta_src.to_str().unwrap();
+    let b = list(&beta, bfs, "").body;
+    assert_eq!(b["entries"][0]["encrypted"], true, "{b}");
+    let bid = b["entries"][0]["object"].as_i64().unwrap();
+    let a = api.as_(Some(&beta), "GET", &format!("/api/my/download?object={bid}"), None);
+    assert_eq!(a.status, 409, "{}", a.body);
+    assert!(a.body["error"].as_str().unwrap().contains("encrypted"), "{}", a.body);
+    let a =
+        api.as_(Some(&beta), "GET", &format!("/api/my/tar?filespace={}", url_encode(bfs)), None);
+    assert_eq!(a.status, 409, "{}", a.body);
+
+    // Each node only its own: the other's objects and filespaces do not exist for it, on
+    // every endpoint; an administrator's session is not a node's.
+    for (who, path) in [
+        (&alpha, format!("/api/my/download?object={bid}")),
+        (&alpha, format!("/api/my/files?filespace={}", url_encode(bfs))),
+        (&alpha, format!("/api/my/tar?filespace={}", url_encode(bfs))),
+        (&beta, format!("/api/my/download?object={id}")),
+        (&beta, format!("/api/my/download?object={sparse_id}")),
+        (&beta, format!("/api/my/files?filespace={}", url_encode(src))),
+        (&beta, format!("/api/my/tar?filespace={}&dir=docs", url_encode(src))),
+    ] {
+        let a = api.as_(Some(who), "GET", &path, None);
+        assert_eq!(a.status, 404, "{path}: {}", a.body);
+    }
+    for path in ["/api/my/filespaces", &format!("/api/my/download?object={id}")] {
+        assert_eq!(api.as_(Some(&admin), "GET", path, None).status, 403, "{path}");
+        assert_eq!(api.as_(None, "GET", path, None).status, 401, "{path}");
+    }
+    // Bad input: named, never a 500.
+    for (path, status) in [
+        (format!("/api/my/files?filespace={}&dir=../etc", url_encode(src)), 400),
+        (format!("/api/my/files?filespace={}&dir=/docs", url_encode(src)), 400),
+        (format!("/api/my/files?filespace={}&dir=nowhere", url_encode(src)), 200),
+        ("/api/my/files".to_owned(), 400),
+        ("/api/my/download?object=abc".to_owned(), 400),
+        ("/api/my/download?object=-5".to_owned(), 404),
+        (format!("/api/my/download?object={}", docs["entries"][1]["object"]), 409),
+        (format!("/api/my/tar?filespace={}&dir=nowhere", url_encode(src)), 404),
+    ] {
+        let a = api.as_(Some(&alpha), "GET", &path, None);
+        assert_eq!(a.status, status, "{path}: {}", a.body);
+    }
 }

@@ -50,6 +50,7 @@ pub fn routes() -> axum::Router<Http> {
         .route("/reclaim", post(reclaim))
         .route("/audit", post(audit))
         .route("/backup-db", post(backup_db))
+        .nest("/my", super::files::routes())
 }
 
 impl AdminCaller {
@@ -458,7 +459,9 @@ async fn backup_db(
         (and the X-QSM-CSRF header on changes) or `Authorization: Bearer TOKEN`."),
     paths(openapi, auth::login, auth::logout, auth::whoami, overview, nodes, filespaces,
         backups, lock_node, unlock_node, sessions, cancel_session, processes, cancel_process,
-        events, actlog, policy, schedules, stgpools, expire, reclaim, audit, backup_db),
+        events, actlog, policy, schedules, stgpools, expire, reclaim, audit, backup_db,
+        super::files::filespaces, super::files::files, super::files::download,
+        super::files::tar),
     components(schemas(ErrorBody, RunRow, ClassRow, DamagedRow)),
     modifiers(&Security)
 )]

@@ -7,6 +7,7 @@
 mod api;
 mod auth;
 mod console;
+mod files;
 mod listener;
 mod overview;
 
