@@ -694,7 +694,7 @@
       return form;
     };
 
-    const threshold = h('input', { id: 'reclaim-threshold', type: 'number', min: '0', max: '100', step: '1', value: '60', inputmode: 'numeric' });
+    const threshold = h('input', { id: 'reclaim-threshold', type: 'number', min: '1', max: '100', step: '1', value: '60', inputmode: 'numeric' });
     const mark = h('input', { id: 'audit-mark', type: 'checkbox' });
     sec.append(heading('Storage'), t.el, h('h2', { text: 'Maintenance' }), h('div', { class: 'actions' },
       action({
@@ -705,7 +705,7 @@
         path: '/api/reclaim',
         body: () => {
           const n = Number(threshold.value);
-          if (threshold.value === '' || !Number.isInteger(n) || n < 0 || n > 100) throw new Error('The threshold must be a whole number from 0 to 100.');
+          if (threshold.value === '' || !Number.isInteger(n) || n < 1 || n > 100) throw new Error('The threshold must be a whole number from 1 to 100.');
           return { threshold: n };
         },
       }),
@@ -976,7 +976,7 @@
     try {
       const who = await api('/api/login', {
         method: 'POST', quiet401: true,
-        body: { name, password: $('#login-password').value, node: asNode },
+        body: { name, password: $('#login-password').value, node: asNode, cookie: true },
       });
       $('#login-password').value = '';
       showApp(who && who.account ? who : { account: name, admin: !asNode }, true);

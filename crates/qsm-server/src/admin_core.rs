@@ -57,14 +57,16 @@ fn privileges(names: &[String]) -> Result<Vec<Privilege>, ServerError> {
 
 /// Account names: what a shell and a log line can carry without quoting.
 pub(crate) fn check_name(name: &str) -> Result<(), ServerError> {
+    // Not only dots: "." and ".." cannot be a path segment of the HTTP API's URLs.
     let ok = !name.is_empty()
         && name.len() <= 64
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+        && !name.bytes().all(|b| b == b'.');
     if ok {
         Ok(())
     } else {
         Err(ServerError::invalid(format!(
-            "name {name:?}: use 1 to 64 letters, digits, '.', '_' or '-'"
+            "name {name:?}: use 1 to 64 letters, digits, '.', '_' or '-' (not only dots)"
         )))
     }
 }
@@ -311,8 +313,9 @@ impl<'a> AdminSession<'a> {
         {
             return Ok(actor);
         }
-        let wanted: Vec<&str> =
+        let mut wanted: Vec<&str> =
             std::iter::once("system").chain(need.iter().map(|p| p.name())).collect();
+        wanted.dedup();
         Err(ServerError::denied(format!(
             "{actor} has {} privilege; this needs {}",
             if held.is_empty() { "no".to_owned() } else { Privilege::join(held) },

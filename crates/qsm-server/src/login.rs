@@ -66,6 +66,11 @@ impl State {
         keys: [logins::Key; 2],
     ) -> Result<(Arc<Session>, String), ServerError> {
         let peer = a.peer.clone();
+        // Again, now that this login's turn came: guesses sent all at once passed the first
+        // check together, and the failures of those before it count.
+        self.logins
+            .check(&keys, std::time::Instant::now())
+            .map_err(|locked| ServerError::Busy(locked.to_string()))?;
         let catalog = self.store.catalog();
         let refused = || {
             self.counters.logins_failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

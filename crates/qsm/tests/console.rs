@@ -254,10 +254,48 @@ fn the_api_checks_who_calls_every_endpoint_and_what_they_send() {
     let a = api.login(&huge, "pw", false);
     assert_eq!(a.status, 400, "{}", a.body);
 
-    // The cookie: HttpOnly, Secure, SameSite=Strict; a change made with it needs the CSRF
-    // header, and is refused from another site's page.
-    let a = api.login("sysadm", "admin-password", false);
+    // A body that is not JSON is refused, not taken for no options: no expiration of every
+    // node ran for a form sent by mistake.
+    let auth = format!("Bearer {sys}");
+    let form = [("authorization", auth.as_str()), ("content-type", "text/plain")];
+    let a = api.call("POST", "/api/expire", &form, None);
+    assert_eq!(a.status, 200, "an empty body takes the defaults: {}", a.body);
+    let sent = reqwest::Method::POST;
+    let r = api.rt.block_on(
+        api.http
+            .request(sent, format!("{}/api/expire", api.base))
+            .header("authorization", &auth)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(r#"{"nodes": ["nope"]}"#)
+            .send(),
+    );
+    assert_eq!(r.unwrap().status().as_u16(), 415);
+    for (method, path) in
+        [("GET", "/api/login"), ("DELETE", "/api/nodes"), ("PUT", "/api/overview")]
+    {
+        let a = api.as_(Some(&sys), method, path, None);
+        assert_eq!(a.status, 405, "{method} {path}");
+        assert!(a.body["error"].as_str().unwrap().contains(method), "{}", a.body);
+    }
+    let a = api.as_(Some(&sys), "POST", "/api/reclaim", Some(r#"{"threshold": 0}"#));
+    assert_eq!(a.status, 400, "{}", a.body);
+    // Every answer, errors too, forbids framing and running anything.
+    let a = api.as_(None, "GET", "/api/nothing", None);
+    let csp = a.headers["content-security-policy"].to_str().unwrap();
+    assert!(csp.contains("default-src 'none'"), "{csp}");
+    assert_eq!(a.headers["x-frame-options"], "DENY");
+
+    // A script's login answers with the token and sets no cookie; a page's sets an HttpOnly
+    // `__Host-` cookie (only this host, over HTTPS, every path: no neighbour can shadow it,
+    // SameSite=Strict) and its script never sees the token. A change made with the cookie
+    // needs the CSRF header, and is refused from another site's page.
+    assert!(!api.login("sysadm", "admin-password", false).headers.contains_key("set-cookie"));
+    let body = json!({"name": "sysadm", "password": "admin-password", "cookie": true});
+    let a = api.call("POST", "/api/login", &[], Some(&body.to_string()));
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert!(a.body.get("token").is_none(), "a page's login gave its script the token: {}", a.body);
     let cookie = a.headers["set-cookie"].to_str().unwrap().to_owned();
+    assert!(cookie.starts_with("__Host-qsm_session="), "{cookie}");
     for flag in ["HttpOnly", "Secure", "SameSite=Strict", "Path=/"] {
         assert!(cookie.contains(flag), "{cookie}");
     }
@@ -297,6 +335,47 @@ fn the_api_checks_who_calls_every_endpoint_and_what_they_send() {
         assert_eq!(a.body["error"], "wrong account name or password", "{}", a.body);
     }
     assert_eq!(statuses.last(), Some(&429), "never locked out: {statuses:?}");
+    let a = api.login("sysadm", "admin-password", false);
+    assert_eq!(a.status, 429, "the right password during a lockout: {}", a.body);
+    let wait: u64 = a.headers["retry-after"].to_str().unwrap().parse().unwrap();
+    let said = a.body["error"].as_str().unwrap();
+    assert!(wait >= 1 && said.contains(&format!("{wait} s")), "{wait} s to wait, but: {said}");
+
+    // Guesses sent all at once (fewer than an address's 32 connections), from another address: each waits its turn to be checked and
+    // is checked against the lockout again then, so few passwords are tried, and the right
+    // one sent among them is refused once the account is locked out.
+    admin(&site.server)
+        .args(["register-admin", "victim"])
+        .write_stdin("victim-password\n")
+        .assert()
+        .success();
+    let pem = fs::read(site.server.data.join("tls/cert.pem")).unwrap();
+    let other = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(&pem).unwrap())
+        .local_address("127.0.0.3".parse::<std::net::IpAddr>().unwrap())
+        .build()
+        .unwrap();
+    let statuses: Vec<u16> = api.rt.block_on(async {
+        let wave: Vec<_> = (0..24)
+            .map(|i| {
+                let password = if i == 20 { "victim-password" } else { "wrong-password" };
+                let body = json!({"name": "victim", "password": password}).to_string();
+                let request = other
+                    .post(format!("{}/api/login", api.base))
+                    .header("content-type", "application/json")
+                    .body(body);
+                tokio::spawn(async move { request.send().await.unwrap().status().as_u16() })
+            })
+            .collect();
+        let mut statuses = Vec::new();
+        for w in wave {
+            statuses.push(w.await.unwrap());
+        }
+        statuses
+    });
+    let checked = statuses.iter().filter(|s| **s == 401).count();
+    assert!(checked <= 10, "{checked} passwords checked of a wave: {statuses:?}");
+    assert_eq!(statuses[20], 429, "the right password, sent in the wave: {statuses:?}");
     assert_eq!(api.login("nobody", "wrong-password", false).status, 401);
     // The console's page comes with a policy that forbids inline scripts and framing.
     let page = api.rt.block_on(api.http.get(&site.console).send()).unwrap();

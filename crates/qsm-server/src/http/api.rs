@@ -6,9 +6,10 @@
 use std::sync::Arc;
 
 use axum::Json;
-use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State as Extract};
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use qsm_proto::reports::{
@@ -21,7 +22,7 @@ use utoipa::OpenApi;
 
 use super::auth::{self, AdminCaller};
 use super::overview::{self, Overview};
-use super::{ApiError, ApiResult, ErrorBody, Http, blocking};
+use super::{ApiError, ApiResult, ErrorBody, Http, blocking, json_body};
 use crate::admin_core::{AdminSession, MAX_ACTLOG_ENTRIES, MAX_EXPIRE_WORKERS};
 
 /// The API's routes, under `/api`.
@@ -77,15 +78,6 @@ fn query<T>(q: Result<Query<T>, QueryRejection>) -> ApiResult<T> {
     q.map(|Query(t)| t).map_err(|e| ApiError::bad_request(e.body_text()))
 }
 
-/// A body, or its default when there is none; malformed JSON is an error.
-fn body<T: Default>(b: Result<Json<T>, JsonRejection>) -> ApiResult<T> {
-    match b {
-        Ok(Json(t)) => Ok(t),
-        Err(JsonRejection::MissingJsonContentType(_)) => Ok(T::default()),
-        Err(e) => Err(ApiError::bad_request(e.body_text())),
-    }
-}
-
 fn done() -> Response {
     StatusCode::NO_CONTENT.into_response()
 }
@@ -103,8 +95,8 @@ async fn openapi() -> Response {
 /// At a glance: which nodes are protected, at risk or failed, pool and catalog use, data
 /// stored and saved.
 #[utoipa::path(get, path = "/api/overview", tag = "overview",
-    responses((status = 200, body = Overview), (status = 401, body = ErrorBody),
-        (status = 403, body = ErrorBody)),
+    responses((status = 200, description = "OK", body = Overview), (status = 401, description = "Not logged in", body = ErrorBody),
+        (status = 403, description = "Not allowed for this account", body = ErrorBody)),
     security(("cookie" = []), ("bearer" = [])))]
 async fn overview(Extract(http): Extract<Http>, a: AdminCaller) -> ApiResult<Json<Overview>> {
     let (kept, state) = (Arc::clone(&http.overview), Arc::clone(&http.state));
@@ -112,8 +104,8 @@ async fn overview(Extract(http): Extract<Http>, a: AdminCaller) -> ApiResult<Jso
 }
 
 #[utoipa::path(get, path = "/api/nodes", tag = "nodes",
-    responses((status = 200, body = [NodeRow]), (status = 401, body = ErrorBody),
-        (status = 403, body = ErrorBody)),
+    responses((status = 200, description = "OK", body = [NodeRow]), (status = 401, description = "Not logged in", body = ErrorBody),
+        (status = 403, description = "Not allowed for this account", body = ErrorBody)),
     security(("cookie" = []), ("bearer" = [])))]
 async fn nodes(Extract(http): Extract<Http>, a: AdminCaller) -> ApiResult<Json<Vec<NodeRow>>> {
     a.run(&http, |admin| admin.nodes()).await.map(Json)
@@ -122,8 +114,8 @@ async fn nodes(Extract(http): Extract<Http>, a: AdminCaller) -> ApiResult<Json<V
 /// A node's filespaces, with their last backup and last completed one.
 #[utoipa::path(get, path = "/api/nodes/{name}/filespaces", tag = "nodes",
     params(("name" = String, Path, description = "The node")),
-    responses((status = 200, body = [FilespaceRow]), (status = 404, body = ErrorBody),
-        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
+    responses((status = 200, description = "OK", body = [FilespaceRow]), (status = 404, description = "No such thing", body = ErrorBody),
+        (status = 401, description = "Not logged in", body = ErrorBody), (status = 403, description = "Not allowed for this account", body = ErrorBody)),
     security(("cookie" = []), ("bearer" = [])))]
 async fn filespaces(
     Extract(http): Extract<Http>,
@@ -136,6 +128,7 @@ async fn filespaces(
 
 /// Which backups to list.
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 struct BackupsQuery {
     /// One filespace (default: all of the node's).
@@ -147,9 +140,9 @@ struct BackupsQuery {
 /// A node's backup history (at most the last 400 runs of each filespace), oldest first.
 #[utoipa::path(get, path = "/api/nodes/{name}/backups", tag = "nodes",
     params(("name" = String, Path, description = "The node"), BackupsQuery),
-    responses((status = 200, body = [BackupRunRow]), (status = 404, body = ErrorBody),
-        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-        (status = 403, body = ErrorBody)),
+    responses((status = 200, description = "OK", body = [BackupRunRow]), (status = 404, description = "No such thing", body = ErrorBody),
+        (status = 400, description = "Malformed request", body = ErrorBody), (status = 401, description = "Not logged in", body = ErrorBody),
+        (status = 403, description = "Not allowed for this account", body = ErrorBody)),
     security(("cookie" = []), ("bearer" = [])))]
 async fn backups(
     Extract(http): Extract<Http>,
@@ -165,11 +158,11 @@ async fn backups(
     .map(Json)
 }
 
-/// Locks a node: its sessions are cancelled and it cannot log in (operator privilege).
+/// Locks a node: its sessions are cancelled and it cannot log in (policy privilege).
 #[utoipa::path(post, path = "/api/nodes/{name}/lock", tag = "nodes",
     params(("name" = String, Path, description = "The node")),
-    responses((status = 204, description = "Locked"), (status = 404, body = ErrorBody),
-        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
+    responses((status = 204, description = "Locked"), (status = 404, description = "No such thing", body = ErrorBody),
+        (status = 401, description = "Not logged in", body = ErrorBody), (status = 403, description = "Not allowed for this account", body = ErrorBody)),
     security(("cookie" = []), ("bearer" = [])))]
 async fn lock_node(
     Extract(http): Extract<Http>,
@@ -180,11 +173,11 @@ async fn lock_node(
     a.run(&http, move |admin| admin.set_node_locked(&name, true)).await.map(|()| done())
 }
 
-/// Unlocks a node.
+/// Unlocks a node (policy privilege).
 #[utoipa::path(post, path = "/api/nodes/{name}/unlock", tag = "nodes",
     params(("name" = String, Path, description = "The node")),
-    responses((status = 204, description = "Unlocked"), (status = 404, body = ErrorBody),
-        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
+    responses((status = 204, description = "Unlocked"), (status = 404, description = "No such thing", body = ErrorBody),
+        (status = 401, description = "Not logged in", body = ErrorBody), (status = 403, description = "Not allowed for this account", body = ErrorBody)),
     security(("cookie" = []), ("bearer" = [])))]
 async fn unlock_node(
     Extract(http): Extract<Http>,
@@ -197,8 +190,8 @@ async fn unlock_node(
 
 /// Sessions open on every server sharing the catalog.
 #[utoipa::path(get, path = "/api/sessions", tag = "activity",
-    responses((status = 200, body = [SessionRow]), (status = 401, body = ErrorBody),
-        (status = 403, body = ErrorBody)),
+    responses((status = 200, description = "OK", body = [SessionRow]), (status = 401, description = "Not logged in", body = ErrorBody),
+        (status = 403, description = "Not allowed for this account", body = ErrorBody)),
     security(("cookie" = []), ("bearer" = [])))]
 async fn sessions(
     Extract(http): Extract<Http>,
@@ -210,9 +203,9 @@ async fn sessions(
 /// Cancels a session (operator privilege).
 #[utoipa::path(post, path = "/api/sessions/{id}/cancel", tag = "activity",
     params(("id" = u64, Path, description = "The session")),
-    responses((status = 204, description = "Cancelled"), (status = 404, body = ErrorBody),
-        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-        (status = 403, body = ErrorBody)),
+    responses((status = 204, description = "Cancelled"), (status = 404, description = "No such thing", body = ErrorBody),
+        (status = 400, description = "Malformed request", body = ErrorBody), (status = 401, description = "Not logged in", body = ErrorBody),
+        (status = 403, description = "Not allowed for this account", body = ErrorBody)),
     security(("cookie" = []), ("bearer" = [])))]
 async fn cancel_session(
     Extract(http): Extract<Http>,
@@ -225,8 +218,8 @@ async fn cancel_session(
 
 /// Server processes running now (expiration, reclamation, audit, catalog backup...).
 #[utoipa::path(get, path = "/api/processes", tag = "activity",
-    responses((status = 200, body = [ProcessRow]), (status = 401, body = ErrorBody),
-        (status = 403, body = ErrorBody)),
+    responses((status = 200, description = "OK", body = [ProcessRow]), (status = 401, description = "Not logged in", body = ErrorBody),
+        (status = 403, description = "Not allowed for this account", body = ErrorBody)),
     security(("cookie" = []), ("bearer" = [])))]
 async fn processes(
     Extract(http): Extract<Http>,
@@ -238,9 +231,9 @@ async fn processes(
 /// Cancels a process at its next transaction boundary (operator privilege).
 #[utoipa::path(post, path = "/api/processes/{id}/cancel", tag = "activity",
     params(("id" = u64, Path, description = "The process")),
-    responses((status = 204, description = "Cancelled"), (status = 404, body = ErrorBody),
-        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-        (status = 403, body = ErrorBody)),
+    responses((status = 204, description = "Cancelled"), (status = 404, description = "No such thing", body = ErrorBody),
+        (status = 400, description = "Malformed request", body = ErrorBody), (status = 401, description = "Not logged in", body = ErrorBody),
+        (status = 403, description = "Not allowed for this account", body = ErrorBody)),
     security(("cookie" = []), ("bearer" = [])))]
 async fn cancel_process(
     Extract(http): Extract<Http>,
@@ -253,6 +246,7 @@ async fn cancel_process(
 
 /// Which events to list.
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 struct EventsQuery {
     /// One node's (default: every node's).
@@ -263,8 +257,8 @@ struct EventsQuery {
 
 /// Schedule events: each scheduled run and how it went.
 #[utoipa::path(get, path = "/api/events", tag = "activity", params(EventsQuery),
-    responses((status = 200, body = [EventRow]), (status = 400, body = ErrorBody),
-        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
+    responses((status = 200, description = "OK", body = [EventRow]), (status = 400, description = "Malformed request", body = ErrorBody),
+        (status = 401, description = "Not logged in", body = ErrorBody), (status = 403, description = "Not allowed for this account", body = ErrorBody)),
     security(("cookie" = []), ("bearer" = [])))]
 async fn events(
     Extract(http): Extract<Http>,
@@ -277,6 +271,7 @@ async fn events(
 
 /// Which activity-log entries to list.
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 struct ActlogQuery {
     /// From this time (seconds since the epoch; default: the last 24 hours).
@@ -297,8 +292,8 @@ struct ActlogPage {
 
 /// The activity log: logins, session ends, administrative actions, processes, warnings.
 #[utoipa::path(get, path = "/api/actlog", tag = "activity", params(ActlogQuery),
-    responses((status = 200, body = ActlogPage), (status = 400, body = ErrorBody),
-        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
+    responses((status = 200, description = "OK", body = ActlogPage), (status = 400, description = "Malformed request", body = ErrorBody),
+        (status = 401, description = "Not logged in", body = ErrorBody), (status = 403, description = "Not allowed for this account", body = ErrorBody)),
     security(("cookie" = []), ("bearer" = [])))]
 async fn actlog(
     Extract(http): Extract<Http>,
@@ -320,8 +315,8 @@ async fn actlog(
 
 /// Policy domains, their management classes and copy groups.
 #[utoipa::path(get, path = "/api/policy", tag = "policy",
-    responses((status = 200, body = [DomainRow]), (status = 401, body = ErrorBody),
-        (status = 403, body = ErrorBody)),
+    responses((status = 200, description = "OK", body = [DomainRow]), (status = 401, description = "Not logged in", body = ErrorBody),
+        (status = 403, description = "Not allowed for this account", body = ErrorBody)),
     security(("cookie" = []), ("bearer" = [])))]
 async fn policy(Extract(http): Extract<Http>, a: AdminCaller) -> ApiResult<Json<Vec<DomainRow>>> {
     a.run(&http, |admin| admin.policy()).await.map(Json)
@@ -329,8 +324,8 @@ async fn policy(Extract(http): Extract<Http>, a: AdminCaller) -> ApiResult<Json<
 
 /// Schedules, with their next window.
 #[utoipa::path(get, path = "/api/schedules", tag = "policy",
-    responses((status = 200, body = [ScheduleRow]), (status = 401, body = ErrorBody),
-        (status = 403, body = ErrorBody)),
+    responses((status = 200, description = "OK", body = [ScheduleRow]), (status = 401, description = "Not logged in", body = ErrorBody),
+        (status = 403, description = "Not allowed for this account", body = ErrorBody)),
     security(("cookie" = []), ("bearer" = [])))]
 async fn schedules(
     Extract(http): Extract<Http>,
@@ -341,8 +336,8 @@ async fn schedules(
 
 /// Storage pools: containers, bytes, the share reclaimable, damaged chunks.
 #[utoipa::path(get, path = "/api/stgpools", tag = "storage",
-    responses((status = 200, body = [StgpoolRow]), (status = 401, body = ErrorBody),
-        (status = 403, body = ErrorBody)),
+    responses((status = 200, description = "OK", body = [StgpoolRow]), (status = 401, description = "Not logged in", body = ErrorBody),
+        (status = 403, description = "Not allowed for this account", body = ErrorBody)),
     security(("cookie" = []), ("bearer" = [])))]
 async fn stgpools(
     Extract(http): Extract<Http>,
@@ -356,6 +351,7 @@ async fn stgpools(
 #[serde(deny_unknown_fields)]
 struct ExpireRequest {
     /// Worker threads (default 4).
+    #[schema(minimum = 1, maximum = 64)]
     resource: Option<u32>,
     /// Only these nodes (default: all).
     #[serde(default)]
@@ -365,17 +361,18 @@ struct ExpireRequest {
 }
 
 /// Expires inventory past its policy (a process; answers when it ends).
-#[utoipa::path(post, path = "/api/expire", tag = "storage", request_body = ExpireRequest,
-    responses((status = 200, body = ExpireReport), (status = 400, body = ErrorBody),
-        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+#[utoipa::path(post, path = "/api/expire", tag = "storage", request_body(content = Option<ExpireRequest>, description = "Options (all optional; no body takes the defaults)"),
+    responses((status = 200, description = "OK", body = ExpireReport), (status = 400, description = "Malformed request", body = ErrorBody),
+        (status = 401, description = "Not logged in", body = ErrorBody), (status = 403, description = "Not allowed for this account", body = ErrorBody),
         (status = 409, description = "Already running", body = ErrorBody)),
     security(("cookie" = []), ("bearer" = [])))]
 async fn expire(
     Extract(http): Extract<Http>,
     a: AdminCaller,
-    b: Result<Json<ExpireRequest>, JsonRejection>,
+    headers: HeaderMap,
+    b: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Json<ExpireReport>> {
-    let r = body(b)?;
+    let r: ExpireRequest = json_body(&headers, b)?;
     let resource = r.resource.unwrap_or(4);
     if !(1..=MAX_EXPIRE_WORKERS).contains(&resource) {
         return Err(ApiError::bad_request(format!(
@@ -392,21 +389,28 @@ async fn expire(
 #[serde(deny_unknown_fields)]
 struct ReclaimRequest {
     /// Rewrite containers at least this percent reclaimable (default 60).
+    #[schema(minimum = 1, maximum = 100)]
     threshold: Option<u32>,
 }
 
 /// Reclaims the pool's space (a process; answers when it ends).
-#[utoipa::path(post, path = "/api/reclaim", tag = "storage", request_body = ReclaimRequest,
-    responses((status = 200, body = ReclaimReport), (status = 400, body = ErrorBody),
-        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+#[utoipa::path(post, path = "/api/reclaim", tag = "storage", request_body(content = Option<ReclaimRequest>, description = "Options (all optional; no body takes the defaults)"),
+    responses((status = 200, description = "OK", body = ReclaimReport), (status = 400, description = "Malformed request", body = ErrorBody),
+        (status = 401, description = "Not logged in", body = ErrorBody), (status = 403, description = "Not allowed for this account", body = ErrorBody),
         (status = 409, description = "Already running", body = ErrorBody)),
     security(("cookie" = []), ("bearer" = [])))]
 async fn reclaim(
     Extract(http): Extract<Http>,
     a: AdminCaller,
-    b: Result<Json<ReclaimRequest>, JsonRejection>,
+    headers: HeaderMap,
+    b: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Json<ReclaimReport>> {
-    let threshold = body(b)?.threshold.unwrap_or(60);
+    let threshold = json_body::<ReclaimRequest>(&headers, b)?.threshold.unwrap_or(60);
+    if !(1..=100).contains(&threshold) {
+        return Err(ApiError::bad_request(format!(
+            "threshold {threshold}: give 1 to 100 percent reclaimable"
+        )));
+    }
     a.run(&http, move |admin| admin.reclaim_stgpool(threshold)).await.map(Json)
 }
 
@@ -423,17 +427,18 @@ struct AuditRequest {
 }
 
 /// Reads every frame of the pool and checks it (a process; answers when it ends).
-#[utoipa::path(post, path = "/api/audit", tag = "storage", request_body = AuditRequest,
-    responses((status = 200, body = AuditReport), (status = 400, body = ErrorBody),
-        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+#[utoipa::path(post, path = "/api/audit", tag = "storage", request_body(content = Option<AuditRequest>, description = "Options (all optional; no body takes the defaults)"),
+    responses((status = 200, description = "OK", body = AuditReport), (status = 400, description = "Malformed request", body = ErrorBody),
+        (status = 401, description = "Not logged in", body = ErrorBody), (status = 403, description = "Not allowed for this account", body = ErrorBody),
         (status = 409, description = "Already running", body = ErrorBody)),
     security(("cookie" = []), ("bearer" = [])))]
 async fn audit(
     Extract(http): Extract<Http>,
     a: AdminCaller,
-    b: Result<Json<AuditRequest>, JsonRejection>,
+    headers: HeaderMap,
+    b: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Json<AuditReport>> {
-    let r = body(b)?;
+    let r: AuditRequest = json_body(&headers, b)?;
     a.run(&http, move |admin| admin.audit_stgpool(r.mark_damaged, r.release_unknown, Vec::new()))
         .await
         .map(Json)
@@ -441,8 +446,8 @@ async fn audit(
 
 /// Backs the catalog up to the server's default place (a process; answers when it ends).
 #[utoipa::path(post, path = "/api/backup-db", tag = "storage",
-    responses((status = 200, body = BackupDbReport), (status = 401, body = ErrorBody),
-        (status = 403, body = ErrorBody), (status = 409, body = ErrorBody)),
+    responses((status = 200, description = "OK", body = BackupDbReport), (status = 401, description = "Not logged in", body = ErrorBody),
+        (status = 403, description = "Not allowed for this account", body = ErrorBody), (status = 409, description = "Refused in the present state", body = ErrorBody)),
     security(("cookie" = []), ("bearer" = [])))]
 async fn backup_db(
     Extract(http): Extract<Http>,

@@ -23,9 +23,14 @@ use super::{ApiError, ApiResult, ErrorBody, Http, blocking};
 use crate::admin_core::Actor;
 use crate::auth::Session;
 use crate::login::LoginAttempt;
+use qsm_types::ServerError;
 
-/// The console's session cookie.
-pub const COOKIE: &str = "qsm_session";
+/// The console's session cookie. The `__Host-` prefix makes browsers take it only from this
+/// host, over HTTPS, for every path: a neighbouring site cannot plant one that shadows it.
+pub const COOKIE: &str = "__Host-qsm_session";
+/// Sessions one account keeps open over HTTP: a script that logs in again and again without
+/// logging out closes its own oldest, instead of filling the server's sessions.
+const WEB_SESSIONS_PER_ACCOUNT: usize = 8;
 /// The header a cookie-authenticated change must carry.
 pub const CSRF_HEADER: &str = "x-qsm-csrf";
 /// How long a login waits for its turn among password checks.
@@ -42,10 +47,11 @@ pub struct AdminCaller(pub Actor);
 
 /// The session token of a request, and whether it came in the cookie.
 fn token_of(headers: &HeaderMap) -> Option<(String, bool)> {
-    let bearer = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
+    // The scheme's name is case-insensitive (RFC 9110 11.1).
+    let bearer = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| {
+        let (scheme, token) = v.trim().split_once(' ')?;
+        scheme.eq_ignore_ascii_case("bearer").then_some(token)
+    });
     if let Some(t) = bearer {
         return Some((t.trim().to_owned(), false));
     }
@@ -133,6 +139,42 @@ pub struct LoginRequest {
     /// Log in as a node rather than an administrator.
     #[serde(default)]
     pub node: bool,
+    /// Keep the session in an HttpOnly cookie (a browser's page) rather than answer with its
+    /// token (a script), so a page's script never holds the token.
+    #[serde(default)]
+    pub cookie: bool,
+}
+
+/// The sessions each account opened over HTTP, oldest first.
+#[derive(Debug, Default)]
+pub struct WebSessions(std::sync::Mutex<std::collections::HashMap<String, Vec<String>>>);
+
+impl WebSessions {
+    /// Records `token` as `account`'s newest; returns the tokens past the bound, to close.
+    fn opened(&self, account: &str, token: &str) -> Vec<String> {
+        let mut all = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mine = all.entry(account.to_owned()).or_default();
+        mine.push(token.to_owned());
+        let excess = mine.len().saturating_sub(WEB_SESSIONS_PER_ACCOUNT);
+        mine.drain(..excess).collect()
+    }
+
+    fn closed(&self, account: &str, token: &str) {
+        let mut all = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(mine) = all.get_mut(account) {
+            mine.retain(|t| t != token);
+            if mine.is_empty() {
+                all.remove(account);
+            }
+        }
+    }
+}
+
+/// Seconds a lockout's message says to wait ("... try again in N s").
+fn wait_of(e: &ServerError) -> Option<u32> {
+    let ServerError::Busy(text) = e else { return None };
+    let after = text.rsplit_once("try again in ")?.1;
+    after.split(' ').next()?.parse().ok()
 }
 
 /// Who is logged in.
@@ -155,7 +197,7 @@ fn session_cookie(token: &str, max_age: Option<u32>) -> HeaderValue {
     HeaderValue::from_str(&cookie).unwrap_or_else(|_| HeaderValue::from_static(""))
 }
 
-/// Logs in and opens a session: its token in the answer and in an HttpOnly cookie.
+/// Logs in and opens a session: its token in the answer, or (`cookie`) in an HttpOnly cookie.
 #[utoipa::path(post, path = "/api/login", tag = "session", request_body = LoginRequest,
     responses(
         (status = 200, description = "Logged in", body = Whoami),
@@ -183,7 +225,13 @@ pub async fn login(
         peer: peer.to_string(),
         conn: None,
     };
-    let keys = http.state.login_allowed(&mut attempt)?;
+    let keys = http.state.login_allowed(&mut attempt).map_err(|e| {
+        let wait = wait_of(&e);
+        let mut refused = ApiError::from(e);
+        refused.retry_after = wait.or(refused.retry_after);
+        refused
+    })?;
+    let cookie = r.cookie;
     let Some(_turn) = http.state.logins.turn(LOGIN_PATIENCE).await else {
         let mut busy = ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -194,14 +242,27 @@ pub async fn login(
     };
     let state = Arc::clone(&http.state);
     let (session, token) = blocking(move || state.login(attempt, keys)).await?;
+    let evicted = http.web_sessions.opened(&session.account, &token);
+    if !evicted.is_empty() {
+        let state = Arc::clone(&http.state);
+        blocking(move || {
+            for old in evicted.iter().filter_map(|t| state.sessions.close(t)) {
+                state.end_record(&old, "ended: too many web sessions of its account (newest kept)");
+            }
+            Ok(())
+        })
+        .await?;
+    }
     let me = Whoami {
         account: session.account.clone(),
         admin: session.node.is_none(),
         session: session.id,
-        token: Some(token.clone()),
+        token: (!cookie).then(|| token.clone()),
     };
     let mut answer = Json(me).into_response();
-    answer.headers_mut().insert(header::SET_COOKIE, session_cookie(&token, None));
+    if cookie {
+        answer.headers_mut().insert(header::SET_COOKIE, session_cookie(&token, None));
+    }
     Ok(answer)
 }
 
@@ -211,6 +272,7 @@ pub async fn login(
         (status = 401, description = "Not logged in", body = ErrorBody)),
     security(("cookie" = []), ("bearer" = [])))]
 pub async fn logout(Extract(http): Extract<Http>, caller: Caller) -> ApiResult<Response> {
+    http.web_sessions.closed(&caller.session.account, &caller.token);
     if let Some(session) = http.state.sessions.close(&caller.token) {
         let state = Arc::clone(&http.state);
         blocking(move || {
@@ -226,7 +288,7 @@ pub async fn logout(Extract(http): Extract<Http>, caller: Caller) -> ApiResult<R
 
 /// The caller's account and session.
 #[utoipa::path(get, path = "/api/whoami", tag = "session",
-    responses((status = 200, body = Whoami),
+    responses((status = 200, description = "OK", body = Whoami),
         (status = 401, description = "Not logged in", body = ErrorBody)),
     security(("cookie" = []), ("bearer" = [])))]
 pub async fn whoami(caller: Caller) -> Json<Whoami> {

@@ -79,7 +79,7 @@ impl NodeCaller {
 
 /// The node's filespaces, with their last backups.
 #[utoipa::path(get, path = "/api/my/filespaces", tag = "node",
-    responses((status = 200, body = [FilespaceRow]), (status = 401, body = ErrorBody),
+    responses((status = 200, description = "OK", body = [FilespaceRow]), (status = 401, description = "Not logged in", body = ErrorBody),
         (status = 403, description = "Not a node's session", body = ErrorBody)),
     security(("cookie" = []), ("bearer" = [])))]
 pub async fn filespaces(
@@ -92,6 +92,7 @@ pub async fn filespaces(
 
 /// A directory of one of the node's filespaces.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct DirQuery {
     filespace: String,
@@ -216,9 +217,9 @@ fn entry(v: &ObjectVersion) -> FileEntry {
 
 /// The entries directly in a directory of one of the node's filespaces.
 #[utoipa::path(get, path = "/api/my/files", tag = "node", params(DirQuery),
-    responses((status = 200, body = Listing), (status = 400, body = ErrorBody),
-        (status = 404, body = ErrorBody), (status = 401, body = ErrorBody),
-        (status = 403, body = ErrorBody)),
+    responses((status = 200, description = "OK", body = Listing), (status = 400, description = "Malformed request", body = ErrorBody),
+        (status = 404, description = "No such thing", body = ErrorBody), (status = 401, description = "Not logged in", body = ErrorBody),
+        (status = 403, description = "Not allowed for this account", body = ErrorBody)),
     security(("cookie" = []), ("bearer" = [])))]
 pub async fn files(
     Extract(http): Extract<Http>,
@@ -239,6 +240,7 @@ pub async fn files(
 
 /// Which version to download.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ObjectQuery {
     object: i64,
@@ -407,9 +409,9 @@ fn attachment(name: &str) -> HeaderValue {
 /// A file's content as it was backed up (its active or inactive version `object`).
 #[utoipa::path(get, path = "/api/my/download", tag = "node", params(ObjectQuery),
     responses((status = 200, description = "The file's bytes", content_type = "application/octet-stream"),
-        (status = 404, body = ErrorBody), (status = 409, description = "Encrypted on the client, \
-        damaged, or not a file", body = ErrorBody), (status = 401, body = ErrorBody),
-        (status = 403, body = ErrorBody)),
+        (status = 404, description = "No such thing", body = ErrorBody), (status = 409, description = "Encrypted on the client, \
+        damaged, or not a file", body = ErrorBody), (status = 401, description = "Not logged in", body = ErrorBody),
+        (status = 403, description = "Not allowed for this account", body = ErrorBody)),
     security(("cookie" = []), ("bearer" = [])))]
 pub async fn download(
     Extract(http): Extract<Http>,
@@ -453,10 +455,10 @@ pub async fn download(
 /// files, directories, symbolic and hard links, with modes, owners and times.
 #[utoipa::path(get, path = "/api/my/tar", tag = "node", params(DirQuery),
     responses((status = 200, description = "A tar stream", content_type = "application/x-tar"),
-        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 400, description = "Malformed request", body = ErrorBody), (status = 404, description = "No such thing", body = ErrorBody),
         (status = 409, description = "Something in it is encrypted on the client, or too many \
-        entries", body = ErrorBody), (status = 401, body = ErrorBody),
-        (status = 403, body = ErrorBody)),
+        entries", body = ErrorBody), (status = 401, description = "Not logged in", body = ErrorBody),
+        (status = 403, description = "Not allowed for this account", body = ErrorBody)),
     security(("cookie" = []), ("bearer" = [])))]
 pub async fn tar(
     Extract(http): Extract<Http>,

@@ -9,8 +9,6 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use axum::extract::connect_info::Connected;
-use axum::serve::IncomingStream;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
@@ -21,12 +19,49 @@ use tokio_rustls::server::TlsStream;
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections open at once, handshakes included: a browser opens a handful, a script one.
 const MAX_CONNECTIONS: usize = 256;
+/// Connections open at once from one address: one client cannot take every slot.
+const MAX_PER_SOURCE: usize = 32;
+
+/// Connections open per source address.
+#[derive(Debug, Default)]
+struct Sources(std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>);
+
+/// One connection's place among its source's.
+struct SourceSlot {
+    sources: Arc<Sources>,
+    ip: std::net::IpAddr,
+}
+
+impl Sources {
+    fn take(self: &Arc<Self>, ip: std::net::IpAddr) -> Option<SourceSlot> {
+        let mut open = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let n = open.entry(ip).or_insert(0);
+        if *n >= MAX_PER_SOURCE {
+            return None;
+        }
+        *n += 1;
+        Some(SourceSlot { sources: Arc::clone(self), ip })
+    }
+}
+
+impl Drop for SourceSlot {
+    fn drop(&mut self) {
+        let mut open = self.sources.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = open.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.ip);
+            }
+        }
+    }
+}
 
 /// A connection whose handshake is done; it holds its place among [`MAX_CONNECTIONS`] until
 /// dropped.
 pub struct Conn {
     tls: TlsStream<TcpStream>,
     _slot: OwnedSemaphorePermit,
+    _source: SourceSlot,
 }
 
 /// The peer's address, as handlers see it.
@@ -46,6 +81,7 @@ impl Listener {
         let local = tcp.local_addr()?;
         let (tx, ready) = mpsc::channel(16);
         let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+        let sources = Arc::new(Sources::default());
         let accepting = tokio::spawn(async move {
             loop {
                 // Waits for a free slot before accepting: past the bound, clients queue in
@@ -60,12 +96,15 @@ impl Listener {
                         continue;
                     }
                 };
+                // Past its share, an address's new connections are closed at once.
+                let Some(source) = sources.take(addr.ip()) else { continue };
                 let _ = stream.set_nodelay(true);
                 let (acceptor, tx) = (acceptor.clone(), tx.clone());
                 tokio::spawn(async move {
                     let shaken = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream));
                     if let Ok(Ok(tls)) = shaken.await {
-                        let _ = tx.send((Conn { tls, _slot: slot }, addr)).await;
+                        let conn = Conn { tls, _slot: slot, _source: source };
+                        let _ = tx.send((conn, addr)).await;
                     }
                 });
             }
@@ -94,12 +133,6 @@ impl axum::serve::Listener for Listener {
 
     fn local_addr(&self) -> io::Result<SocketAddr> {
         Ok(self.local)
-    }
-}
-
-impl Connected<IncomingStream<'_, Listener>> for Peer {
-    fn connect_info(stream: IncomingStream<'_, Listener>) -> Peer {
-        Peer(*stream.remote_addr())
     }
 }
 

@@ -30,6 +30,8 @@ pub(crate) struct Http {
     pub state: Arc<State>,
     /// The overview, kept a few seconds (module `overview`).
     pub overview: Arc<overview::Kept>,
+    /// The sessions opened over HTTP, per account (module `auth`).
+    pub web_sessions: Arc<auth::WebSessions>,
 }
 
 /// An error answer: its status and a message that says what was wrong, as JSON
@@ -91,6 +93,29 @@ impl IntoResponse for ApiError {
 
 pub(crate) type ApiResult<T> = Result<T, ApiError>;
 
+/// A request's JSON body: its default when there is none, else it must say it is JSON (a
+/// form or text sent by mistake is refused, not taken for no options) and parse.
+pub(crate) fn json_body<T: Default + serde::de::DeserializeOwned>(
+    headers: &axum::http::HeaderMap,
+    body: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>,
+) -> ApiResult<T> {
+    let bytes = body.map_err(|e| ApiError::new(e.status(), e.body_text()))?;
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    let kind = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let essence = kind.split(';').next().unwrap_or("").trim();
+    if !essence.eq_ignore_ascii_case("application/json") {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            format!("the body must be JSON (Content-Type: application/json), not {kind:?}"),
+        ));
+    }
+    // The error names the field it found wrong, not only where in the text.
+    serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_slice(&bytes))
+        .map_err(|e| ApiError::bad_request(format!("the body is not what this takes: {e}")))
+}
+
 /// Runs blocking work of the server core (catalog and pool calls) off the async threads.
 pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, ServerError> + Send + 'static,
@@ -118,6 +143,9 @@ async fn hardened(request: axum::extract::Request, next: axum::middleware::Next)
         h.insert(name, HeaderValue::from_static(value));
     }
     h.entry(header::CACHE_CONTROL).or_insert(HeaderValue::from_static("no-store"));
+    // The API's answers are data, never a page: nothing in them may run or be framed.
+    h.entry(header::CONTENT_SECURITY_POLICY)
+        .or_insert(HeaderValue::from_static("default-src 'none'; frame-ancestors 'none'"));
     r
 }
 
@@ -131,24 +159,55 @@ pub async fn bind(addr: &str) -> Result<(tokio::net::TcpListener, SocketAddr), S
     Ok((listener, local))
 }
 
-/// Serves the API and the console on `tcp` until `stopped` resolves.
+/// How long a client has to send a request's headers, counted from when the connection is
+/// ready for one: a connection left idle (kept alive, or a header sent a byte at a time) is
+/// closed after this, so idle connections cannot hold the listener's slots.
+const HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// Serves the API and the console on `tcp` until `stopped` resolves: HTTP/1.1 only (what the
+/// TLS handshake offers), each connection bounded in how long it may stay quiet.
 pub async fn serve(
     tcp: tokio::net::TcpListener,
     tls: Arc<rustls::ServerConfig>,
     state: Arc<State>,
     stopped: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
-    let listener = listener::Listener::new(tcp, tokio_rustls::TlsAcceptor::from(tls))
+    use axum::extract::ConnectInfo;
+    use axum::serve::Listener as _;
+    use tower::ServiceExt as _;
+    let mut listener = listener::Listener::new(tcp, tokio_rustls::TlsAcceptor::from(tls))
         .map_err(|e| ServerError::Failed(format!("the HTTPS listener: {e}")))?;
-    let http = Http { state, overview: Arc::default() };
+    let http = Http { state, overview: Arc::default(), web_sessions: Arc::default() };
     let app = axum::Router::new()
         .merge(console::routes())
         .nest("/api", api::routes())
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such page") })
+        .method_not_allowed_fallback(|method: axum::http::Method| async move {
+            ApiError::new(StatusCode::METHOD_NOT_ALLOWED, format!("{method} is not allowed here"))
+        })
         .layer(axum::middleware::from_fn(hardened))
         .with_state(http);
-    axum::serve(listener, app.into_make_service_with_connect_info::<listener::Peer>())
-        .with_graceful_shutdown(stopped)
-        .await
-        .map_err(|e| ServerError::Failed(format!("the HTTPS listener failed: {e}")))
+    let mut connections = tokio::task::JoinSet::new();
+    tokio::pin!(stopped);
+    loop {
+        let (io, peer) = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = &mut stopped => break,
+        };
+        let app = app.clone().map_request(move |mut r: hyper::Request<hyper::body::Incoming>| {
+            r.extensions_mut().insert(ConnectInfo(listener::Peer(peer)));
+            r
+        });
+        let service = hyper_util::service::TowerToHyperService::new(app);
+        connections.spawn(async move {
+            let mut h1 = hyper::server::conn::http1::Builder::new();
+            h1.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(HEADER_TIMEOUT);
+            // A connection's end, however it came, is the client's business: nothing to log.
+            let _ = h1.serve_connection(hyper_util::rt::TokioIo::new(io), service).await;
+        });
+        // Reap what ended, so the set holds only open connections.
+        while connections.try_join_next().is_some() {}
+    }
+    connections.abort_all();
+    Ok(())
 }
