@@ -218,6 +218,12 @@ fn the_api_checks_who_calls_every_endpoint_and_what_they_send() {
     assert_eq!(runs[0]["result"], "completed", "{history}");
     assert!(runs[0]["bytes"].as_u64().unwrap() > 0, "{history}");
     assert_eq!(runs[0]["filespace"], site.src.to_str().unwrap(), "{history}");
+    // The same history on the command line, from the same core operation.
+    let cli = json(admin(&site.server).args(["query", "backups", "alpha"]));
+    assert_eq!(cli, history, "the command line and the API differ");
+    let none =
+        json(admin(&site.server).args(["query", "backups", "alpha", "--since", "2100-01-01"]));
+    assert_eq!(none, json!([]));
     let fs = api.as_(Some(&oper), "GET", "/api/nodes/alpha/filespaces", None).body;
     assert_eq!(fs[0]["last_completed"]["objects"], runs[0]["objects"], "{fs}");
     let sessions = api.as_(Some(&oper), "GET", "/api/sessions", None).body;

@@ -359,8 +359,17 @@ fn check_restored(restored: &Path, src: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// One mounted file system at a time in this process. The FUSE server runs in the test's own
+/// process, which also maps a file it serves (SQLite's -shm): a thread faulting on that map
+/// holds the process's memory-map lock while it waits for the server, and the server needs
+/// that lock to copy a request into its buffer. A third thread's `munmap` queued between them
+/// deadlocks all three (seen once, with both tests mounted at once: one test's munmap
+/// between the other's fault and server). One test at a time keeps the other's threads out.
+static ONE_MOUNT: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn power_cuts_lose_nothing_committed() {
+    let _alone = ONE_MOUNT.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(why) = qsm_powercut::unavailable() {
         assert!(
             std::env::var_os("QSM_TEST_REQUIRE_ROOT").is_none(),
@@ -447,6 +456,7 @@ const ENOSPC: i32 = 28;
 /// is counted durable by a later successful one (fsyncgate).
 #[test]
 fn failing_disk_errors_are_clear_and_commit_nothing_unproven() {
+    let _alone = ONE_MOUNT.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(why) = qsm_powercut::unavailable() {
         assert!(
             std::env::var_os("QSM_TEST_REQUIRE_ROOT").is_none(),
