@@ -72,6 +72,16 @@ const POOL_CHECK_BEATS: u64 = 20;
 /// a client's channel reconnects within a second or two.
 const ORPHAN_GRACE: Duration = Duration::from_secs(5);
 
+/// Binds a listener of the HTTP front ends before the server says it is ready, so a taken
+/// port fails the start; `what` names it in the error.
+async fn bind(addr: &str, what: &str) -> Result<(TcpListener, std::net::SocketAddr), ServerError> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|e| ServerError::Failed(format!("cannot listen for {what} on {addr}: {e}")))?;
+    let local = listener.local_addr().map_err(|e| ServerError::Failed(e.to_string()))?;
+    Ok((listener, local))
+}
+
 /// Opens the store, binds every listener, calls `ready`, and serves until SIGINT or SIGTERM.
 pub fn run(config: ServerConfig, ready: impl FnOnce(&Listening)) -> Result<(), ServerError> {
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -219,14 +229,14 @@ async fn serve(config: ServerConfig, ready: impl FnOnce(&Listening)) -> Result<(
         return Err(ServerError::Failed("nothing to listen on: give --listen or --socket".into()));
     }
     if let Some(addr) = &config.metrics_listen {
-        let (listener, local) = metrics::bind(addr).await?;
+        let (listener, local) = bind(addr, "metrics").await?;
         listening.metrics = Some(format!("http://{local}/metrics"));
         let serving = metrics::serve(listener, Arc::clone(&state), stopped());
         tasks.spawn(async move { serving.await.map_err(|e| e.to_string()) });
     }
     if let Some(addr) = &config.http_listen {
         let tls = tls::http_config(&config)?;
-        let (listener, local) = http::bind(addr).await?;
+        let (listener, local) = bind(addr, "HTTPS").await?;
         listening.console = Some(format!("https://{local}/"));
         if listening.certificate.is_none() {
             listening.certificate = Some(config.tls_paths().0);

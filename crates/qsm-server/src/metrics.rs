@@ -6,7 +6,6 @@
 //! server answered).
 
 use std::fmt::Write as _;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -410,16 +409,6 @@ pub async fn serve(
         .with_graceful_shutdown(stopped)
         .await
         .map_err(|e| ServerError::Failed(format!("the metrics listener failed: {e}")))
-}
-
-/// Binds the metrics listener (before the server says it is ready, so a taken port fails
-/// the start).
-pub async fn bind(addr: &str) -> Result<(tokio::net::TcpListener, SocketAddr), ServerError> {
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|e| ServerError::Failed(format!("cannot listen for metrics on {addr}: {e}")))?;
-    let local = listener.local_addr().map_err(|e| ServerError::Failed(e.to_string()))?;
-    Ok((listener, local))
 }
 
 #[cfg(test)]

@@ -11,7 +11,6 @@ mod files;
 mod listener;
 mod overview;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Json;
@@ -147,16 +146,6 @@ async fn hardened(request: axum::extract::Request, next: axum::middleware::Next)
     h.entry(header::CONTENT_SECURITY_POLICY)
         .or_insert(HeaderValue::from_static("default-src 'none'; frame-ancestors 'none'"));
     r
-}
-
-/// Binds the HTTPS listener (before the server says it is ready, so a taken port fails the
-/// start).
-pub async fn bind(addr: &str) -> Result<(tokio::net::TcpListener, SocketAddr), ServerError> {
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|e| ServerError::Failed(format!("cannot listen for HTTPS on {addr}: {e}")))?;
-    let local = listener.local_addr().map_err(|e| ServerError::Failed(e.to_string()))?;
-    Ok((listener, local))
 }
 
 /// How long a client has to send a request's headers, counted from when the connection is
