@@ -245,6 +245,7 @@ fn the_api_checks_who_calls_every_endpoint_and_what_they_send() {
         ("POST", "/api/reclaim", Some("{\"threshold\": "), 400, "EOF"),
         ("POST", "/api/reclaim", Some(r#"{"threshold": "high"}"#), 400, "threshold"),
         ("POST", "/api/expire", Some(r#"{"resource": 0}"#), 400, "resource"),
+        ("POST", "/api/expire", Some(r#"{"duration_minutes": 2147483648}"#), 400, "duration"),
         ("POST", "/api/expire", Some(r#"{"nodes": ["nosuch"]}"#), 404, "nosuch"),
         ("POST", "/api/audit", Some(r#"{"mark": true}"#), 400, "mark"),
         ("GET", "/api/nothing-here", None, 404, "no such"),
@@ -283,6 +284,8 @@ fn the_api_checks_who_calls_every_endpoint_and_what_they_send() {
         assert_eq!(a.status, 405, "{method} {path}");
         assert!(a.body["error"].as_str().unwrap().contains(method), "{}", a.body);
     }
+    let a = api.as_(Some(&sys), "POST", "/api/audit", Some("null"));
+    assert_eq!(a.status, 200, "null is no options: {}", a.body);
     let a = api.as_(Some(&sys), "POST", "/api/reclaim", Some(r#"{"threshold": 0}"#));
     assert_eq!(a.status, 400, "{}", a.body);
     // Every answer, errors too, forbids framing and running anything.

@@ -258,6 +258,7 @@ struct EventsQuery {
 /// Schedule events: each scheduled run and how it went.
 #[utoipa::path(get, path = "/api/events", tag = "activity", params(EventsQuery),
     responses((status = 200, description = "OK", body = [EventRow]), (status = 400, description = "Malformed request", body = ErrorBody),
+        (status = 404, description = "No such node", body = ErrorBody),
         (status = 401, description = "Not logged in", body = ErrorBody), (status = 403, description = "Not allowed for this account", body = ErrorBody)),
     security(("cookie" = []), ("bearer" = [])))]
 async fn events(
@@ -279,6 +280,7 @@ struct ActlogQuery {
     /// Only entries containing this text (case-insensitive).
     search: Option<String>,
     /// At most this many entries, the newest (default 1000, at most 100000).
+    #[param(minimum = 1, maximum = 100000)]
     limit: Option<u32>,
 }
 
@@ -346,6 +348,9 @@ async fn stgpools(
     a.run(&http, |admin| admin.stgpools()).await.map(Json)
 }
 
+/// The longest expiration the API starts: a year.
+const MAX_EXPIRE_MINUTES: u32 = 525_600;
+
 /// `expire inventory`'s options.
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -356,7 +361,8 @@ struct ExpireRequest {
     /// Only these nodes (default: all).
     #[serde(default)]
     nodes: Vec<String>,
-    /// Stop after this many minutes.
+    /// Stop after this many minutes (at most a year).
+    #[schema(minimum = 1, maximum = 525600)]
     duration_minutes: Option<u32>,
 }
 
@@ -377,6 +383,11 @@ async fn expire(
     if !(1..=MAX_EXPIRE_WORKERS).contains(&resource) {
         return Err(ApiError::bad_request(format!(
             "resource {resource}: give 1 to {MAX_EXPIRE_WORKERS} workers"
+        )));
+    }
+    if let Some(m) = r.duration_minutes.filter(|m| !(1..=MAX_EXPIRE_MINUTES).contains(m)) {
+        return Err(ApiError::bad_request(format!(
+            "duration_minutes {m}: give 1 to {MAX_EXPIRE_MINUTES} minutes (a year)"
         )));
     }
     a.run(&http, move |admin| admin.expire_inventory(resource, r.nodes, r.duration_minutes))

@@ -110,9 +110,12 @@ pub(crate) fn json_body<T: Default + serde::de::DeserializeOwned>(
             format!("the body must be JSON (Content-Type: application/json), not {kind:?}"),
         ));
     }
-    // The error names the field it found wrong, not only where in the text.
-    serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_slice(&bytes))
-        .map_err(|e| ApiError::bad_request(format!("the body is not what this takes: {e}")))
+    // The error names the field it found wrong, not only where in the text; `null` is no
+    // options, as no body is.
+    let found: Option<T> =
+        serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_slice(&bytes))
+            .map_err(|e| ApiError::bad_request(format!("the body is not what this takes: {e}")))?;
+    Ok(found.unwrap_or_default())
 }
 
 /// Runs blocking work of the server core (catalog and pool calls) off the async threads.
