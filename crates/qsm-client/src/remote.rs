@@ -518,14 +518,7 @@ impl Server for RemoteServer {
             let request = v1::HaveChunksRequest { ids, sealed };
             let r = self.rt.block_on(node.have_chunks(request)).map_err(|s| self.error(s))?;
             let answer = r.into_inner().have;
-            if answer.len() != part.len() {
-                return Err(ServerError::Failed(format!(
-                    "{}: {} answers to {} chunk ids",
-                    self.url,
-                    answer.len(),
-                    part.len()
-                )));
-            }
+            qsm_proto::check_answers(&self.url, answer.len(), part.len(), "chunk ids")?;
             have.extend(answer);
         }
         Ok(have)

@@ -70,3 +70,17 @@ pub fn is_loopback(host: &str) -> bool {
     host.eq_ignore_ascii_case("localhost")
         || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
+
+/// Checks that a peer answered each of `asked` questions of a batch (chunk ids it holds...):
+/// an answer cut short or padded is the peer's fault, named, never silently zipped short.
+pub fn check_answers(
+    peer: &str,
+    answers: usize,
+    asked: usize,
+    what: &str,
+) -> Result<(), qsm_types::ServerError> {
+    if answers == asked {
+        return Ok(());
+    }
+    Err(qsm_types::ServerError::Failed(format!("{peer}: {answers} answers to {asked} {what}")))
+}

@@ -31,6 +31,13 @@ pub struct LoginAttempt {
     pub conn: Option<crate::conns::Conn>,
 }
 
+/// What `a`'s failures are counted against: its account (an administrator's apart from a
+/// node of the same name) and where it comes from.
+pub fn login_keys(a: &LoginAttempt) -> [logins::Key; 2] {
+    let account = if a.admin { format!("admin:{}", a.account) } else { a.account.clone() };
+    [logins::Key::Account(account), logins::Key::Source(logins::source_of(&a.peer))]
+}
+
 impl State {
     /// Checks `a`'s sizes and whether its account or source is locked out: before any hash
     /// is computed, and without logging again. Returns the lockout keys for
@@ -50,8 +57,7 @@ impl State {
             )));
         }
         qsm_types::truncate_utf8(&mut a.client, logins::MAX_CLIENT);
-        let account = if a.admin { format!("admin:{}", a.account) } else { a.account.clone() };
-        let keys = [logins::Key::Account(account), logins::Key::Source(logins::source_of(&a.peer))];
+        let keys = login_keys(a);
         self.logins
             .check(&keys, std::time::Instant::now())
             .map_err(|locked| ServerError::Busy(locked.to_string()))?;

@@ -127,6 +127,11 @@ impl Logins {
         Ok(())
     }
 
+    /// The lockout `keys` are under now, if any.
+    pub fn lockout(&self, keys: &[Key]) -> Option<LockedOut> {
+        self.check(keys, Instant::now()).err()
+    }
+
     /// Waits for a turn to verify a password (held until dropped); `None` if none came within
     /// `patience` (the server is flooded: the login is refused rather than queued forever).
     pub async fn turn(&self, patience: Duration) -> Option<tokio::sync::SemaphorePermit<'_>> {

@@ -129,14 +129,8 @@ impl Target {
                 sealed,
             };
             let answer = self.call(self.client.clone().have_chunks(r))?.have;
-            if answer.len() != part.len() {
-                return Err(ServerError::Failed(format!(
-                    "server {} answered {} of {} chunk ids",
-                    self.name,
-                    answer.len(),
-                    part.len()
-                )));
-            }
+            let peer = format!("server {}", self.name);
+            qsm_proto::check_answers(&peer, answer.len(), part.len(), "chunk ids")?;
             have.extend(answer);
         }
         Ok(have)

@@ -22,7 +22,7 @@ use utoipa::OpenApi;
 
 use super::auth::{self, AdminCaller};
 use super::overview::{self, Overview};
-use super::{ApiError, ApiResult, ErrorBody, Http, blocking, json_body};
+use super::{ApiError, ApiResult, ErrorBody, Http, blocking, json_body, path, query};
 use crate::admin_core::{AdminSession, MAX_ACTLOG_ENTRIES, MAX_EXPIRE_WORKERS};
 
 /// The API's routes, under `/api`.
@@ -68,14 +68,6 @@ impl AdminCaller {
         })
         .await
     }
-}
-
-fn path<T>(p: Result<Path<T>, PathRejection>) -> ApiResult<T> {
-    p.map(|Path(t)| t).map_err(|e| ApiError::bad_request(e.body_text()))
-}
-
-fn query<T>(q: Result<Query<T>, QueryRejection>) -> ApiResult<T> {
-    q.map(|Query(t)| t).map_err(|e| ApiError::bad_request(e.body_text()))
 }
 
 fn done() -> Response {

@@ -11,19 +11,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Json;
-use axum::extract::rejection::JsonRejection;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{ConnectInfo, FromRequestParts, State as Extract};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
-use super::listener::Peer;
-use super::{ApiError, ApiResult, ErrorBody, Http, blocking};
+use super::{ApiError, ApiResult, ErrorBody, Http, blocking, json_body};
 use crate::admin_core::Actor;
 use crate::auth::Session;
 use crate::login::LoginAttempt;
-use qsm_types::ServerError;
 
 /// The console's session cookie. The `__Host-` prefix makes browsers take it only from this
 /// host, over HTTPS, for every path: a neighbouring site cannot plant one that shadows it.
@@ -130,7 +129,7 @@ impl FromRequestParts<Http> for AdminCaller {
 }
 
 /// `POST /api/login`.
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LoginRequest {
     /// The administrator's (or node's) name.
@@ -170,13 +169,6 @@ impl WebSessions {
     }
 }
 
-/// Seconds a lockout's message says to wait ("... try again in N s").
-fn wait_of(e: &ServerError) -> Option<u32> {
-    let ServerError::Busy(text) = e else { return None };
-    let after = text.rsplit_once("try again in ")?.1;
-    after.split(' ').next()?.parse().ok()
-}
-
 /// Who is logged in.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Whoami {
@@ -209,11 +201,11 @@ fn session_cookie(token: &str, max_age: Option<u32>) -> HeaderValue {
     ))]
 pub async fn login(
     Extract(http): Extract<Http>,
-    ConnectInfo(Peer(peer)): ConnectInfo<Peer>,
+    ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
     headers: HeaderMap,
-    body: Result<Json<LoginRequest>, JsonRejection>,
+    body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
-    let Json(r) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let r: LoginRequest = json_body(&headers, body)?;
     // The session list names the program: the first word of its user agent is enough.
     let agent = headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or("");
     let agent = agent.split_whitespace().next().unwrap_or("unknown");
@@ -225,12 +217,23 @@ pub async fn login(
         peer: peer.to_string(),
         conn: None,
     };
-    let keys = http.state.login_allowed(&mut attempt).map_err(|e| {
-        let wait = wait_of(&e);
-        let mut refused = ApiError::from(e);
-        refused.retry_after = wait.or(refused.retry_after);
-        refused
-    })?;
+    // A lockout's answer says how long it lasts, in its text and in Retry-After alike: both
+    // from the lockout table's one reading.
+    let counted = crate::login::login_keys(&attempt);
+    let locked_out = |l: crate::logins::LockedOut| ApiError {
+        status: StatusCode::TOO_MANY_REQUESTS,
+        message: l.to_string(),
+        retry_after: Some(u32::try_from(l.wait.as_secs().max(1)).unwrap_or(u32::MAX)),
+    };
+    if let Some(l) = http.state.logins.lockout(&counted) {
+        return Err(locked_out(l));
+    }
+    // Locked out while it waited for its turn (module `login` checks again then).
+    let with_wait = |e: ApiError| match http.state.logins.lockout(&counted) {
+        Some(l) if e.status == StatusCode::TOO_MANY_REQUESTS => locked_out(l),
+        _ => e,
+    };
+    let keys = http.state.login_allowed(&mut attempt)?;
     let cookie = r.cookie;
     let Some(_turn) = http.state.logins.turn(LOGIN_PATIENCE).await else {
         let mut busy = ApiError::new(
@@ -241,7 +244,7 @@ pub async fn login(
         return Err(busy);
     };
     let state = Arc::clone(&http.state);
-    let (session, token) = blocking(move || state.login(attempt, keys)).await?;
+    let (session, token) = blocking(move || state.login(attempt, keys)).await.map_err(with_wait)?;
     let evicted = http.web_sessions.opened(&session.account, &token);
     if !evicted.is_empty() {
         let state = Arc::clone(&http.state);

@@ -25,10 +25,11 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use super::auth::Caller;
-use super::{ApiError, ApiResult, ErrorBody, Http, blocking};
+use super::{ApiError, ApiResult, ErrorBody, Http, blocking, query};
 use crate::auth::Session;
 use crate::node_core::{NodeFetch, NodeSession};
 use crate::state::State;
+use qsm_catalog::Severity;
 
 /// The most entries a listing or a tar takes: past it, `qsm restore` is the tool.
 const MAX_ENTRIES: usize = 100_000;
@@ -226,7 +227,7 @@ pub async fn files(
     me: NodeCaller,
     q: Result<Query<DirQuery>, QueryRejection>,
 ) -> ApiResult<Json<Listing>> {
-    let Query(q) = q.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let q = query(q)?;
     let dir = check_dir(&q.dir)?.to_owned();
     let filespace = q.filespace;
     me.run(&http, move |n| {
@@ -375,17 +376,25 @@ impl Read for Content<'_> {
 
 /// Streams what `write` writes, from a blocking task; an error after the answer started
 /// cuts the stream, which the browser sees as a failed download (its length falls short).
+/// The failure is also written to the activity log, naming the node and `what` was sent: the
+/// browser shows only a failed download.
 fn stream(
     state: Arc<State>,
-    write: impl FnOnce(&State, &mut Sender) -> io::Result<()> + Send + 'static,
+    session: Arc<Session>,
+    what: String,
+    write: impl FnOnce(&NodeSession<'_>, &mut Sender) -> io::Result<()> + Send + 'static,
 ) -> Body {
     let (tx, rx) = mpsc::channel(4);
     tokio::task::spawn_blocking(move || {
+        let Some(node) = session.node else { return };
+        let n = NodeSession::new(&state, node, Some(&session));
         let mut out = Sender { tx: tx.clone(), buf: Vec::with_capacity(PIECE) };
-        let done = write(&state, &mut out).and_then(|()| out.flush());
+        let done = write(&n, &mut out).and_then(|()| out.flush());
         if let Err(e) = done
             && e.kind() != io::ErrorKind::BrokenPipe
         {
+            let why = format!("node {}: {what} cut short: {e}", session.account);
+            state.log(Severity::Warning, &why, Some(node), session.record);
             let _ = tx.blocking_send(Err(e));
         }
     });
@@ -418,8 +427,8 @@ pub async fn download(
     me: NodeCaller,
     q: Result<Query<ObjectQuery>, QueryRejection>,
 ) -> ApiResult<Response> {
-    let Query(q) = q.map_err(|e| ApiError::bad_request(e.body_text()))?;
-    let (node, session) = (me.node, Arc::clone(&me.session));
+    let q = query(q)?;
+    let session = Arc::clone(&me.session);
     let v = me
         .run(&http, move |n| {
             let v = n
@@ -438,9 +447,9 @@ pub async fn download(
         .await?;
     let name = text(v.path.rsplit(|b| *b == b'/').next().unwrap_or(&v.path));
     let size = v.attrs.size;
-    let body = stream(Arc::clone(&http.state), move |state, out| {
-        let n = NodeSession::new(state, node, Some(&session));
-        let mut content = Content::new(&n, &v).map_err(io::Error::other)?;
+    let what = format!("the download of {}", text(&v.path));
+    let body = stream(Arc::clone(&http.state), session, what, move |n, out| {
+        let mut content = Content::new(n, &v).map_err(io::Error::other)?;
         io::copy(&mut content, out).map(drop)
     });
     let mut r = body.into_response();
@@ -465,9 +474,9 @@ pub async fn tar(
     me: NodeCaller,
     q: Result<Query<DirQuery>, QueryRejection>,
 ) -> ApiResult<Response> {
-    let Query(q) = q.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let q = query(q)?;
     let dir = check_dir(&q.dir)?.to_owned();
-    let (node, session) = (me.node, Arc::clone(&me.session));
+    let session = Arc::clone(&me.session);
     let (filespace, d) = (q.filespace.clone(), dir.clone());
     let versions = me
         .run(&http, move |n| {
@@ -491,12 +500,12 @@ pub async fn tar(
     let base = if dir.is_empty() { q.filespace.trim_end_matches('/') } else { &dir };
     let top = base.rsplit('/').next().filter(|s| !s.is_empty()).unwrap_or("filespace").to_owned();
     let name = format!("{top}.tar");
-    let body = stream(Arc::clone(&http.state), move |state, out| {
-        let n = NodeSession::new(state, node, Some(&session));
+    let what = format!("the tar of {}/{dir}", q.filespace);
+    let body = stream(Arc::clone(&http.state), session, what, move |n, out| {
         let mut t = ::tar::Builder::new(out);
         for v in &versions {
             if let Some(path) = in_tar(top.as_bytes(), dir.as_bytes(), &v.path) {
-                append(&mut t, &n, v, &path, top.as_bytes(), dir.as_bytes())?;
+                append(&mut t, n, v, &path, top.as_bytes(), dir.as_bytes())?;
             }
         }
         t.finish()

@@ -64,21 +64,15 @@ pub struct Conn {
     _source: SourceSlot,
 }
 
-/// The peer's address, as handlers see it.
-#[derive(Debug, Clone, Copy)]
-pub struct Peer(pub SocketAddr);
-
 /// Connections ready for HTTP, fed by the accept loop.
 pub struct Listener {
     ready: mpsc::Receiver<(Conn, SocketAddr)>,
-    local: SocketAddr,
     accepting: tokio::task::JoinHandle<()>,
 }
 
 impl Listener {
     /// Accepts on `tcp` and hands over connections once `acceptor` shook hands.
-    pub fn new(tcp: TcpListener, acceptor: TlsAcceptor) -> io::Result<Listener> {
-        let local = tcp.local_addr()?;
+    pub fn new(tcp: TcpListener, acceptor: TlsAcceptor) -> Listener {
         let (tx, ready) = mpsc::channel(16);
         let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
         let sources = Arc::new(Sources::default());
@@ -109,7 +103,7 @@ impl Listener {
                 });
             }
         });
-        Ok(Listener { ready, local, accepting })
+        Listener { ready, accepting }
     }
 }
 
@@ -119,20 +113,14 @@ impl Drop for Listener {
     }
 }
 
-impl axum::serve::Listener for Listener {
-    type Io = Conn;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Conn, SocketAddr) {
+impl Listener {
+    /// The next connection whose handshake is done, and its peer's address.
+    pub async fn accept(&mut self) -> (Conn, SocketAddr) {
         match self.ready.recv().await {
             Some(x) => x,
             // The accept loop ended (the runtime is stopping): nothing more will come.
             None => std::future::pending().await,
         }
-    }
-
-    fn local_addr(&self) -> io::Result<SocketAddr> {
-        Ok(self.local)
     }
 }
 

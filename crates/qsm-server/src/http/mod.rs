@@ -92,6 +92,20 @@ impl IntoResponse for ApiError {
 
 pub(crate) type ApiResult<T> = Result<T, ApiError>;
 
+/// A path parameter, or a 400 saying what was wrong with it.
+pub(crate) fn path<T>(
+    p: Result<axum::extract::Path<T>, axum::extract::rejection::PathRejection>,
+) -> ApiResult<T> {
+    p.map(|axum::extract::Path(t)| t).map_err(|e| ApiError::bad_request(e.body_text()))
+}
+
+/// A query string, or a 400 saying what was wrong with it.
+pub(crate) fn query<T>(
+    q: Result<axum::extract::Query<T>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult<T> {
+    q.map(|axum::extract::Query(t)| t).map_err(|e| ApiError::bad_request(e.body_text()))
+}
+
 /// A request's JSON body: its default when there is none, else it must say it is JSON (a
 /// form or text sent by mistake is refused, not taken for no options) and parse.
 pub(crate) fn json_body<T: Default + serde::de::DeserializeOwned>(
@@ -165,10 +179,8 @@ pub async fn serve(
     stopped: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
     use axum::extract::ConnectInfo;
-    use axum::serve::Listener as _;
     use tower::ServiceExt as _;
-    let mut listener = listener::Listener::new(tcp, tokio_rustls::TlsAcceptor::from(tls))
-        .map_err(|e| ServerError::Failed(format!("the HTTPS listener: {e}")))?;
+    let mut listener = listener::Listener::new(tcp, tokio_rustls::TlsAcceptor::from(tls));
     let http = Http { state, overview: Arc::default(), web_sessions: Arc::default() };
     let app = axum::Router::new()
         .merge(console::routes())
@@ -187,7 +199,7 @@ pub async fn serve(
             () = &mut stopped => break,
         };
         let app = app.clone().map_request(move |mut r: hyper::Request<hyper::body::Incoming>| {
-            r.extensions_mut().insert(ConnectInfo(listener::Peer(peer)));
+            r.extensions_mut().insert(ConnectInfo(peer));
             r
         });
         let service = hyper_util::service::TowerToHyperService::new(app);

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use qsm_proto::reports::FilespaceRow;
 use qsm_types::ServerError;
+use qsm_types::model::RunResult;
 use serde::Serialize;
 
 use crate::node_core::catalog_error;
@@ -112,9 +113,9 @@ fn status_of(filespaces: &[&FilespaceRow], now: i64) -> (&'static str, Option<i6
         filespaces.iter().map(|f| f.last_completed.map(|r| r.ended)).collect();
     let oldest =
         completed.iter().copied().collect::<Option<Vec<i64>>>().and_then(|v| v.into_iter().min());
-    let failed = filespaces
-        .iter()
-        .any(|f| f.last_backup.is_some_and(|r| r.result == "failed" && r.ended >= recent));
+    let failed = filespaces.iter().any(|f| {
+        f.last_backup.is_some_and(|r| r.result == RunResult::Failed.name() && r.ended >= recent)
+    });
     let status = if filespaces.is_empty() || completed.iter().all(Option::is_none) {
         if failed { "failed" } else { "never backed up" }
     } else if failed {
@@ -136,11 +137,17 @@ pub fn read(
     // Asked every time: it checks the caller may query, and names locked nodes now.
     let nodes = admin.nodes()?;
     let mut last = kept.0.lock().unwrap_or_else(|p| p.into_inner());
+    // The kept reading serves while it is fresh and names the same nodes; their lock states
+    // are this query's.
     if let Some((at, o)) = last.as_ref()
         && at.elapsed() < KEPT_FOR
-        && o.node_status.len() == nodes.len()
+        && o.node_status.iter().map(|s| &s.name).eq(nodes.iter().map(|n| &n.name))
     {
-        return Ok(o.clone());
+        let mut o = o.clone();
+        for (s, n) in o.node_status.iter_mut().zip(&nodes) {
+            s.locked = n.locked;
+        }
+        return Ok(o);
     }
     let now = qsm_types::now();
     let all = admin.filespaces(None)?;
