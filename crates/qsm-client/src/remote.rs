@@ -88,6 +88,13 @@ fn status(url: &str, s: tonic::Status) -> ServerError {
 
 /// Objects per Fetch request: a request of 100,000 ids is well under a megabyte.
 const FETCH_BATCH: usize = 100_000;
+
+/// [`FETCH_BATCH`], or fewer when `QSM_FETCH_BATCH` says so: the tests cross batch boundaries
+/// with a few files instead of 100,000.
+fn fetch_batch() -> usize {
+    let asked = std::env::var("QSM_FETCH_BATCH").ok().and_then(|v| v.parse::<usize>().ok());
+    asked.filter(|&n| n > 0).map_or(FETCH_BATCH, |n| n.min(FETCH_BATCH))
+}
 /// Operations are batched into messages of about this many bytes: many small files then cost
 /// one message, not one each, while a message stays far below the limit.
 const MESSAGE_TARGET: usize = 1 << 20;
@@ -488,7 +495,9 @@ impl Server for RemoteServer {
             server: self,
             pending: objects,
             sent: 0,
+            batch: fetch_batch(),
             stream: None,
+            next: None,
             frames: VecDeque::new(),
         }))
     }
@@ -742,34 +751,107 @@ struct RemoteFetch<'a> {
     pending: Vec<ObjectId>,
     /// Objects already asked for.
     sent: usize,
-    stream: Option<tonic::Streaming<v1::FrameBatch>>,
+    /// Objects per request.
+    batch: usize,
+    /// The batch being read.
+    stream: Option<FetchBatch>,
+    /// The next batch, asked for while the current one ends (see [`FetchBatch::nearly_done`]).
+    next: Option<Asked>,
     frames: VecDeque<v1::Frame>,
+}
+
+/// A Fetch request on its way, and which of the objects it asks for.
+type Asked = (
+    tokio::task::JoinHandle<std::result::Result<tonic::Streaming<v1::FrameBatch>, tonic::Status>>,
+    std::ops::Range<usize>,
+);
+
+/// One Fetch request's stream and how far it has come.
+struct FetchBatch {
+    stream: tonic::Streaming<v1::FrameBatch>,
+    /// Objects it was asked for, and those whose last frame has arrived.
+    objects: usize,
+    ended: usize,
+}
+
+impl FetchBatch {
+    /// Most of its objects have arrived: the next request goes out now, so the server has
+    /// looked up and begun reading the next batch by the time this one ends, instead of the
+    /// client's workers waiting a round trip and the server's start (issue 24). Not at the
+    /// batch's start: a stream nobody reads for 10 minutes is ended by the server.
+    fn nearly_done(&self) -> bool {
+        self.ended * 10 >= self.objects * 9
+    }
+}
+
+impl RemoteFetch<'_> {
+    /// The request for the next batch of objects, sent on the connection's runtime; `None`
+    /// when all have been asked for.
+    fn ask(&mut self) -> Option<Asked> {
+        if self.sent >= self.pending.len() {
+            return None;
+        }
+        let range = self.sent..(self.sent + self.batch).min(self.pending.len());
+        self.sent = range.end;
+        Some(self.request(range))
+    }
+
+    fn request(&self, range: std::ops::Range<usize>) -> Asked {
+        let objects = self.pending[range.clone()].iter().map(|id| id.0 as u64).collect();
+        let mut node = self.server.node();
+        let request = self.server.rt.spawn(async move {
+            node.fetch(v1::FetchRequest { objects }).await.map(tonic::Response::into_inner)
+        });
+        (request, range)
+    }
+
+    /// Starts reading the batch `asked` for. One asked for ahead, while the node's other
+    /// streams and this one's previous batch filled the node's share of streams, is asked
+    /// again now that the previous batch has ended.
+    fn open(&mut self, (request, range): Asked, ahead: bool) -> NodeResult<()> {
+        let objects = range.len();
+        let stream = match self.server.rt.block_on(request) {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(s)) if ahead && s.code() == tonic::Code::ResourceExhausted => {
+                return self.open(self.request(range), false);
+            }
+            Ok(Err(s)) => return Err(self.server.error(s)),
+            Err(e) => {
+                return Err(ServerError::Failed(format!(
+                    "the fetch from {} stopped: {e}",
+                    self.server.url
+                )));
+            }
+        };
+        self.stream = Some(FetchBatch { stream, objects, ended: 0 });
+        Ok(())
+    }
 }
 
 impl Fetch for RemoteFetch<'_> {
     fn next(&mut self, frame: &mut Vec<u8>) -> NodeResult<Option<Fetched>> {
         while self.frames.is_empty() {
-            if let Some(stream) = &mut self.stream {
-                match self.server.rt.block_on(stream.message()) {
-                    Ok(Some(batch)) => self.frames.extend(batch.frames),
+            if let Some(batch) = &mut self.stream {
+                match self.server.rt.block_on(batch.stream.message()) {
+                    Ok(Some(message)) => {
+                        batch.ended += message.frames.iter().filter(|f| f.last).count();
+                        self.frames.extend(message.frames);
+                        if self.next.is_none() && batch.nearly_done() {
+                            self.next = self.ask();
+                        }
+                    }
                     Ok(None) => self.stream = None,
                     Err(s) => return Err(self.server.error(s)),
                 }
                 continue;
             }
-            if self.sent >= self.pending.len() {
+            if let Some(asked) = self.next.take() {
+                self.open(asked, true)?;
+            } else if let Some(asked) = self.ask() {
+                self.open(asked, false)?;
+            } else {
                 return Ok(None);
             }
-            let end = (self.sent + FETCH_BATCH).min(self.pending.len());
-            let objects = self.pending[self.sent..end].iter().map(|id| id.0 as u64).collect();
-            self.sent = end;
-            let mut node = self.server.node();
-            let stream = self
-                .server
-                .rt
-                .block_on(node.fetch(v1::FetchRequest { objects }))
-                .map_err(|s| self.server.error(s))?;
-            self.stream = Some(stream.into_inner());
         }
         let Some(f) = self.frames.pop_front() else { return Ok(None) };
         frame.clear();

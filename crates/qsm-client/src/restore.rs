@@ -790,28 +790,59 @@ fn free_name(parent: &OwnedFd, name: &OsStr) -> std::result::Result<OsString, St
     Err(format!("{}.restored.1000 and all names before it exist", name.to_string_lossy()))
 }
 
-/// One quantum of a restored file on its way through the pipeline.
+/// Quanta of consecutive files on their way through the pipeline together. One piece per
+/// quantum cost a small file three hand-offs between threads (reader, worker, writer), each a
+/// wake-up when the other side sleeps: on the kernel tree most of a restore's system calls
+/// were those wake-ups and crossbeam's `sched_yield`s before them (issue 24). A piece takes
+/// up to [`PIECE_QUANTA`] quanta or [`PIECE_BYTES`] of data, so a large file's quanta still
+/// go one per piece to all workers, and small files go by the dozen.
 #[derive(Default)]
 struct Piece {
+    /// The quanta's frames as read from the pool, one after another.
+    frames: Vec<u8>,
+    /// Their decoded data, one after another, when it is streamed; a restore to files writes
+    /// each quantum as it is decoded and keeps none.
+    raw: Vec<u8>,
+    quanta: Vec<Quantum>,
+}
+
+/// Quanta a piece takes at most, and the data (decoded) after which it takes no more.
+const PIECE_QUANTA: usize = 64;
+const PIECE_BYTES: u64 = 512 << 10;
+
+/// One quantum of a restored file.
+#[derive(Default)]
+struct Quantum {
     /// Index of the file in the job list.
     job: usize,
-    /// The frame as read from the pool.
-    frame: Vec<u8>,
+    /// Its frame in [`Piece::frames`], if it has one.
+    frame: std::ops::Range<usize>,
     has_frame: bool,
-    /// Decoded data (a buffer reused from piece to piece).
-    raw: Vec<u8>,
+    /// Its data in [`Piece::raw`], when streamed.
+    raw: std::ops::Range<usize>,
     /// Where this quantum's data goes in the file.
     offset: u64,
     /// Its length according to the catalog, which the frame must agree with.
     expected_len: u32,
     /// The chunk's keyed id according to the catalog.
     chunk_id: Option<[u8; 32]>,
-    /// The file's last piece.
+    /// The file's last quantum.
     last: bool,
     /// The file cannot be restored, and why.
     failed: Option<String>,
-    /// What became of the file, if this piece was the last a worker wrote of it.
+    /// What became of the file, if this quantum was the last a worker wrote of it.
     finished: Option<Finished>,
+}
+
+/// Pieces in flight for `threads` workers: two per worker and a reserve, but no more than
+/// 64 MiB of them, so a restore's memory does not grow with the core
+/// count (issue 24: at most 150 MB on the kernel tree, whatever `--threads` says).
+fn piece_slots(threads: usize) -> usize {
+    const PIECES_BUDGET: usize = 64 << 20;
+    // A piece's frames and decoded data stop growing once past PIECE_BYTES, by at most a
+    // quantum each.
+    let piece_bytes = 2 * (PIECE_BYTES as usize + qsm_codec::DEFAULT_QUANTUM);
+    qsm_codec::pipeline::slots_within(threads, piece_bytes, PIECES_BUDGET)
 }
 
 /// The length of a version's data as its frames carry it, which the frames must cover exactly:
@@ -854,6 +885,8 @@ struct FrameSource<'a> {
     ahead: Option<(Fetched, Vec<u8>)>,
     /// A spare frame buffer for the next read-ahead.
     spare: Vec<u8>,
+    /// The frame being read, before it joins its piece.
+    frame: Vec<u8>,
     /// The server's stream has ended: every file still to come fails without being created.
     ended: bool,
     /// Set when the stream itself failed (the server is gone): the restore stops.
@@ -910,33 +943,57 @@ impl FrameSource<'_> {
         OpenFile { next_offset: 0, expected, failed }
     }
 
-    /// The next piece, counted on its file's [`Target`] (whose last piece the workers must
-    /// know).
+    /// The next piece (`false`: none, the restore is at its end), each quantum counted on its
+    /// file's [`Target`] (whose last quantum the workers must know).
     fn next(&mut self, piece: &mut Piece) -> std::result::Result<bool, qsm_codec::Error> {
-        let more = self.fill(piece)?;
-        if more {
-            self.jobs[piece.job].target.sent(piece.last);
-        }
-        Ok(more)
+        piece.frames.clear();
+        piece.raw.clear();
+        piece.quanta.clear();
+        let mut frame = std::mem::take(&mut self.frame);
+        let gathered = self.gather(piece, &mut frame);
+        self.frame = frame;
+        gathered?;
+        Ok(!piece.quanta.is_empty())
     }
 
-    fn fill(&mut self, piece: &mut Piece) -> std::result::Result<bool, qsm_codec::Error> {
-        piece.has_frame = false;
-        piece.last = false;
-        piece.failed = None;
-        piece.offset = 0;
-        piece.expected_len = 0;
-        piece.chunk_id = None;
-        piece.finished = None;
+    fn gather(
+        &mut self,
+        piece: &mut Piece,
+        frame: &mut Vec<u8>,
+    ) -> std::result::Result<(), qsm_codec::Error> {
+        let mut bytes = 0u64;
+        while piece.quanta.len() < PIECE_QUANTA && bytes < PIECE_BYTES {
+            let mut q = Quantum::default();
+            if !self.fill(&mut q, frame)? {
+                break;
+            }
+            self.jobs[q.job].target.sent(q.last);
+            if q.has_frame {
+                let start = piece.frames.len();
+                piece.frames.extend_from_slice(frame);
+                q.frame = start..piece.frames.len();
+            }
+            bytes += u64::from(q.expected_len);
+            piece.quanta.push(q);
+        }
+        Ok(())
+    }
+
+    /// The next quantum into `piece`, its frame into `frame`.
+    fn fill(
+        &mut self,
+        q: &mut Quantum,
+        frame: &mut Vec<u8>,
+    ) -> std::result::Result<bool, qsm_codec::Error> {
         if self.current.is_none() {
             let Some(job) = self.jobs.get(self.next_job) else { return Ok(false) };
             self.current = Some(self.open(job));
             self.next_job += 1;
         }
-        piece.job = self.next_job - 1;
+        q.job = self.next_job - 1;
         let jobs = self.jobs;
-        let job = &jobs[piece.job];
-        let fetched = self.take(&mut piece.frame)?;
+        let job = &jobs[q.job];
+        let fetched = self.take(frame)?;
         let Some(cur) = self.current.as_mut() else { return Ok(false) };
         let short = |cur: &OpenFile| {
             format!(
@@ -952,8 +1009,8 @@ impl FrameSource<'_> {
                 let later = end.as_ref().and_then(|f| self.index.get(&f.object).copied());
                 match (end, later) {
                     (None, _) => {}
-                    (Some(f), Some(k)) if k > piece.job => {
-                        let buf = std::mem::take(&mut piece.frame);
+                    (Some(f), Some(k)) if k > q.job => {
+                        let buf = std::mem::take(frame);
                         self.ahead = Some((f, buf));
                     }
                     // An object not asked for, or a file already ended: dropped, and this
@@ -965,7 +1022,7 @@ impl FrameSource<'_> {
                                 f.object.0
                             )
                         });
-                        piece.failed = cur.failed.clone();
+                        q.failed = cur.failed.clone();
                         return Ok(true);
                     }
                 }
@@ -976,16 +1033,16 @@ impl FrameSource<'_> {
                         short(cur)
                     });
                 }
-                piece.failed = cur.failed.clone();
-                piece.last = true;
+                q.failed = cur.failed.clone();
+                q.last = true;
                 self.current = None;
                 return Ok(true);
             }
         };
-        piece.offset = fetched.offset;
-        piece.expected_len = fetched.raw_len;
-        piece.chunk_id = fetched.chunk_id;
-        piece.has_frame = fetched.has_frame;
+        q.offset = fetched.offset;
+        q.expected_len = fetched.raw_len;
+        q.chunk_id = fetched.chunk_id;
+        q.has_frame = fetched.has_frame;
         let end = fetched.offset.checked_add(u64::from(fetched.raw_len));
         if cur.failed.is_none() {
             cur.failed = if let Some(why) = fetched.error {
@@ -1041,10 +1098,10 @@ impl FrameSource<'_> {
                     self.ahead = None;
                 }
             }
-            piece.last = true;
+            q.last = true;
         }
-        piece.failed = self.current.as_ref().and_then(|c| c.failed.clone());
-        if piece.last {
+        q.failed = self.current.as_ref().and_then(|c| c.failed.clone());
+        if q.last {
             self.current = None;
         }
         Ok(true)
@@ -1077,29 +1134,37 @@ fn restore_files(
         current: None,
         ahead: None,
         spare: Vec::new(),
+        frame: Vec::new(),
         ended: false,
         broken: None,
     };
-    let result = qsm_codec::pipeline::run(
-        threads.unwrap_or_else(qsm_codec::engine::default_threads),
+    let threads = threads.unwrap_or_else(qsm_codec::engine::default_threads);
+    let result = qsm_codec::pipeline::run_with_slots(
+        threads,
+        piece_slots(threads),
         |_, piece: &mut Piece| source.next(piece),
-        || Ok(qsm_codec::FrameDecoder::new()),
-        |decoder, _, piece| {
-            decode_piece(decoder, piece, keys, require_sealed, jobs, Some(dirs));
-            let job = &jobs[piece.job];
-            piece.finished = job.target.written(piece.failed.as_deref(), job, dirs, meta);
+        || Ok((qsm_codec::FrameDecoder::new(), Vec::new())),
+        |(decoder, raw), _, piece| {
+            for q in &mut piece.quanta {
+                let frame = &piece.frames[q.frame.clone()];
+                decode_quantum(decoder, frame, raw, q, keys, require_sealed, jobs, Some(dirs));
+                let job = &jobs[q.job];
+                q.finished = job.target.written(q.failed.as_deref(), job, dirs, meta);
+            }
             Ok(())
         },
         |_, piece| {
-            let job = &jobs[piece.job];
-            match &piece.finished {
-                None => {}
-                Some(Finished::Restored) => {
-                    summary.restored += 1;
-                    summary.renamed += u64::from(job.renamed.is_some());
-                    summary.bytes += job.version.attrs.data_len();
+            for q in &piece.quanta {
+                let job = &jobs[q.job];
+                match &q.finished {
+                    None => {}
+                    Some(Finished::Restored) => {
+                        summary.restored += 1;
+                        summary.renamed += u64::from(job.renamed.is_some());
+                        summary.bytes += job.version.attrs.data_len();
+                    }
+                    Some(Finished::Failed(why)) => summary.fail(filespace, &job.version.path, why),
                 }
-                Some(Finished::Failed(why)) => summary.fail(filespace, &job.version.path, why),
             }
             Ok(())
         },
@@ -1115,73 +1180,73 @@ fn restore_files(
     Ok(())
 }
 
-/// Decodes and checks a piece's frame (decryption, length, chunk id, encryption required)
-/// and writes its data to its temporary file, if it has one; a piece that fails says why.
-/// Restoring to files and streaming share it, so both check alike.
-fn decode_piece(
+/// Decodes and checks a quantum's frame (decryption, length, chunk id, encryption required)
+/// into `raw` and writes its data to its temporary file, if it has one; a quantum that fails
+/// says why. Restoring to files and streaming share it, so both check alike.
+#[allow(clippy::too_many_arguments)] // the restore's settings, passed through
+fn decode_quantum(
     decoder: &mut qsm_codec::FrameDecoder,
-    piece: &mut Piece,
+    frame: &[u8],
+    raw: &mut Vec<u8>,
+    q: &mut Quantum,
     keys: Option<&crate::keys::NodeKeys>,
     require_sealed: bool,
     jobs: &[FileJob],
     dirs: Option<&Dirs>,
 ) {
-    if !piece.has_frame || piece.failed.is_some() {
+    if !q.has_frame || q.failed.is_some() {
         return;
     }
     let sealer = keys.map(|k| &k.frames as &dyn qsm_codec::PayloadSealer);
-    let context = piece.chunk_id.as_ref().map_or(&[][..], |id| &id[..]);
-    let decoded = decoder.decode_sealed(&piece.frame, &mut piece.raw, sealer, context);
+    let context = q.chunk_id.as_ref().map_or(&[][..], |id| &id[..]);
+    let decoded = decoder.decode_sealed(frame, raw, sealer, context);
     match decoded {
         Ok(header) if require_sealed && !header.is_sealed() => {
-            piece.failed = Some(format!(
+            q.failed = Some(format!(
                 "the data at byte {} of the file is not encrypted, and encryption is \
                  required: it was backed up before encryption was on, or replaced",
-                piece.offset
+                q.offset
             ));
         }
-        Ok(header) if header.raw_len != piece.expected_len => {
-            piece.failed = Some(format!(
+        Ok(header) if header.raw_len != q.expected_len => {
+            q.failed = Some(format!(
                 "the catalog says {} bytes at byte {} of the file, the stored frame holds {}",
-                piece.expected_len, piece.offset, header.raw_len
+                q.expected_len, q.offset, header.raw_len
             ));
         }
         // A sealed frame opened under its id; the data must also hash to that id
         // (the catalog's id is what deduplication trusts).
         Ok(header)
             if header.is_sealed()
-                && keys.map(|k| k.ids.id(&piece.raw[..header.raw_len as usize]).0)
-                    != piece.chunk_id =>
+                && keys.map(|k| k.ids.id(&raw[..header.raw_len as usize]).0) != q.chunk_id =>
         {
-            piece.failed = Some(format!(
+            q.failed = Some(format!(
                 "the data at byte {} of the file does not match its chunk id: the \
                  frame belongs elsewhere",
-                piece.offset
+                q.offset
             ));
         }
         Ok(header) => {
             let n = header.raw_len as usize;
-            let job = &jobs[piece.job];
+            let job = &jobs[q.job];
             let written = dirs.map(|dirs| {
                 let file = job.target.file(job, dirs)?;
                 let extents = job.version.attrs.extents.as_deref();
-                fsmeta::write_data(&file, &piece.raw[..n], piece.offset, extents)
+                fsmeta::write_data(&file, &raw[..n], q.offset, extents)
                     .map_err(|e| format!("writing: {e}"))
             });
             if let Some(Err(why)) = written {
-                piece.failed = Some(why);
+                q.failed = Some(why);
             }
         }
         Err(qsm_codec::FrameError::Encrypted) => {
-            piece.failed = Some(
+            q.failed = Some(
                 "it is encrypted, and no key was opened: give the passphrase \
                  (QSM_PASSPHRASE_FILE, or run on a terminal)"
                     .into(),
             )
         }
-        Err(e) => {
-            piece.failed = Some(format!("damaged data at byte {} of the file: {e}", piece.offset))
-        }
+        Err(e) => q.failed = Some(format!("damaged data at byte {} of the file: {e}", q.offset)),
     }
 }
 
@@ -1369,6 +1434,7 @@ pub fn stream(
             current: None,
             ahead: None,
             spare: Vec::new(),
+            frame: Vec::new(),
             ended: false,
             broken: None,
         };
@@ -1386,58 +1452,70 @@ pub fn stream(
             }
             Ok(())
         };
-        let result = qsm_codec::pipeline::run(
-            options.threads.unwrap_or_else(qsm_codec::engine::default_threads),
+        let threads = options.threads.unwrap_or_else(qsm_codec::engine::default_threads);
+        let result = qsm_codec::pipeline::run_with_slots(
+            threads,
+            piece_slots(threads),
             |_, piece: &mut Piece| source.next(piece),
-            || Ok(qsm_codec::FrameDecoder::new()),
-            |decoder, _, piece| {
-                decode_piece(decoder, piece, keys, options.require_sealed, &jobs, None);
+            || Ok((qsm_codec::FrameDecoder::new(), Vec::new())),
+            |(decoder, raw), _, piece| {
+                let sealed = options.require_sealed;
+                for q in &mut piece.quanta {
+                    let frame = &piece.frames[q.frame.clone()];
+                    decode_quantum(decoder, frame, raw, q, keys, sealed, &jobs, None);
+                    if q.has_frame && q.failed.is_none() {
+                        let start = piece.raw.len();
+                        piece.raw.extend_from_slice(&raw[..q.expected_len as usize]);
+                        q.raw = start..piece.raw.len();
+                    }
+                }
                 Ok(())
             },
             |_, piece| {
-                let job = &jobs[piece.job];
-                let v = &job.version;
-                let stop = |e: ClientError, failure: &mut Option<ClientError>| {
-                    *failure = Some(e);
-                    qsm_codec::Error::Invalid("the stream stopped".into())
-                };
-                if let Some(why) = &piece.failed {
-                    let e = ClientError::Invalid(format!(
-                        "{}/{}: {why}",
-                        filespace.trim_end_matches('/'),
-                        String::from_utf8_lossy(&v.path)
-                    ));
-                    return Err(stop(e, &mut failure));
-                }
-                let written = (|| -> std::io::Result<()> {
-                    if current != Some(piece.job) {
-                        sink.begin(v)?;
-                        current = Some(piece.job);
-                        pos = 0;
+                for q in &piece.quanta {
+                    let job = &jobs[q.job];
+                    let v = &job.version;
+                    let stop = |e: ClientError, failure: &mut Option<ClientError>| {
+                        *failure = Some(e);
+                        qsm_codec::Error::Invalid("the stream stopped".into())
+                    };
+                    if let Some(why) = &q.failed {
+                        let e = ClientError::Invalid(format!(
+                            "{}/{}: {why}",
+                            filespace.trim_end_matches('/'),
+                            String::from_utf8_lossy(&v.path)
+                        ));
+                        return Err(stop(e, &mut failure));
                     }
-                    if piece.has_frame {
-                        let n = piece.expected_len as usize;
-                        let extents = v.attrs.extents.as_deref();
-                        fsmeta::map_data(&piece.raw[..n], piece.offset, extents, &mut |b, at| {
-                            fill(sink, pos, at)?;
-                            sink.data(b)?;
-                            pos = at + b.len() as u64;
-                            Ok(())
-                        })?;
-                    }
-                    if piece.last {
-                        fill(sink, pos, v.attrs.size)?;
-                        sink.end(v)?;
-                    }
-                    Ok(())
-                })();
-                match written {
-                    Ok(()) => {
-                        count += u64::from(piece.last);
+                    let written = (|| -> std::io::Result<()> {
+                        if current != Some(q.job) {
+                            sink.begin(v)?;
+                            current = Some(q.job);
+                            pos = 0;
+                        }
+                        if q.has_frame {
+                            let n = q.expected_len as usize;
+                            let extents = v.attrs.extents.as_deref();
+                            let data = &piece.raw[q.raw.clone()][..n];
+                            fsmeta::map_data(data, q.offset, extents, &mut |b, at| {
+                                fill(sink, pos, at)?;
+                                sink.data(b)?;
+                                pos = at + b.len() as u64;
+                                Ok(())
+                            })?;
+                        }
+                        if q.last {
+                            fill(sink, pos, v.attrs.size)?;
+                            sink.end(v)?;
+                        }
                         Ok(())
+                    })();
+                    match written {
+                        Ok(()) => count += u64::from(q.last),
+                        Err(e) => return Err(stop(out(e), &mut failure)),
                     }
-                    Err(e) => Err(stop(out(e), &mut failure)),
                 }
+                Ok(())
             },
         );
         if let Some(e) = source.broken.or(failure) {

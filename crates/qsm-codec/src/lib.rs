@@ -22,6 +22,7 @@ pub mod error;
 pub mod frame;
 pub mod pipeline;
 pub mod probe;
+pub mod queue;
 pub mod registry;
 pub mod stream;
 

@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crossbeam_channel::bounded;
+use crate::queue::{self, bounded};
 
 use crate::error::Error;
 use crate::frame::FrameHeader;
@@ -45,6 +45,14 @@ pub fn slots_for(threads: usize) -> usize {
     2 * threads.max(1) + 8
 }
 
+/// [`slots_for`] `threads`, but no more than `budget` bytes of slots of up to `slot_bytes`
+/// each (at least 4 slots): a user whose slots hold large buffers keeps its memory bounded
+/// whatever the thread count (a restore on 64 cores would otherwise hold 136 slots of 2 MiB
+/// quanta and their decoded copies).
+pub fn slots_within(threads: usize, slot_bytes: usize, budget: usize) -> usize {
+    slots_for(threads).min((budget / slot_bytes.max(1)).max(4))
+}
+
 enum Msg<T> {
     Done(u64, T),
     /// Slot `seq` failed (in the reader or a worker).
@@ -61,6 +69,26 @@ enum Msg<T> {
 /// slots of its own.
 pub fn run<T, Src, Mk, Ctx, Wk, Snk>(
     threads: usize,
+    source: Src,
+    make_worker: Mk,
+    work: Wk,
+    sink: Snk,
+) -> Result<u64, Error>
+where
+    T: Default + Send,
+    Src: FnMut(u64, &mut T) -> Result<bool, Error> + Send,
+    Mk: Fn() -> Result<Ctx, Error> + Sync,
+    Wk: Fn(&mut Ctx, u64, &mut T) -> Result<(), Error> + Sync,
+    Snk: FnMut(u64, &T) -> Result<(), Error>,
+{
+    run_with_slots(threads, slots_for(threads), source, make_worker, work, sink)
+}
+
+/// [`run`] with `slots` slots (see [`slots_within`]) instead of [`slots_for`] `threads`; no
+/// more workers than slots, since each works on one.
+pub fn run_with_slots<T, Src, Mk, Ctx, Wk, Snk>(
+    threads: usize,
+    slots: usize,
     mut source: Src,
     make_worker: Mk,
     work: Wk,
@@ -73,8 +101,8 @@ where
     Wk: Fn(&mut Ctx, u64, &mut T) -> Result<(), Error> + Sync,
     Snk: FnMut(u64, &T) -> Result<(), Error>,
 {
-    let threads = threads.max(1);
-    let slots = slots_for(threads);
+    let slots = slots.max(1);
+    let threads = threads.clamp(1, slots);
     let (free_tx, free_rx) = bounded::<T>(slots);
     for _ in 0..slots {
         // Cannot fail: the channel has room for every slot and its receiver is alive.
@@ -92,7 +120,7 @@ where
         scope.spawn(move || {
             let mut seq = 0;
             while !stop_reading.load(Ordering::Relaxed) {
-                let Ok(mut slot) = free_rx.recv() else { return };
+                let Some(mut slot) = free_rx.recv() else { return };
                 let msg = match source(seq, &mut slot) {
                     Ok(true) => {
                         if work_tx.send((seq, slot)).is_err() {
@@ -146,8 +174,8 @@ where
 }
 
 fn drain<T, Snk>(
-    done: &crossbeam_channel::Receiver<Msg<T>>,
-    free: &crossbeam_channel::Sender<T>,
+    done: &queue::Receiver<Msg<T>>,
+    free: &queue::Sender<T>,
     stop_reading: &AtomicBool,
     sink: &mut Snk,
 ) -> Result<u64, Error>
@@ -160,16 +188,16 @@ where
     let (mut next, mut end) = (0u64, None);
     while end != Some(next) {
         match done.recv() {
-            Ok(Msg::Done(seq, slot)) => {
+            Some(Msg::Done(seq, slot)) => {
                 pending.insert(seq, Ok(slot));
             }
-            Ok(Msg::Failed(seq, e)) => {
+            Some(Msg::Failed(seq, e)) => {
                 stop_reading.store(true, Ordering::Relaxed);
                 pending.insert(seq, Err(e));
             }
-            Ok(Msg::Fatal(e)) => return Err(e),
-            Ok(Msg::End(count)) => end = Some(count),
-            Err(_) => {
+            Some(Msg::Fatal(e)) => return Err(e),
+            Some(Msg::End(count)) => end = Some(count),
+            None => {
                 return Err(Error::Invalid("internal error: a pipeline stage stopped".into()));
             }
         }

@@ -79,6 +79,14 @@ fn http_get(url: &str) -> (String, String) {
     (status, body)
 }
 
+/// Installs Prometheus and promtool when they are missing (the project's script, idempotent):
+/// every test that uses either calls it, whichever runs first on a fresh machine.
+fn ensure_prometheus() {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/ensure-prometheus.sh");
+    let status = StdCommand::new("bash").arg(script).status().unwrap();
+    assert!(status.success(), "{script} failed: no Prometheus for the metrics tests");
+}
+
 /// A Prometheus started on a free loopback port over its own storage, killed when dropped.
 struct Prometheus {
     child: Child,
@@ -88,9 +96,7 @@ struct Prometheus {
 impl Prometheus {
     /// Scrapes `target` (`HOST:PORT`, path /metrics) every second.
     fn start(dir: &Path, target: &str) -> Prometheus {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/ensure-prometheus.sh");
-        let status = StdCommand::new("bash").arg(script).status().unwrap();
-        assert!(status.success(), "{script} failed: no Prometheus for the metrics tests");
+        ensure_prometheus();
         let config = dir.join("prometheus.yml");
         fs::write(
             &config,
@@ -188,6 +194,7 @@ fn prometheus_scrapes_the_last_backup_of_each_filespace() {
             && l.contains("method=\"Login\"")),
         "no latency of the logins:\n{text}"
     );
+    ensure_prometheus();
     let mut check = StdCommand::new("promtool")
         .args(["check", "metrics"])
         .stdin(Stdio::piped())

@@ -1,12 +1,12 @@
-//! A restored file's way from its first piece to its name, on the workers (issue 24).
+//! A restored file's way from its first quantum to its name, on the workers (issue 24).
 //!
 //! Creating a file, writing it, setting its metadata and renaming it into place is kernel
 //! work, and on a disk most of a many-file restore's time. Done by the reading thread
 //! (create) and the in-order writer (metadata, rename), it ran one file at a time; on the
 //! workers it overlaps across cores. The first worker with data for a file makes its
 //! temporary file, every worker writes its quanta at their offsets, and the worker that
-//! writes the file's last piece, whichever it is, finishes the file. The reading thread only
-//! counts the pieces it hands out, so that worker can tell it wrote the last.
+//! writes the file's last quantum, whichever it is, finishes the file. The reading thread only
+//! counts the quanta it hands out, so that worker can tell it wrote the last.
 
 use std::fs::File;
 use std::os::fd::{AsFd, OwnedFd};
@@ -31,10 +31,10 @@ pub(super) struct Target {
 
 #[derive(Debug, Default)]
 struct State {
-    /// Pieces the reader handed out, and how many there are once it handed out the last.
+    /// Quanta the reader handed out, and how many there are once it handed out the last.
     sent: u64,
     total: Option<u64>,
-    /// Pieces the workers are done with.
+    /// Quanta the workers are done with.
     written: u64,
     /// The temporary file and its directory, once made (or why they could not be).
     made: Option<Result<Made, String>>,
@@ -60,7 +60,7 @@ impl Target {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The reader handed out a piece of this file; `last`: the file has no more.
+    /// The reader handed out a quantum of this file; `last`: the file has no more.
     pub(super) fn sent(&self, last: bool) {
         let mut s = self.state();
         s.sent += 1;
@@ -79,8 +79,8 @@ impl Target {
         made.as_ref().map(|(_, file)| Arc::clone(file)).map_err(Clone::clone)
     }
 
-    /// A worker is done with a piece of this file (`failed`: and the file cannot be restored).
-    /// If it was the file's last piece, the file is finished here, on this worker: its
+    /// A worker is done with a quantum of this file (`failed`: and the file cannot be restored).
+    /// If it was the file's last quantum, the file is finished here, on this worker: its
     /// metadata set and its name taken, or its temporary removed; the outcome is returned.
     pub(super) fn written(
         &self,

@@ -84,6 +84,9 @@ pub struct RestoreArgs {
     /// last data still in the page cache: a power cut in the next half-minute can lose it.
     #[arg(long, conflicts_with_all = ["dry_run", "tar"])]
     sync: bool,
+    /// Worker threads decoding and writing (default: one per core).
+    #[arg(short = 'T', long)]
+    threads: Option<usize>,
     /// Write what is selected as a tar stream (pax, with owners, modes, times, links,
     /// devices and extended attributes) to FILE, or to stdout with `-`, instead of restoring
     /// files: `qsm restore ~/docs --tar - | ssh host tar -xpf - --xattrs`.
@@ -113,6 +116,8 @@ pub(crate) struct RestoreRequest<'a> {
     pub(crate) tar: Option<&'a Path>,
     /// `--sync`.
     pub(crate) sync: bool,
+    /// `--threads`.
+    pub(crate) threads: Option<usize>,
 }
 
 /// The node's keys for a restore or retrieve: opened when there is a key (here or on the
@@ -189,6 +194,7 @@ pub(crate) fn restore_with(server: &dyn Server, r: RestoreRequest<'_>) -> Result
             keys: r.keys,
             require_sealed: r.require_sealed,
             filter: r.filter,
+            threads: r.threads,
             ..RestoreOptions::default()
         };
         return stream_out(server, &filespace, &options, r.path, r.tar, r.verb);
@@ -201,7 +207,7 @@ pub(crate) fn restore_with(server: &dyn Server, r: RestoreRequest<'_>) -> Result
         subpath,
         existing: r.existing,
         select: r.select,
-        threads: None,
+        threads: r.threads,
         keys: r.keys,
         require_sealed: r.require_sealed,
         filter: r.filter,
@@ -271,6 +277,7 @@ pub fn restore(args: RestoreArgs) -> Result<Complete> {
             dry_run: args.dry_run,
             tar: args.tar.as_deref(),
             sync: args.sync,
+            threads: crate::usage::threads(args.threads)?,
         },
     )
 }

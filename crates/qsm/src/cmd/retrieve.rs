@@ -38,6 +38,9 @@ pub struct RetrieveArgs {
     /// Wait until what was retrieved is on disk before reporting success (`syncfs`).
     #[arg(long)]
     sync: bool,
+    /// Worker threads decoding and writing (default: one per core).
+    #[arg(short = 'T', long)]
+    threads: Option<usize>,
     /// Machine-readable summary.
     #[arg(long)]
     json: bool,
@@ -98,6 +101,7 @@ pub fn retrieve(args: RetrieveArgs) -> Result<Complete> {
             dry_run: false,
             tar: None,
             sync: args.sync,
+            threads: crate::usage::threads(args.threads)?,
         },
     )
 }

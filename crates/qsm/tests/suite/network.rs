@@ -83,6 +83,20 @@ fn over_tls_incremental_backups_and_every_restore_kind_work_and_nodes_are_isolat
         .assert()
         .success();
     assert_same(&src, &latest);
+    // The same in fetches of two objects, each asked for before the one before it ends, on
+    // one worker and on eight.
+    for threads in ["1", "8"] {
+        let batched = dir.path().join(format!("batched-{threads}"));
+        client(&server, "alpha", &pa)
+            .env("QSM_FETCH_BATCH", "2")
+            .args(["restore", "--threads", threads])
+            .arg(&src)
+            .arg("--to")
+            .arg(&batched)
+            .assert()
+            .success();
+        assert_same(&src, &batched);
+    }
 
     // Point in time: the tree as first backed up.
     let old = dir.path().join("old");
