@@ -10,9 +10,11 @@
 # restore, the ratios of QSM's best rounds to `cp -a`'s and restic's, and the system calls of one
 # QSM restore of each kind (strace -c -f), the per-file cost a tmpfs would hide.
 #
-#   bench/restore-disk.sh [--rounds N] [--large | --large-only] [SOURCE_DIR]
+#   bench/restore-disk.sh [--rounds N] [--pause S] [--large | --large-only] [SOURCE_DIR]
 #
 #   --rounds N     rounds of every tool (default 5)
+#   --pause S      seconds of idle before each restore (default 0): this disk slows after a few
+#                  GB written in quick succession and recovers when left alone
 #   SOURCE_DIR     the tree to restore (default: the Linux kernel's sources, unpacked by
 #                  bench/suite/data.py under bench/out/suite/data/linux)
 #   --large        then the large-file part: a set of 4 files of real content (2 GiB in all:
@@ -44,11 +46,12 @@ for a in "$@"; do CMDLINE+=" $(printf %q "$a")"; done
 [ -n "${QSM_BIN:-}" ] && CMDLINE="QSM_BIN=$(printf %q "$QSM_BIN") $CMDLINE"
 [ -n "${QSM_BENCH_LARGE_MB:-}" ] && CMDLINE="QSM_BENCH_LARGE_MB=$QSM_BENCH_LARGE_MB $CMDLINE"
 
-usage() { sed -n '11,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
-ROUNDS=5 TREE=1 LARGE=0 ARG=
+usage() { sed -n '11,26p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+ROUNDS=5 PAUSE=0 TREE=1 LARGE=0 ARG=
 while [ $# -gt 0 ]; do
 	case $1 in
 	--rounds) ROUNDS=${2:?--rounds needs a number}; shift 2 ;;
+	--pause) PAUSE=${2:?--pause needs a number of seconds}; shift 2 ;;
 	--large) LARGE=1; shift ;;
 	--large-only) LARGE=1 TREE=0; shift ;;
 	-h | --help) usage; exit 0 ;;
@@ -57,7 +60,10 @@ while [ $# -gt 0 ]; do
 	esac
 done
 case $ROUNDS in '' | *[!0-9]* | 0) echo "--rounds: a positive number, not '$ROUNDS'" >&2; exit 2 ;; esac
+case $PAUSE in '' | *[!0-9]*) echo "--pause: a number of seconds, not '$PAUSE'" >&2; exit 2 ;; esac
 ROUNDS_WORD=rounds
+PAUSE_NOTE=
+[ "$PAUSE" = 0 ] || PAUSE_NOTE=" The disk left idle for $PAUSE s before each restore."
 [ "$ROUNDS" != 1 ] || ROUNDS_WORD=round
 
 OUT="$REPO/bench/out/restore-disk"
@@ -311,13 +317,14 @@ if [ "$TREE" = 1 ]; then
 
 	declare -A SECS RSS BEST BESTR MAXRSS
 	DESTS="$OUT/dests"
-	rm -rf "$DESTS" && sync
+	rm -rf "$DESTS" && mkdir -p "$DESTS" && sync
 	for r in $(seq 1 "$ROUNDS"); do
 		n=${#TOOLS[@]}
 		for i in $(seq 0 $((n - 1))); do
 			t=${TOOLS[$(((i + r - 1) % n))]}
 			warm "$(inputs "$t")"
 			DEST="$DESTS/$r-$t"
+			sleep "$PAUSE"
 			timed restore "$t" || fail "$t: the restore failed" "$LOGS/$t.log"
 			SECS[$t,$r]=$secs
 			RSS[$t,$r]=$(tail -1 "$RSSF")
@@ -326,7 +333,7 @@ if [ "$TREE" = 1 ]; then
 			if [ -z "${MAXRSS[$t]:-}" ] || [ "${RSS[$t,$r]}" -gt "${MAXRSS[$t]}" ]; then MAXRSS[$t]=${RSS[$t,$r]}; fi
 			if [ "$r" = 1 ]; then check "$t" "$SRC" "$(restored "$t")"; fi
 		done
-		rm -rf "$DESTS" && sync
+		rm -rf "$DESTS" && mkdir -p "$DESTS" && sync
 	done
 	DEST="$OUT/dest"
 
@@ -357,7 +364,7 @@ if [ "$TREE" = 1 ]; then
 		echo "defaults as bench/suite/peers.py runs them (restic, rustic, Borg and bupstash encrypt and"
 		echo "deduplicate; QSM does neither by default); \`cp -a SRC DEST\`; \`tar -xf\` of an uncompressed"
 		echo "tarball of SRC. $ROUNDS $ROUNDS_WORD, round-robin (round r starts with the r-th column); the best round of each"
-		echo "tool in bold."
+		echo "tool in bold.${PAUSE_NOTE}"
 		echo
 		printf '| round |'; for t in "${TOOLS[@]}"; do printf ' %s |' "$(name "$t")"; done; echo
 		printf '|---|'; for _ in "${TOOLS[@]}"; do printf -- '---|'; done; echo
@@ -445,6 +452,7 @@ for kind, count in (("text", 2), ("executables", 1), ("compressed", 1)):
 		for t in qsm cat; do
 			if [ "$t" = qsm ]; then warm "$LW/home"; else warm "$LARGE_SET"; fi
 			rm -rf "$DEST" && sync
+			sleep "$PAUSE"
 			timed lrestore "$t" || fail "large files: $t failed" "$LOGS/large-qsm.log"
 			LSECS[$t,$r]=$secs
 			if [ "$t" = qsm ]; then LRSS[r]=$(tail -1 "$RSSF"); fi
