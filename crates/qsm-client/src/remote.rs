@@ -95,6 +95,7 @@ fn fetch_batch() -> usize {
     let asked = std::env::var("QSM_FETCH_BATCH").ok().and_then(|v| v.parse::<usize>().ok());
     asked.filter(|&n| n > 0).map_or(FETCH_BATCH, |n| n.min(FETCH_BATCH))
 }
+
 /// Operations are batched into messages of about this many bytes: many small files then cost
 /// one message, not one each, while a message stays far below the limit.
 const MESSAGE_TARGET: usize = 1 << 20;

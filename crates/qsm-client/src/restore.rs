@@ -835,8 +835,8 @@ struct Quantum {
 }
 
 /// Pieces in flight for `threads` workers: two per worker and a reserve, but no more than
-/// 64 MiB of them, so a restore's memory does not grow with the core
-/// count (issue 24: at most 150 MB on the kernel tree, whatever `--threads` says).
+/// 64 MiB of them, so a restore's memory does not grow with the core count (issue 24: at
+/// most 150 MB on the kernel tree, whatever `--threads` says).
 fn piece_slots(threads: usize) -> usize {
     const PIECES_BUDGET: usize = 64 << 20;
     // A piece's frames and decoded data stop growing once past PIECE_BYTES, by at most a
