@@ -33,6 +33,7 @@ use crate::error::{ClientError, Result};
 use crate::fsmeta::{self, At};
 use crate::server::{Fetch, Fetched, Scope, Server};
 
+mod direct;
 mod target;
 use target::{Finished, Target};
 
@@ -1143,7 +1144,7 @@ fn restore_files(
         threads,
         piece_slots(threads),
         |_, piece: &mut Piece| source.next(piece),
-        || Ok((qsm_codec::FrameDecoder::new(), Vec::new())),
+        || Ok((qsm_codec::FrameDecoder::new(), direct::Buffer::default())),
         |(decoder, raw), _, piece| {
             for q in &mut piece.quanta {
                 let frame = &piece.frames[q.frame.clone()];
@@ -1187,7 +1188,7 @@ fn restore_files(
 fn decode_quantum(
     decoder: &mut qsm_codec::FrameDecoder,
     frame: &[u8],
-    raw: &mut Vec<u8>,
+    raw: &mut direct::Buffer,
     q: &mut Quantum,
     keys: Option<&crate::keys::NodeKeys>,
     require_sealed: bool,
@@ -1199,7 +1200,9 @@ fn decode_quantum(
     }
     let sealer = keys.map(|k| &k.frames as &dyn qsm_codec::PayloadSealer);
     let context = q.chunk_id.as_ref().map_or(&[][..], |id| &id[..]);
-    let decoded = decoder.decode_sealed(frame, raw, sealer, context);
+    // A damaged header finds no room and is refused by the decoder, naming the damage.
+    let len = qsm_codec::FrameHeader::parse(frame).map_or(0, |h| h.raw_len as usize);
+    let decoded = decoder.decode_sealed_into(frame, raw.room(len), sealer, context);
     match decoded {
         Ok(header) if require_sealed && !header.is_sealed() => {
             q.failed = Some(format!(
@@ -1218,7 +1221,7 @@ fn decode_quantum(
         // (the catalog's id is what deduplication trusts).
         Ok(header)
             if header.is_sealed()
-                && keys.map(|k| k.ids.id(&raw[..header.raw_len as usize]).0) != q.chunk_id =>
+                && keys.map(|k| k.ids.id(raw.data(header.raw_len as usize)).0) != q.chunk_id =>
         {
             q.failed = Some(format!(
                 "the data at byte {} of the file does not match its chunk id: the \
@@ -1231,9 +1234,7 @@ fn decode_quantum(
             let job = &jobs[q.job];
             let written = dirs.map(|dirs| {
                 let file = job.target.file(job, dirs)?;
-                let extents = job.version.attrs.extents.as_deref();
-                fsmeta::write_data(&file, &raw[..n], q.offset, extents)
-                    .map_err(|e| format!("writing: {e}"))
+                job.target.write(&file, raw, n, q.offset, job).map_err(|e| format!("writing: {e}"))
             });
             if let Some(Err(why)) = written {
                 q.failed = Some(why);
@@ -1457,7 +1458,7 @@ pub fn stream(
             threads,
             piece_slots(threads),
             |_, piece: &mut Piece| source.next(piece),
-            || Ok((qsm_codec::FrameDecoder::new(), Vec::new())),
+            || Ok((qsm_codec::FrameDecoder::new(), direct::Buffer::default())),
             |(decoder, raw), _, piece| {
                 let sealed = options.require_sealed;
                 for q in &mut piece.quanta {
@@ -1465,7 +1466,7 @@ pub fn stream(
                     decode_quantum(decoder, frame, raw, q, keys, sealed, &jobs, None);
                     if q.has_frame && q.failed.is_none() {
                         let start = piece.raw.len();
-                        piece.raw.extend_from_slice(&raw[..q.expected_len as usize]);
+                        piece.raw.extend_from_slice(raw.data(q.expected_len as usize));
                         q.raw = start..piece.raw.len();
                     }
                 }

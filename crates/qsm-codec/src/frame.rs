@@ -416,14 +416,34 @@ impl FrameDecoder {
         sealer: Option<&dyn PayloadSealer>,
         context: &[u8],
     ) -> Result<FrameHeader, FrameError> {
-        let header = parse_whole(frame)?;
-        let raw_len = header.raw_len as usize;
+        let raw_len = parse_whole(frame)?.raw_len as usize;
         if out.len() < raw_len {
             out.resize(raw_len, 0);
         }
+        self.decode_sealed_into(frame, out, sealer, context)
+    }
+
+    /// [`FrameDecoder::decode_sealed`] into a buffer the caller placed (a restore writing
+    /// with `O_DIRECT` needs it aligned): the data is `out[..header.raw_len]`, and an `out`
+    /// shorter than that is refused ([`FrameError::BadLength`]).
+    pub fn decode_sealed_into(
+        &mut self,
+        frame: &[u8],
+        out: &mut [u8],
+        sealer: Option<&dyn PayloadSealer>,
+        context: &[u8],
+    ) -> Result<FrameHeader, FrameError> {
+        let header = parse_whole(frame)?;
+        let raw_len = header.raw_len as usize;
+        let Some(out) = out.get_mut(..raw_len) else {
+            return Err(FrameError::BadLength(format!(
+                "output of {} bytes for a frame of {raw_len}",
+                out.len()
+            )));
+        };
         let payload = &frame[FRAME_HEADER_LEN..];
         if !header.is_sealed() {
-            self.decode_payload(&header, payload, &mut out[..raw_len])?;
+            self.decode_payload(&header, payload, out)?;
             return Ok(header);
         }
         // The checksum first: damage in storage is told apart from tampering.
@@ -436,7 +456,7 @@ impl FrameDecoder {
             if plain.len() != header.plain_len() {
                 return Err(FrameError::Tampered);
             }
-            self.decode_plain(&header, &plain, &mut out[..raw_len])
+            self.decode_plain(&header, &plain, out)
         });
         self.plain = plain;
         opened.map(|()| header)

@@ -252,6 +252,26 @@ fn each_header_field_is_validated() -> Result<(), FrameError> {
     Ok(())
 }
 
+/// Decoding into a buffer the caller placed: the data at its front, the rest untouched; a
+/// buffer one byte short is refused, not overrun or half filled.
+#[test]
+fn decoding_into_a_placed_buffer_fills_its_front_or_refuses_a_short_one() -> Result<(), FrameError>
+{
+    let data = common::text(10_000, 19);
+    let frame = frame_of(&data)?;
+    let mut dec = FrameDecoder::new();
+    let mut room = vec![0xEEu8; data.len() + 100];
+    let header = dec.decode_sealed_into(&frame, &mut room, None, &[])?;
+    assert_eq!(header.raw_len as usize, data.len());
+    assert_eq!(&room[..data.len()], &data[..]);
+    assert!(room[data.len()..].iter().all(|&b| b == 0xEE));
+    let mut short = vec![0xEEu8; data.len() - 1];
+    let refused = dec.decode_sealed_into(&frame, &mut short, None, &[]);
+    assert!(matches!(refused, Err(FrameError::BadLength(_))), "{refused:?}");
+    assert!(short.iter().all(|&b| b == 0xEE));
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 32, .. ProptestConfig::default() })]
 

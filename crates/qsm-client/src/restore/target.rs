@@ -10,12 +10,13 @@
 
 use std::fs::File;
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use rustix::fs::{AtFlags, FallocateFlags, Mode, OFlags};
 use rustix::io::Errno;
 
+use super::direct::{self, Buffer};
 use super::{FileJob, into_place};
 use crate::dirs::Dirs;
 use crate::fsmeta::{self, At};
@@ -27,6 +28,10 @@ const PREALLOCATE_FROM: u64 = 1 << 20;
 #[derive(Debug, Default)]
 pub(super) struct Target {
     state: Mutex<State>,
+    /// Its writes go past the page cache ([`direct`]), until one cannot.
+    direct: AtomicBool,
+    /// Its last quantum was written padded: the file is cut back to its length when finished.
+    padded: AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -75,8 +80,44 @@ impl Target {
     /// symlink, and nothing already there is removed.
     pub(super) fn file(&self, job: &FileJob, dirs: &Dirs) -> Result<Arc<File>, String> {
         let mut s = self.state();
-        let made = s.made.get_or_insert_with(|| make(job, dirs));
+        let made = s.made.get_or_insert_with(|| {
+            let made = make(job, dirs);
+            if let Ok((_, file)) = &made {
+                let v = &job.version;
+                let large = v.attrs.size >= direct::DIRECT_FROM && v.attrs.extents.is_none();
+                self.direct.store(large && direct::enable(file), Ordering::Release);
+            }
+            made
+        });
         made.as_ref().map(|(_, file)| Arc::clone(file)).map_err(Clone::clone)
+    }
+
+    /// Writes a quantum's decoded data (`len` bytes of `buf`) at `offset` of the file's data:
+    /// directly while the file's writes can be, else through the page cache.
+    pub(super) fn write(
+        &self,
+        file: &File,
+        buf: &mut Buffer,
+        len: usize,
+        offset: u64,
+        job: &FileJob,
+    ) -> std::io::Result<()> {
+        let attrs = &job.version.attrs;
+        if self.direct.load(Ordering::Acquire) {
+            if direct::fits(offset, len, attrs.size) {
+                if !len.is_multiple_of(direct::ALIGN) {
+                    self.padded.store(true, Ordering::Relaxed);
+                }
+                if direct::write(file, buf, len, offset)? {
+                    return Ok(());
+                }
+            }
+            // The flag off first, then the flag said off: a worker that sees it off writes
+            // unaligned data through the page cache, which the flag would refuse.
+            direct::disable(file);
+            self.direct.store(false, Ordering::Release);
+        }
+        fsmeta::write_data(file, buf.data(len), offset, attrs.extents.as_deref())
     }
 
     /// A worker is done with a quantum of this file (`failed`: and the file cannot be restored).
@@ -116,8 +157,9 @@ impl Target {
         };
         let v = &job.version;
         let mut problems = Vec::new();
-        // A sparse file's length: its data ends before it when it ends in a hole.
-        if v.attrs.extents.is_some()
+        // A sparse file's length: its data ends before it when it ends in a hole; a file
+        // written directly: its last block was padded.
+        if (v.attrs.extents.is_some() || self.padded.load(Ordering::Relaxed))
             && let Err(e) = file.set_len(v.attrs.size)
         {
             problems.push(format!("length {} not set: {e}", v.attrs.size));
