@@ -47,38 +47,6 @@ fn servers_sharing_a_sqlite_catalog_lease_their_containers_too() {
     );
 }
 
-/// A GET of `url` (`http://HOST:PORT/PATH`) over a plain TCP connection: its status line and
-/// body.
-fn http_get(url: &str) -> (String, String) {
-    use std::io::{Read, Write};
-    let rest = url.strip_prefix("http://").unwrap();
-    let (host, path) = rest.split_once('/').unwrap();
-    let mut tcp = std::net::TcpStream::connect(host).unwrap();
-    tcp.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    write!(tcp, "GET /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").unwrap();
-    let mut response = String::new();
-    tcp.read_to_string(&mut response).unwrap();
-    let (head, body) = response.split_once("\r\n\r\n").unwrap();
-    let status = head.lines().next().unwrap().to_owned();
-    // Chunked bodies are unchunked: sizes in hex, each on a line of its own.
-    let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
-        let mut out = String::new();
-        let mut rest = body;
-        while let Some((size, after)) = rest.split_once("\r\n") {
-            let n = usize::from_str_radix(size.trim(), 16).unwrap();
-            if n == 0 {
-                break;
-            }
-            out.push_str(&after[..n]);
-            rest = &after[n + 2..];
-        }
-        out
-    } else {
-        body.to_owned()
-    };
-    (status, body)
-}
-
 /// Installs Prometheus and promtool when they are missing (the project's script, idempotent):
 /// every test that uses either calls it, whichever runs first on a fresh machine.
 fn ensure_prometheus() {

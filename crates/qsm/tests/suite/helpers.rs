@@ -465,3 +465,36 @@ fn leases_keep_a_writing_servers_container_until_they_lapse(
     let log = json(admin(first).args(["query", "actlog"]));
     assert!(log.to_string().contains("stopped answering"), "{log}");
 }
+
+/// A GET of `url` (`http://HOST:PORT/PATH`) over a plain TCP connection: its status line and
+/// body.
+#[allow(dead_code)] // not every binary that includes the helpers scrapes
+fn http_get(url: &str) -> (String, String) {
+    use std::io::{Read, Write};
+    let rest = url.strip_prefix("http://").unwrap();
+    let (host, path) = rest.split_once('/').unwrap();
+    let mut tcp = std::net::TcpStream::connect(host).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(tcp, "GET /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut response = String::new();
+    tcp.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap();
+    let status = head.lines().next().unwrap().to_owned();
+    // Chunked bodies are unchunked: sizes in hex, each on a line of its own.
+    let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+        let mut out = String::new();
+        let mut rest = body;
+        while let Some((size, after)) = rest.split_once("\r\n") {
+            let n = usize::from_str_radix(size.trim(), 16).unwrap();
+            if n == 0 {
+                break;
+            }
+            out.push_str(&after[..n]);
+            rest = &after[n + 2..];
+        }
+        out
+    } else {
+        body.to_owned()
+    };
+    (status, body)
+}

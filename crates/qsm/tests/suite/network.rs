@@ -26,7 +26,8 @@ fn fidelity_every_kind_of_metadata_comes_back_over_the_network() {
 #[test]
 fn over_tls_incremental_backups_and_every_restore_kind_work_and_nodes_are_isolated() {
     let dir = TempDir::new().unwrap();
-    let server = ServerProc::start(&dir.path().join("srv"), true);
+    let server =
+        ServerProc::start_with(&dir.path().join("srv"), true, &["--metrics-listen", "127.0.0.1:0"]);
     register(&server, "alpha", "alpha-password");
     register(&server, "beta", "beta-password!");
     // Versions-exist applies at backup time: keep enough for the point-in-time restore of the
@@ -84,7 +85,24 @@ fn over_tls_incremental_backups_and_every_restore_kind_work_and_nodes_are_isolat
         .success();
     assert_same(&src, &latest);
     // The same in fetches of two objects, each asked for before the one before it ends, on
-    // one worker and on eight.
+    // one worker and on eight: as many Fetch requests as pairs of files, where one did before.
+    // The server keeps a rendering of its metrics for 5 s: this test's first scrape is fresh,
+    // and each later one is waited for until a rendering made after the restore shows.
+    let found = StdCommand::new("find").arg(&src).args(["-type", "f"]).output().unwrap();
+    let files = found.stdout.iter().filter(|&&b| b == b'\n').count() as u64;
+    assert!(files > 2, "the tree must cross a batch");
+    let metrics = server.metrics.clone().unwrap();
+    let fetches = || -> u64 {
+        let (_, text) = http_get(&metrics);
+        text.lines()
+            .find(|l| {
+                l.starts_with("qsm_server_request_duration_seconds_count{")
+                    && l.contains("method=\"Fetch\"")
+            })
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    let mut before = fetches();
     for threads in ["1", "8"] {
         let batched = dir.path().join(format!("batched-{threads}"));
         client(&server, "alpha", &pa)
@@ -96,6 +114,13 @@ fn over_tls_incremental_backups_and_every_restore_kind_work_and_nodes_are_isolat
             .assert()
             .success();
         assert_same(&src, &batched);
+        let mut after = before;
+        wait_for("the server to count the Fetch requests", || {
+            after = fetches();
+            after >= before + files.div_ceil(2)
+        });
+        assert_eq!(after - before, files.div_ceil(2), "Fetch requests of {files} files");
+        before = after;
     }
 
     // Point in time: the tree as first backed up.
