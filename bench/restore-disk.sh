@@ -10,11 +10,15 @@
 # restore, the ratios of QSM's best rounds to `cp -a`'s and restic's, and the system calls of one
 # QSM restore of each kind (strace -c -f), the per-file cost a tmpfs would hide.
 #
-#   bench/restore-disk.sh [--rounds N] [--pause S] [--large | --large-only] [SOURCE_DIR]
+#   bench/restore-disk.sh [--rounds N] [--pause S] [--settle S] [--large | --large-only] [SOURCE_DIR]
 #
 #   --rounds N     rounds of every tool (default 5)
-#   --pause S      seconds of idle before each restore (default 0): this disk slows after a few
-#                  GB written in quick succession and recovers when left alone
+#   --pause S      seconds of idle before each restore (default 0)
+#   --settle S     seconds to wait after removing a round's trees (default 305): ext4 without
+#                  a journal will not reuse an inode deleted in the last 5 s, or 5 min when its
+#                  inode table block is dirty (fs/ext4/ialloc.c, recently_deleted), and every
+#                  file created within that time scans past the inodes a removal just freed:
+#                  on this machine's disk that made restores 5-10x slower, for every tool
 #   SOURCE_DIR     the tree to restore (default: the Linux kernel's sources, unpacked by
 #                  bench/suite/data.py under bench/out/suite/data/linux)
 #   --large        then the large-file part: a set of 4 files of real content (2 GiB in all:
@@ -46,12 +50,13 @@ for a in "$@"; do CMDLINE+=" $(printf %q "$a")"; done
 [ -n "${QSM_BIN:-}" ] && CMDLINE="QSM_BIN=$(printf %q "$QSM_BIN") $CMDLINE"
 [ -n "${QSM_BENCH_LARGE_MB:-}" ] && CMDLINE="QSM_BENCH_LARGE_MB=$QSM_BENCH_LARGE_MB $CMDLINE"
 
-usage() { sed -n '11,26p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
-ROUNDS=5 PAUSE=0 TREE=1 LARGE=0 ARG=
+usage() { sed -n '13,28p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+ROUNDS=5 PAUSE=0 SETTLE=305 TREE=1 LARGE=0 ARG=
 while [ $# -gt 0 ]; do
 	case $1 in
 	--rounds) ROUNDS=${2:?--rounds needs a number}; shift 2 ;;
 	--pause) PAUSE=${2:?--pause needs a number of seconds}; shift 2 ;;
+	--settle) SETTLE=${2:?--settle needs a number of seconds}; shift 2 ;;
 	--large) LARGE=1; shift ;;
 	--large-only) LARGE=1 TREE=0; shift ;;
 	-h | --help) usage; exit 0 ;;
@@ -61,6 +66,7 @@ while [ $# -gt 0 ]; do
 done
 case $ROUNDS in '' | *[!0-9]* | 0) echo "--rounds: a positive number, not '$ROUNDS'" >&2; exit 2 ;; esac
 case $PAUSE in '' | *[!0-9]*) echo "--pause: a number of seconds, not '$PAUSE'" >&2; exit 2 ;; esac
+case $SETTLE in '' | *[!0-9]*) echo "--settle: a number of seconds, not '$SETTLE'" >&2; exit 2 ;; esac
 ROUNDS_WORD=rounds
 PAUSE_NOTE=
 [ "$PAUSE" = 0 ] || PAUSE_NOTE=" The disk left idle for $PAUSE s before each restore."
@@ -179,9 +185,11 @@ if [ -n "${QSM_BIN:-}" ]; then QSM_FROM="$QSM, built $(date -u -r "$QSM" '+%Y-%m
 	echo "the disk that also holds the sources, repositories and stores. Each time includes the \`sync\`"
 	echo "after the restore; before it \`sync\` is run and what the restore reads (repository, store,"
 	echo "source or tarball) read once into the page cache, untimed. Each restore goes to a new"
-	echo "directory; a round's trees are removed after the round (untimed), since creating files just"
-	echo "after removing a large tree is several times slower on this disk; the order of the tools"
-	echo "is rotated each round, so the first restore after a removal is a different tool's each time."
+	echo "directory; a round's trees are removed after the round (untimed), and the next round waits"
+	echo "$SETTLE s after the removal (\`--settle\`): ext4 without a journal, as this disk is, will"
+	echo "not reuse an inode deleted in the last 5 s, or 5 min when its inode table block is dirty"
+	echo "(fs/ext4/ialloc.c, \`recently_deleted\`), and files created in that time scan past the inodes"
+	echo "just freed. The order of the tools is rotated each round."
 	echo
 	echo "- QSM: $(first_line "$QSM" --version) ($QSM_FROM)"
 } >>"$REPORT"
@@ -317,7 +325,15 @@ if [ "$TREE" = 1 ]; then
 
 	declare -A SECS RSS BEST BESTR MAXRSS
 	DESTS="$OUT/dests"
-	rm -rf "$DESTS" && mkdir -p "$DESTS" && sync
+	# settle: after a removal, until ext4 reuses the freed inodes without scanning past them
+	# (--settle above).
+	settle() {
+		[ "$SETTLE" = 0 ] && return
+		say "waiting $SETTLE s after the removal (--settle)"
+		sleep "$SETTLE"
+	}
+	if [ -e "$DESTS" ]; then rm -rf "$DESTS" && sync && settle; fi
+	mkdir -p "$DESTS"
 	for r in $(seq 1 "$ROUNDS"); do
 		n=${#TOOLS[@]}
 		for i in $(seq 0 $((n - 1))); do
@@ -334,6 +350,7 @@ if [ "$TREE" = 1 ]; then
 			if [ "$r" = 1 ]; then check "$t" "$SRC" "$(restored "$t")"; fi
 		done
 		rm -rf "$DESTS" && mkdir -p "$DESTS" && sync
+		[ "$r" = "$ROUNDS" ] || settle
 	done
 	DEST="$OUT/dest"
 
