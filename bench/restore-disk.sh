@@ -332,7 +332,8 @@ if [ "$TREE" = 1 ]; then
 		say "waiting $SETTLE s after the removal (--settle)"
 		sleep "$SETTLE"
 	}
-	if [ -e "$DESTS" ]; then rm -rf "$DESTS" && sync && settle; fi
+	# An earlier run's trees, if any were left (an empty directory frees no inodes).
+	if [ -n "$(ls -A "$DESTS" 2>/dev/null)" ]; then rm -rf "$DESTS" && sync && settle; fi
 	mkdir -p "$DESTS"
 	for r in $(seq 1 "$ROUNDS"); do
 		n=${#TOOLS[@]}
