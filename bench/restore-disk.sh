@@ -6,7 +6,7 @@
 # `sync` run before each; the order rotated each round; the round's trees removed only after
 # it: on this disk, creating files just after removing a large tree is several times slower
 # than after creating one, docs/PERFORMANCE.md section 17), every round and the best round of
-# each tool reported: this machine's shared disk swings several-fold from minute to minute. Also the peak memory of each tool's
+# each tool reported: restores on this machine swing several-fold from round to round (--settle). Also the peak memory of each tool's
 # restore, the ratios of QSM's best rounds to `cp -a`'s and restic's, and the system calls of one
 # QSM restore of each kind (strace -c -f), the per-file cost a tmpfs would hide.
 #

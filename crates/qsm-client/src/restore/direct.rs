@@ -24,7 +24,13 @@ use rustix::io::Errno;
 pub(super) const ALIGN: usize = 4096;
 
 /// Files of at least this size are written directly: several quanta, each a large write.
-pub(super) const DIRECT_FROM: u64 = 8 << 20;
+const DIRECT_FROM: u64 = 8 << 20;
+
+/// Whether a file is to be written directly where its file system allows: large, and not
+/// sparse (a sparse file's data runs through its extents, not at its own offsets).
+pub(super) fn wanted(attrs: &qsm_types::model::Attributes) -> bool {
+    attrs.size >= DIRECT_FROM && attrs.extents.is_none()
+}
 
 /// File systems of local disks, where a direct write goes to the disk as it is (statfs magic
 /// numbers, linux/magic.h): ext2-4, XFS, Btrfs, F2FS. Not network or FUSE file systems,

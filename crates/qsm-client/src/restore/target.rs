@@ -30,8 +30,6 @@ pub(super) struct Target {
     state: Mutex<State>,
     /// Its writes go past the page cache ([`direct`]), until one cannot.
     direct: AtomicBool,
-    /// Its last quantum was written padded: the file is cut back to its length when finished.
-    padded: AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -83,9 +81,8 @@ impl Target {
         let made = s.made.get_or_insert_with(|| {
             let made = make(job, dirs);
             if let Ok((_, file)) = &made {
-                let v = &job.version;
-                let large = v.attrs.size >= direct::DIRECT_FROM && v.attrs.extents.is_none();
-                self.direct.store(large && direct::enable(file), Ordering::Release);
+                let wanted = direct::wanted(&job.version.attrs);
+                self.direct.store(wanted && direct::enable(file), Ordering::Release);
             }
             made
         });
@@ -104,13 +101,8 @@ impl Target {
     ) -> std::io::Result<()> {
         let attrs = &job.version.attrs;
         if self.direct.load(Ordering::Acquire) {
-            if direct::fits(offset, len, attrs.size) {
-                if !len.is_multiple_of(direct::ALIGN) {
-                    self.padded.store(true, Ordering::Relaxed);
-                }
-                if direct::write(file, buf, len, offset)? {
-                    return Ok(());
-                }
+            if direct::fits(offset, len, attrs.size) && direct::write(file, buf, len, offset)? {
+                return Ok(());
             }
             // The flag off first, then the flag said off: a worker that sees it off writes
             // unaligned data through the page cache, which the flag would refuse.
@@ -158,8 +150,8 @@ impl Target {
         let v = &job.version;
         let mut problems = Vec::new();
         // A sparse file's length: its data ends before it when it ends in a hole; a file
-        // written directly: its last block was padded.
-        if (v.attrs.extents.is_some() || self.padded.load(Ordering::Relaxed))
+        // that may have been written directly: its last block may have been padded.
+        if (v.attrs.extents.is_some() || direct::wanted(&v.attrs))
             && let Err(e) = file.set_len(v.attrs.size)
         {
             problems.push(format!("length {} not set: {e}", v.attrs.size));
