@@ -38,10 +38,10 @@ class Served:
         """The server's user+sys seconds so far."""
         return load.proc_cpu(self.server.proc.pid)
 
-    def client(self, cmds: Commands, *args, shape=None):
-        """Runs `qsm ARGS` as the node, measured; the command (or SHAPE) is noted for the
-        document."""
-        argv = [QSM, *args]
+    def client(self, cmds: Commands, *args, shape=None, qsm=QSM):
+        """Runs `qsm ARGS` (the binary QSM) as the node, measured; the command (or SHAPE) is
+        noted for the document."""
+        argv = [qsm, *args]
         cmds.note(argv, {"QSM_SERVER": "http://127.0.0.1:PORT", "QSM_NODE": "bench"},
                   shape=shape and f"QSM_SERVER=http://127.0.0.1:PORT QSM_NODE=bench {shape}")
         return run(argv, env=self.env)

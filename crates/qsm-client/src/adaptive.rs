@@ -117,14 +117,14 @@ pub const EVIDENCE_WAIT: f64 = 0.15;
 /// since the frame they wait for is never one of theirs (see [`Controller::choose`]).
 pub const FIRST_FRAME_WAIT: f64 = 10.0;
 /// Before the backup has run this long, seconds, the only move is to a heavier rung predicted
-/// faster (a slow link, where every second at the default sends too many bytes): a short
-/// backup stays at the default, at no cost, and a longer one has shown its stages' rates
-/// (and a pool's page cache has taken its first writes) before anything else is tried. A
-/// lighter rung taken near the end of a short backup would store more for the rest of the
-/// version's life and have no time to pay for it.
-pub const SETTLE: f64 = 0.5;
-/// [`SETTLE`] for `auto:fast`, which weighs time only.
-pub const SETTLE_FAST: f64 = 0.3;
+/// faster (a slow link, where every second at the default sends too many bytes): the stages'
+/// rates have been measured for a few tenths of a second (and a pool's page cache has taken
+/// its first writes) before anything else is tried. It was 0.5 s, to keep every short backup
+/// at the default; but a move made after it is one a trial confirms (for the balanced
+/// objective: at least [`BELOW_DEFAULT`] times as fast), and since the measurements follow a
+/// change of data at once (see [`RECENT_BYTES`]) a backup of half a second has time to gain
+/// from one.
+pub const SETTLE: f64 = 0.25;
 /// A move needs a predicted gain of this factor (hysteresis).
 pub const GAIN: f64 = 1.05;
 /// One quantum in this many at most tries a neighbouring rung, to learn its profile...
@@ -144,6 +144,22 @@ pub const LIGHTER_BUSY: f64 = 0.6;
 /// A banned rung may be tried again at once when the data's compressibility has changed by
 /// more than this factor since its trial.
 pub const DATA_CHANGED: f64 = 1.5;
+/// The data's last this many bytes (and at least [`RECENT_QUANTA`] quanta) at the rung in use
+/// are weighed against what the decaying measurements say; when they differ by more than
+/// [`KIND_CHANGED`] in compressibility or in speed, the data has changed
+/// kind (a file of text after one of compressed data) and the measurements start again from
+/// them. Otherwise the decaying sums mix the two kinds for a second or more, and a prediction
+/// from the mix is wrong both ways: the compressed data's probe speed, on the text's ratio,
+/// makes a heavier rung look free. 4 MiB: a few quanta of a large file, hundreds of small
+/// ones, whose own differences average out. [`KIND_CHANGED`] is well above how much one
+/// kind of data varies from 4 MiB to the next (text: up to about 2.5 times in ratio and
+/// speed, which must not make the measurements forget what they averaged).
+pub const RECENT_BYTES: f64 = 4.0 * 1048576.0;
+/// See [`RECENT_BYTES`].
+pub const RECENT_QUANTA: usize = 4;
+/// See [`RECENT_BYTES`]: the speed, or the compressibility gain (plus 0.05, as in
+/// [`DATA_CHANGED`]), differing by this factor is a change of data.
+pub const KIND_CHANGED: f64 = 3.0;
 /// An undone rung is not tried again for this long, seconds, at first...
 pub const BAN: f64 = 8.0;
 /// ...doubling on every further failure, up to this.
@@ -180,11 +196,6 @@ impl Objective {
             Objective::Fast => "auto:fast",
             Objective::Small => "auto:small",
         }
-    }
-
-    /// See [`SETTLE`].
-    fn settle(self) -> f64 {
-        if self == Objective::Fast { SETTLE_FAST } else { SETTLE }
     }
 
     /// Rungs predicted within this factor of the fastest count as fast; the one of them
@@ -226,6 +237,18 @@ impl Rate {
     fn ratio(&self) -> Option<f64> {
         (self.out > 0.0).then(|| (self.bytes / self.out).max(1.0))
     }
+}
+
+/// The last quanta compressed at one rung, and their sums (see [`RECENT_BYTES`]).
+#[derive(Debug, Default)]
+struct Recent {
+    rung: usize,
+    quanta: std::collections::VecDeque<(f64, f64, f64)>,
+    bytes: f64,
+    out: f64,
+    seconds: f64,
+    /// The data changed, and no window of the new data alone has been weighed yet.
+    after_change: bool,
 }
 
 /// What limits the backup, as the controller sees it.
@@ -401,6 +424,8 @@ struct State {
     /// the measured throughput still holds the trial's slow frames.
     undone: f64,
     undone_before: f64,
+    /// The last quanta compressed at the rung in use (see [`RECENT_BYTES`]).
+    recent: Recent,
     /// The server's storing rate (frame bytes per busy second) and its utilisation (busy
     /// seconds over wall seconds, in `bytes` over `seconds`), from what it reports.
     server: Rate,
@@ -483,6 +508,7 @@ impl Controller {
             ban: vec![BAN; ladder.len()],
             undone: f64::NEG_INFINITY,
             undone_before: 0.0,
+            recent: Recent::default(),
             server: Rate::default(),
             server_busy: Rate::default(),
             server_last: None,
@@ -633,12 +659,70 @@ impl Controller {
         s.unaccounted += bytes as f64;
         if self.adaptive {
             s.measured[rung].add(now, bytes as f64, frame as f64, seconds);
+            if rung == s.current {
+                self.follow_data(&mut s, now, rung, bytes as f64, frame as f64, seconds);
+            }
             // A quantum the probe stored raw took the probe's time, not the codec's: it says
             // nothing of the rung's profile.
             if rung != s.current && !raw {
                 self.learn(&mut s, rung);
             }
         }
+    }
+
+    /// A quantum at the rung in use: when the last few say the data is not what the
+    /// measurements describe, they start again from those few (see [`RECENT_BYTES`]). The
+    /// profiles, being relative, are kept; what the other rungs measured was of the old data.
+    fn follow_data(&self, s: &mut State, now: f64, rung: usize, bytes: f64, out: f64, secs: f64) {
+        let r = &mut s.recent;
+        if r.rung != rung {
+            *r = Recent { rung, after_change: r.after_change, ..Recent::default() };
+        }
+        r.quanta.push_back((bytes, out, secs));
+        (r.bytes, r.out, r.seconds) = (r.bytes + bytes, r.out + out, r.seconds + secs);
+        while r.quanta.len() > RECENT_QUANTA
+            && let Some(&(b, o, t)) = r.quanta.front()
+            && r.bytes - b >= RECENT_BYTES
+        {
+            r.quanta.pop_front();
+            (r.bytes, r.out, r.seconds) = (r.bytes - b, r.out - o, r.seconds - t);
+        }
+        if r.quanta.len() < RECENT_QUANTA || r.bytes < RECENT_BYTES || r.seconds <= 0.0 {
+            return;
+        }
+        let m = &s.measured[rung];
+        let (Some(speed), Some(ratio)) = (m.rate(), m.ratio()) else { return };
+        let factor = s.gain_factor[rung].max(1e-9);
+        let gain = |ratio: f64| (ratio - 1.0) / factor;
+        let recent_speed = r.bytes / r.seconds;
+        let recent_ratio = (r.bytes / r.out.max(1.0)).max(1.0);
+        let faster = (recent_speed / speed).max(speed / recent_speed);
+        let (g, was) = (gain(recent_ratio).max(0.0) + 0.05, gain(ratio).max(0.0) + 0.05);
+        if (g / was).max(was / g) <= KIND_CHANGED && faster <= KIND_CHANGED {
+            r.after_change = false;
+            return;
+        }
+        if self.trace {
+            eprintln!(
+                "adaptive {now:.3}s: the data changed: {:.0} MB/s and {recent_ratio:.2}:1 of late, {:.0} MB/s and {ratio:.2}:1 measured",
+                recent_speed / 1e6,
+                speed / 1e6
+            );
+        }
+        let (b, o, t) = (r.bytes, r.out, r.seconds);
+        // The window may straddle the change: no move until a window of the new data alone
+        // has been weighed against it (and, if it differs as much, started from again).
+        *r = Recent { rung, after_change: true, ..Recent::default() };
+        for m in &mut s.measured {
+            *m = Rate::default();
+        }
+        s.measured[rung].add(now, b, o, t);
+        // A move on trial was made on the old data's evidence, and its throughput would be
+        // judged across the change: it is undone, with no verdict on the rung.
+        if let Some(trial) = s.trial.take() {
+            s.current = trial.from;
+        }
+        s.recheck = None;
     }
 
     /// The sender spent `seconds` sending the pipeline's `seq`-th piece, `bytes` of input in a
@@ -879,7 +963,7 @@ impl Controller {
         let Some((speed, gain)) = self.reference(s) else { return };
         let (here, limit) = self.predict(s, s.current, speed, gain, 1.0);
         s.limited[limit as usize] += std::mem::take(&mut s.unaccounted);
-        if now - s.last_move < DWELL || s.trial.is_some() {
+        if now - s.last_move < DWELL || s.trial.is_some() || s.recent.after_change {
             return;
         }
         // A lighter rung kept earlier is due to be tried again.
@@ -965,7 +1049,7 @@ impl Controller {
         {
             return;
         }
-        if now < self.objective.settle() && !(pick > s.current && faster) {
+        if now < SETTLE && !(pick > s.current && faster) {
             return;
         }
         // Smaller and about as fast; or the rung in use lost what made it worth its size.
@@ -1239,6 +1323,33 @@ mod tests {
         // And back.
         slow.run(&c, t, 40.0 * Q);
         assert!(c.current() >= 6, "back on 10 Mbit/s: {}", name(c.current()));
+    }
+
+    /// Text after compressed data: the measurements describe the text within a few quanta,
+    /// where the decaying sums alone would still read it as the compressed data's ratio and
+    /// probe speed (the mix that once sent a backup to zstd:6 at a 1 Gbit/s link).
+    #[test]
+    fn the_measurements_follow_a_change_of_data_at_once() {
+        let c = Controller::adaptive(2, Objective::Balanced);
+        let q = 1 << 20;
+        let mut now = 0.0;
+        // 200 MiB the probe stores raw, at 4 GB/s.
+        for seq in 0..200 {
+            now += 0.0005;
+            c.compressed(now, seq, START, q, q, true, 0.00025);
+        }
+        // Then text: 4:1 at 200 MB/s.
+        for seq in 200..208 {
+            now += 0.005;
+            c.compressed(now, seq, START, q, q / 4, false, q as f64 / 200e6);
+        }
+        let s = c.lock();
+        let (speed, gain) = c.reference(&s).expect("measured");
+        let ratio = 1.0 + gain * s.gain_factor[START];
+        assert!((speed / 200e6 - 1.0).abs() < 0.1, "speed {:.0} MB/s", speed / MB);
+        assert!((ratio / 4.0 - 1.0).abs() < 0.1, "ratio {ratio:.2}");
+        // The window straddled the change: no move until the text alone has been weighed.
+        assert!(s.recent.after_change);
     }
 
     #[test]

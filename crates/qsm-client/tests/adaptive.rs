@@ -217,11 +217,11 @@ fn loads() -> Vec<(String, Load)> {
 }
 
 /// The share of `cases` within issue 33's time goal (1.05x the best fixed setting's time,
-/// or 0.1 s more) that each objective must reach. The rest are short backups where the
-/// controller holds the default for its first [`qsm_client::adaptive::SETTLE`] seconds, and
-/// cells where the data changes kind faster than a trial can judge a move (docs/PERFORMANCE.md
-/// section 13 lists them).
-const WITHIN_GOAL: f64 = 0.8;
+/// or 0.1 s more) that each objective must reach: 45 to 46 of the 48 do. The rest are
+/// backups of under a second, where the controller holds the default for its first
+/// [`qsm_client::adaptive::SETTLE`] seconds and a trial takes a quarter of a second more
+/// (docs/PERFORMANCE.md section 13.1 lists them).
+const WITHIN_GOAL: f64 = 0.9;
 
 /// One objective replayed over one trace under one load, beside every fixed setting.
 struct Replayed {
@@ -280,6 +280,11 @@ fn check(runs: &[Replayed], failed: impl Fn(&Replayed) -> bool, within: bool) {
     let failures: Vec<String> = runs.iter().filter(|r| failed(r)).map(Replayed::describe).collect();
     assert!(failures.is_empty(), "{} cases missed:\n{}", failures.len(), failures.join("\n"));
     let good = runs.iter().filter(|r| r.within_goal()).count();
+    // Seen with --nocapture: how far above the bound a change of the controller leaves it.
+    eprintln!("within 1.05x of the best fixed setting in {good} of {} cases", runs.len());
+    for r in runs.iter().filter(|r| !r.within_goal()) {
+        eprintln!("  outside: {}", r.describe());
+    }
     assert!(
         !within || good as f64 >= WITHIN_GOAL * runs.len() as f64,
         "within 1.05x of the best fixed setting in only {good} of {} cases",
