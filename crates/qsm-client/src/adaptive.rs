@@ -424,8 +424,16 @@ struct State {
     /// the measured throughput still holds the trial's slow frames.
     undone: f64,
     undone_before: f64,
-    /// The last quanta compressed at the rung in use (see [`RECENT_BYTES`]).
+    /// The last quanta compressed at the rung in use (see [`RECENT_BYTES`]), and when they
+    /// last showed a change of data.
     recent: Recent,
+    changed_at: f64,
+    /// This process's CPU seconds (`bytes`) and the workers' CPU seconds compressing (`out`)
+    /// over wall seconds, decaying; the process's CPU time when last read, and the
+    /// compressing CPU seconds since (see [`Controller::with_cpu_clock`]).
+    cpu: Rate,
+    cpu_last: Option<(f64, f64)>,
+    compressing: f64,
     /// The server's storing rate (frame bytes per busy second) and its utilisation (busy
     /// seconds over wall seconds, in `bytes` over `seconds`), from what it reports.
     server: Rate,
@@ -454,6 +462,8 @@ pub struct Controller {
     state: Mutex<State>,
     /// `QSM_ADAPTIVE_TRACE` set: every decision is printed to stderr.
     trace: bool,
+    /// This process's CPU time, seconds (see [`Controller::with_cpu_clock`]).
+    cpu_clock: Option<fn() -> f64>,
     /// The most the link may carry, bytes per second (`--limit-upload`).
     link_limit: f64,
 }
@@ -509,6 +519,10 @@ impl Controller {
             undone: f64::NEG_INFINITY,
             undone_before: 0.0,
             recent: Recent::default(),
+            changed_at: f64::NEG_INFINITY,
+            cpu: Rate::default(),
+            cpu_last: None,
+            compressing: 0.0,
             server: Rate::default(),
             server_busy: Rate::default(),
             server_last: None,
@@ -526,6 +540,7 @@ impl Controller {
             state: Mutex::new(state),
             trace: std::env::var_os("QSM_ADAPTIVE_TRACE").is_some(),
             link_limit: f64::INFINITY,
+            cpu_clock: None,
         }
     }
 
@@ -551,6 +566,18 @@ impl Controller {
         if let Some(limit) = bytes_per_second.filter(|&l| l > 0) {
             self.link_limit = limit as f64;
         }
+        self
+    }
+
+    /// `clock` reads this process's CPU time, seconds, and the workers report their CPU time
+    /// compressing ([`Controller::compressing_cpu`]). With both the controller knows what
+    /// share of the CPU compressing takes: where the cores are the limit and the rest of the
+    /// work (walking, reading, hashing, the embedded store's writing and cataloguing) takes
+    /// most of them, as on a tree of small files, a codec twice as fast makes the backup only
+    /// a little faster, and the model predicts that (see [`Controller::predict`]). Without
+    /// it, compressing is taken for all the CPU work.
+    pub fn with_cpu_clock(mut self, clock: fn() -> f64) -> Controller {
+        self.cpu_clock = Some(clock);
         self
     }
 
@@ -717,12 +744,25 @@ impl Controller {
             *m = Rate::default();
         }
         s.measured[rung].add(now, b, o, t);
+        // What the backup achieves is judged afresh too: a trial judged against the old
+        // data's throughput would say nothing of the move.
+        s.throughput = Rate::default();
+        s.changed_at = now;
         // A move on trial was made on the old data's evidence, and its throughput would be
         // judged across the change: it is undone, with no verdict on the rung.
         if let Some(trial) = s.trial.take() {
             s.current = trial.from;
         }
         s.recheck = None;
+    }
+
+    /// A worker's CPU time compressing one quantum (its thread's CPU clock, not the wall
+    /// clock of [`Controller::compressed`]: a worker whose core other threads share takes
+    /// longer by the wall clock, and the other threads' work would be counted as its).
+    pub fn compressing_cpu(&self, seconds: f64) {
+        if self.adaptive && self.cpu_clock.is_some() {
+            self.lock().compressing += seconds.max(0.0);
+        }
     }
 
     /// The sender spent `seconds` sending the pipeline's `seq`-th piece, `bytes` of input in a
@@ -803,8 +843,15 @@ impl Controller {
             );
         }
         if undo {
-            s.banned_until[t.to] = now + s.ban[t.to];
-            s.banned_gain[t.to] = self.reference(s).map_or(0.0, |(_, gain)| gain);
+            let gain = self.reference(s).map_or(0.0, |(_, gain)| gain);
+            // A lighter rung that made the backup no faster at all says the lighter side
+            // does not pay here (what limits it is not compressing): the rungs lighter still
+            // are banned with it, or each would be tried in turn, storing more every time.
+            let banned = if t.to < t.from && achieved < t.before { 0..=t.to } else { t.to..=t.to };
+            for i in banned {
+                s.banned_until[i] = s.banned_until[i].max(now + s.ban[t.to]);
+                s.banned_gain[i] = gain;
+            }
             s.ban[t.to] = (s.ban[t.to] * 2.0).min(BAN_MAX);
             // Back where it was measured, with no dwell: the next decision may try another
             // rung at once.
@@ -930,7 +977,9 @@ impl Controller {
             }
             _ => s.speed_factor[i],
         };
-        let cpu = headroom * self.workers * speed * factor;
+        let cpu = headroom
+            * self.workers
+            * Self::amdahl(speed * factor, speed * s.speed_factor[c], self.other_work(s));
         let ratio = 1.0 + gain * s.gain_factor[i];
         let link = s.send.rate().unwrap_or(f64::INFINITY).min(self.link_limit);
         // The server stores frame bytes at its own rate (per second of its busy time: the
@@ -955,7 +1004,38 @@ impl Controller {
         }
     }
 
+    /// Per worker, the bytes per second rung `i` compressing at `si` (the rung in use at
+    /// `sc`) achieves when each byte also costs `other` times its compressing time at the
+    /// rung in use in other work on the same cores: with none, `si`.
+    fn amdahl(si: f64, sc: f64, other: f64) -> f64 {
+        (1.0 + other) / (1.0 / si + other / sc)
+    }
+
+    /// The process's other CPU work per second of compressing at the rung in use, when the
+    /// process keeps the workers' cores busy (below that, the other work runs on spare
+    /// cores and costs compressing nothing); 0 without a CPU clock.
+    fn other_work(&self, s: &State) -> f64 {
+        match (s.cpu.rate(), s.cpu.ratio()) {
+            (Some(cores), Some(ratio)) if cores >= 0.8 * self.workers => ratio - 1.0,
+            _ => 0.0,
+        }
+    }
+
+    /// Reads the process's CPU clock, if it has one (see [`Controller::with_cpu_clock`]).
+    fn sample_cpu(&self, s: &mut State, now: f64) {
+        let Some(clock) = self.cpu_clock else { return };
+        let cpu = clock();
+        let compressing = std::mem::take(&mut s.compressing);
+        if let Some((at, was)) = s.cpu_last
+            && now > at
+        {
+            s.cpu.add(now, (cpu - was).max(0.0), compressing, now - at);
+        }
+        s.cpu_last = Some((now, cpu));
+    }
+
     fn decide(&self, s: &mut State, now: f64) {
+        self.sample_cpu(s, now);
         // Nothing sent yet (a slow link's first frame is still leaving): no rate to go by.
         if (s.send_busy < EVIDENCE_BUSY && now < EVIDENCE_WAIT) || s.send.rate().is_none() {
             return;
@@ -963,7 +1043,10 @@ impl Controller {
         let Some((speed, gain)) = self.reference(s) else { return };
         let (here, limit) = self.predict(s, s.current, speed, gain, 1.0);
         s.limited[limit as usize] += std::mem::take(&mut s.unaccounted);
-        if now - s.last_move < DWELL || s.trial.is_some() || s.recent.after_change {
+        // After a change of data, no move until the new data's window has been weighed and
+        // its throughput measured for as long as a trial would measure it.
+        let changing = s.recent.after_change || now - s.changed_at < VERIFY;
+        if now - s.last_move < DWELL || s.trial.is_some() || changing {
             return;
         }
         // A lighter rung kept earlier is due to be tried again.
@@ -1061,7 +1144,7 @@ impl Controller {
             && (rates[pick] >= here / slack || !eligible(s.current));
         if self.trace {
             eprintln!(
-                "adaptive {now:.3}s: at {} read {:.0} MB/s send {:.0} MB/s server {:.0} MB/s ({:.0}% busy) speed {:.0} MB/s gain {:.2}; predicted {}; pick {}",
+                "adaptive {now:.3}s: at {} read {:.0} MB/s send {:.0} MB/s server {:.0} MB/s ({:.0}% busy) speed {:.0} MB/s gain {:.2} other work {:.2}; predicted {}; pick {}",
                 self.ladder[s.current].compression.setting(),
                 s.read.rate().unwrap_or(0.0) / 1e6,
                 s.send.rate().unwrap_or(0.0) / 1e6,
@@ -1069,6 +1152,7 @@ impl Controller {
                 100.0 * Self::server_utilisation(s),
                 speed / 1e6,
                 gain,
+                self.other_work(s),
                 rates.iter().map(|r| format!("{:.0}", r / 1e6)).collect::<Vec<_>>().join(" "),
                 self.ladder[pick].compression.setting()
             );
@@ -1323,6 +1407,62 @@ mod tests {
         // And back.
         slow.run(&c, t, 40.0 * Q);
         assert!(c.current() >= 6, "back on 10 Mbit/s: {}", name(c.current()));
+    }
+
+    thread_local! {
+        /// The process CPU seconds a simulated backup has spent (see `fake_cpu`).
+        static CPU: std::cell::Cell<f64> = const { std::cell::Cell::new(0.0) };
+    }
+
+    /// A CPU clock for [`Controller::with_cpu_clock`] that reads the simulation's.
+    fn fake_cpu() -> f64 {
+        CPU.with(std::cell::Cell::get)
+    }
+
+    /// A CPU-bound backup on two cores where every byte also costs `other` times zstd:3's
+    /// compressing time in other work (walking, hashing, storing: a tree of small files),
+    /// on Silesia-like data; the rung of every quantum.
+    fn cpu_bound_with_other_work(other: f64, clock: bool) -> Vec<usize> {
+        let sim = Sim::silesia(1.0, f64::INFINITY);
+        let c = Controller::adaptive(2, Objective::Balanced).storing_here(true);
+        let c = if clock { c.with_cpu_clock(fake_cpu) } else { c };
+        CPU.with(|x| x.set(0.0));
+        let (mut t, mut chosen) = (0.0, Vec::new());
+        for seq in 0..4000 {
+            let i = c.choose(t, seq);
+            let compress = Q / sim.speed[i];
+            let work = compress + other * Q / sim.speed[START];
+            let out = Q / sim.ratio[i];
+            c.read(t, Q as usize, Q / sim.read);
+            // Other threads share the workers' cores: by the wall clock a worker takes as
+            // long as all the work; by its own CPU clock, its compressing.
+            c.compressed(t, seq, i, Q as usize, out as usize, false, work);
+            c.compressing_cpu(compress);
+            CPU.with(|x| x.set(x.get() + work));
+            c.sent(t, seq, Q as usize, out as usize, out / 2e9);
+            t += work / 2.0;
+            chosen.push(i);
+        }
+        chosen
+    }
+
+    /// Where the rest of the CPU work is five times what zstd:3's compressing takes, even
+    /// storing raw makes the backup only about 1.2 times as fast, below what the balanced
+    /// objective asks to store more: with the process's CPU clock the controller predicts
+    /// that and stays at zstd:3; without it, it predicts many times that and tries the
+    /// lighter rungs. Where the rest is small, the lighter rung's gain is real and it is
+    /// taken.
+    #[test]
+    fn a_faster_codec_is_weighed_against_the_rest_of_the_cpu_work() {
+        let lighter = |chosen: &[usize]| {
+            chosen.iter().filter(|&&i| i < START).count() as f64 / chosen.len() as f64
+        };
+        let heavy = cpu_bound_with_other_work(5.0, true);
+        assert_eq!(moves(&heavy), 0, "moved with the clock: {}", lighter(&heavy));
+        let blind = cpu_bound_with_other_work(5.0, false);
+        assert!(moves(&blind) > 0, "without the clock, no lighter rung was tried");
+        let light = cpu_bound_with_other_work(0.05, true);
+        assert!(lighter(&light) > 0.8, "a real gain not taken: {:.2}", lighter(&light));
     }
 
     /// Text after compressed data: the measurements describe the text within a few quanta,

@@ -471,7 +471,8 @@ fn run(
         None => Controller::fixed(setting),
     }
     .with_link_limit(options.limit_upload)
-    .storing_here(server.stores_here());
+    .storing_here(server.stores_here())
+    .with_cpu_clock(process_cpu_seconds);
     let controller = &controller;
     let is_archive = archive.is_some();
     let scan = ScanProgress::default();
@@ -572,7 +573,11 @@ fn run(
                 // a dozen quanta ahead, and the decision should be as fresh as possible.
                 piece.rung = controller.choose(controller.now(), seq);
                 let started = Instant::now();
+                let cpu = controller.is_adaptive().then(thread_cpu_seconds);
                 piece.encode(encoders.get(piece.rung)?, ids_ref, sealer)?;
+                if let Some(cpu) = cpu {
+                    controller.compressing_cpu(thread_cpu_seconds() - cpu);
+                }
                 if let Some(h) = &piece.header {
                     controller.compressed(
                         controller.now(),
@@ -1753,6 +1758,19 @@ impl Read for Source {
 fn same_content(meta: &std::fs::Metadata, attrs: &Attributes) -> bool {
     let now = scan::attributes(meta, None);
     (now.size, now.mtime_ns, now.ctime_ns) == (attrs.size, attrs.mtime_ns, attrs.ctime_ns)
+}
+
+/// This process's CPU time so far, seconds, to the nanosecond (`CLOCK_PROCESS_CPUTIME_ID`):
+/// the adaptive controller weighs what compressing costs against the rest of the work.
+fn process_cpu_seconds() -> f64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    t.tv_sec as f64 + t.tv_nsec as f64 / 1e9
+}
+
+/// This thread's CPU time so far, seconds (`CLOCK_THREAD_CPUTIME_ID`).
+fn thread_cpu_seconds() -> f64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    t.tv_sec as f64 + t.tv_nsec as f64 / 1e9
 }
 
 /// User plus system CPU time of this process so far, from `/proc/self/stat` (Linux reports
