@@ -1,12 +1,23 @@
 """Issue 33's benchmark: `auto`, `auto:fast` and `auto:small` against the fixed settings,
 time and stored bytes side by side, on the embedded store and through a `qsm server`, for
 the data users back up (a mixed set of large files, and the whole kernel tree of many small
-files), with the link unlimited and at 1 Gbit/s."""
+files), with the link unlimited and at 1 Gbit/s.
 
+More of the issue's matrix, by environment (each a comma-separated list; the defaults are the
+cells above):
+  QSM_OBJECTIVE_PLACES  embedded,server
+  QSM_OBJECTIVE_LINKS   unlimited,1Gbit (any --limit-upload: 100Mbit, 10Mbit)
+  QSM_OBJECTIVE_SETS    mixed,kernel (also text, executables, compressed: 384 MiB of one kind)
+  QSM_OBJECTIVE_LOADS   idle (also busy: one core taken by `qsm stand load cpu:1`)
+  QSM_OBJECTIVE_DOC     objective (the name of the docs/benchmarks page written)
+"""
+
+import contextlib
 import json
 import os
 
 import data
+from adaptive import Busy
 from common import OUT, QSM, Commands, Document, Stat, disk_usage, fresh, log, mib, run
 from servers import Served
 
@@ -16,7 +27,14 @@ AUTO = ["auto", "auto:fast", "auto:small"]
 # A/B of a change to the controller in the same minutes of this machine.
 BASELINE = os.environ.get("QSM_BASELINE")
 SETTINGS = FIXED + AUTO + (["auto@baseline"] if BASELINE else [])
-LINKS = ["unlimited", "1Gbit"]
+
+
+def _cells(name, default):
+    return [x for x in os.environ.get(name, default).split(",") if x]
+
+
+LINKS = _cells("QSM_OBJECTIVE_LINKS", "unlimited,1Gbit")
+LOADS = _cells("QSM_OBJECTIVE_LOADS", "idle")
 
 
 def _mixed():
@@ -73,33 +91,42 @@ def _measure(cmds, place, link, path, setting):
 def objective(settings):
     cmds = Commands()
     work = os.path.join(OUT, "objective")
-    doc = Document("objective", "Adaptive compression: time and what it stores (issue 33)",
+    doc = Document(os.environ.get("QSM_OBJECTIVE_DOC", "objective"),
+                   "Adaptive compression: time and what it stores (issue 33)",
                    settings, "bench/run.sh objective")
-    sets = [("mixed", _mixed()), ("kernel", data.kernel_tree())]
-    places = [("embedded", Embedded(work)), ("server", Server(work))]
+    every_set = {"mixed": _mixed, "kernel": data.kernel_tree,
+                 **{k: (lambda k=k: data.large_file(k, mib(384))) for k in data.KINDS}}
+    every_place = {"embedded": Embedded(work), "server": Server(work)}
+    sets = [(n, every_set[n]()) for n in _cells("QSM_OBJECTIVE_SETS", "mixed,kernel")]
+    places = [(n, every_place[n]) for n in _cells("QSM_OBJECTIVE_PLACES", "embedded,server")]
     results = {}
     # The page cache holds the data before the first timed run.
     for _, path in sets:
         run(["tar", "-cf", "/dev/null", path])
-    for place_name, place in places:
-        for link in LINKS:
-            for set_name, path in sets:
-                # Settings interleaved run by run, so a slow minute of the disk falls on all.
-                runs = {s: [] for s in SETTINGS}
-                for _ in range(settings.runs):
-                    for s in SETTINGS:
-                        runs[s].append(_measure(cmds, place, link, path, s))
-                results[place_name, link, set_name] = runs
-                log(f"objective {place_name} {link} {set_name}: " + ", ".join(
-                    f"{s} {Stat(w for w, _, _ in runs[s]).median:.2f} s "
-                    f"{Stat(b for _, b, _ in runs[s]).median / 1e6:.0f} MB" for s in SETTINGS))
+    for load in LOADS:
+        for place_name, place in places:
+            for link in LINKS:
+                for set_name, path in sets:
+                    # Settings interleaved run by run, so a slow minute falls on all.
+                    runs = {s: [] for s in SETTINGS}
+                    with Busy() if load == "busy" else contextlib.nullcontext():
+                        for _ in range(settings.runs):
+                            for s in SETTINGS:
+                                runs[s].append(_measure(cmds, place, link, path, s))
+                    results[place_name, load, link, set_name] = runs
+                    log(f"objective {place_name} {load} {link} {set_name}: " + ", ".join(
+                        f"{s} {Stat(w for w, _, _ in runs[s]).median:.2f} s "
+                        f"{Stat(b for _, b, _ in runs[s]).median / 1e6:.0f} MB"
+                        for s in SETTINGS))
     doc.text(f"""
 Each cell backs up one data set with `qsm backup --selective` (every file sent) to a fresh
 store: the embedded one (`QSM_HOME`), or a fresh `qsm server` on 127.0.0.1 (plaintext TCP),
-with the link unlimited or limited to 1 Gbit/s (`--limit-upload`). Data: "mixed" is one
+with the link unlimited or limited by `--limit-upload`. Data: "mixed" is one
 128 MiB file each of text (the kernel tarball), executables (ELF files) and compressed data
 (the kernel's .tar.xz), backed up in turn; "kernel" is the whole Linux source tree (the
-many-small-files case). Each figure is the median of {settings.runs} runs, the settings run
+many-small-files case); "text", "executables" and "compressed" are 384 MiB of one kind.
+"busy": STAND's CPU-load emulator (`qsm stand load cpu:1`) keeps one core busy throughout.
+Each figure is the median of {settings.runs} runs, the settings run
 in turn within each round so that a slow minute of this machine's disk falls on all of
 them. "stored" is the size on disk after the backup (`du`) of the embedded store's
 directory (its pool and catalog) or of the server's pool. The goal (issue 33):
@@ -107,11 +134,11 @@ auto's time at most 1.05x the best fixed setting's (or that plus 0.1 s), and its
 most 1.03x zstd:3's unless its time is at most 0.8x zstd:3's.
 """)
     rows, verdicts, baseline_verdicts = [], [], []
-    for (place_name, link, set_name), runs in results.items():
+    for (place_name, load, link, set_name), runs in results.items():
         t = {s: Stat(w for w, _, _ in runs[s]).median for s in SETTINGS}
         b = {s: Stat(x for _, x, _ in runs[s]).median for s in SETTINGS}
         best = min(FIXED, key=lambda s: t[s])
-        row = [place_name, link, set_name]
+        row = [place_name, load, link, set_name]
         for s in SETTINGS:
             cell = f"{t[s]:.2f} s, {b[s] / 1e6:.0f} MB"
             row.append(f"**{cell}**" if s == best else cell)
@@ -131,10 +158,10 @@ most 1.03x zstd:3's unless its time is at most 0.8x zstd:3's.
         verdicts.append(goal("auto"))
         if BASELINE:
             baseline_verdicts.append(goal("auto@baseline"))
-    doc.table(["store", "link", "data"] + SETTINGS
+    doc.table(["store", "load", "link", "data"] + SETTINGS
               + ["fixed settings meeting the goal", "auto / best time", "auto / zstd:3 stored",
                  "goal met", "auto's summary"],
-              rows, "lll" + "r" * len(SETTINGS) + "l" + "rr" + "ll")
+              rows, "llll" + "r" * len(SETTINGS) + "l" + "rr" + "ll")
     doc.text(f"Goal met in {sum(verdicts)} of {len(verdicts)} cells.")
     if BASELINE:
         doc.text(f"By `auto@baseline` (`auto` of the build QSM_BASELINE names, run in turn "
