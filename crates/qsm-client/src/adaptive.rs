@@ -141,9 +141,6 @@ pub const VERIFY_FRAMES: u32 = 6;
 /// Workers busy less than this share of the time cannot be what limits the backup: no
 /// lighter rung is tried.
 pub const LIGHTER_BUSY: f64 = 0.6;
-/// A banned rung may be tried again at once when the data's compressibility has changed by
-/// more than this factor since its trial.
-pub const DATA_CHANGED: f64 = 1.5;
 /// The data's last this many bytes (and at least [`RECENT_QUANTA`] quanta) at the rung in use
 /// are weighed against what the decaying measurements say; when they differ by more than
 /// [`KIND_CHANGED`] in compressibility or in speed, the data has changed
@@ -157,8 +154,10 @@ pub const DATA_CHANGED: f64 = 1.5;
 pub const RECENT_BYTES: f64 = 4.0 * 1048576.0;
 /// See [`RECENT_BYTES`].
 pub const RECENT_QUANTA: usize = 4;
-/// See [`RECENT_BYTES`]: the speed, or the compressibility gain (plus 0.05, as in
-/// [`DATA_CHANGED`]), differing by this factor is a change of data.
+/// See [`RECENT_BYTES`]: the speed, or the compressibility gain (plus 0.05), differing by
+/// this factor is a change of data. A banned rung may also be tried again at once when the
+/// data's compressibility has changed by this factor since its trial (it was 1.5, which the
+/// kernel tree's directories cross every second or so, and every crossing lifted the bans).
 pub const KIND_CHANGED: f64 = 3.0;
 /// An undone rung is not tried again for this long, seconds, at first...
 pub const BAN: f64 = 8.0;
@@ -724,8 +723,7 @@ impl Controller {
         let recent_speed = r.bytes / r.seconds;
         let recent_ratio = (r.bytes / r.out.max(1.0)).max(1.0);
         let faster = (recent_speed / speed).max(speed / recent_speed);
-        let (g, was) = (gain(recent_ratio).max(0.0) + 0.05, gain(ratio).max(0.0) + 0.05);
-        if (g / was).max(was / g) <= KIND_CHANGED && faster <= KIND_CHANGED {
+        if !changed(gain(recent_ratio), gain(ratio)) && faster <= KIND_CHANGED {
             r.after_change = false;
             return;
         }
@@ -844,10 +842,17 @@ impl Controller {
         }
         if undo {
             let gain = self.reference(s).map_or(0.0, |(_, gain)| gain);
-            // A lighter rung that made the backup no faster at all says the lighter side
-            // does not pay here (what limits it is not compressing): the rungs lighter still
-            // are banned with it, or each would be tried in turn, storing more every time.
-            let banned = if t.to < t.from && achieved < t.before { 0..=t.to } else { t.to..=t.to };
+            // A lighter rung that made the backup no faster at all says the rungs lighter
+            // still do not pay either (what limits the backup is not compressing): they are
+            // banned with it, or each would be tried in turn, storing more every time. Where
+            // storage counts, a failed lighter trial bans every rung lighter than the one it
+            // left: a trial stores its quanta at the lighter setting whatever its verdict,
+            // and the first tried was the heaviest predicted to qualify.
+            let banned = match (t.to < t.from, self.objective) {
+                (true, Objective::Balanced | Objective::Small) => 0..t.from,
+                (true, Objective::Fast) if achieved < t.before => 0..t.to + 1,
+                _ => t.to..t.to + 1,
+            };
             for i in banned {
                 s.banned_until[i] = s.banned_until[i].max(now + s.ban[t.to]);
                 s.banned_gain[i] = gain;
@@ -1012,11 +1017,14 @@ impl Controller {
     }
 
     /// The process's other CPU work per second of compressing at the rung in use, when the
-    /// process keeps the workers' cores busy (below that, the other work runs on spare
-    /// cores and costs compressing nothing); 0 without a CPU clock.
+    /// process keeps at least half of the workers' cores busy (below that, the other work
+    /// runs on spare cores and costs compressing nothing); 0 without a CPU clock. Half, not
+    /// all: a tree of small files keeps this machine's two cores about 1.5 busy, the rest
+    /// waiting on the pool's syncs, and there the other work is what a lighter codec cannot
+    /// make faster.
     fn other_work(&self, s: &State) -> f64 {
         match (s.cpu.rate(), s.cpu.ratio()) {
-            (Some(cores), Some(ratio)) if cores >= 0.8 * self.workers => ratio - 1.0,
+            (Some(cores), Some(ratio)) if cores >= 0.5 * self.workers => ratio - 1.0,
             _ => 0.0,
         }
     }
@@ -1195,10 +1203,11 @@ impl Controller {
 }
 
 /// Whether the data's compressibility (the gain of [`Controller::reference`]) went from `was`
-/// to `now` by more than [`DATA_CHANGED`].
+/// to `now` by more than [`KIND_CHANGED`]; near 0 (incompressible data) small differences do
+/// not count.
 fn changed(now: f64, was: f64) -> bool {
     let (a, b) = (now.max(0.0) + 0.05, was.max(0.0) + 0.05);
-    a / b > DATA_CHANGED || b / a > DATA_CHANGED
+    a / b > KIND_CHANGED || b / a > KIND_CHANGED
 }
 
 /// The file `QSM_ADAPTIVE_RECORD` names, created, if it is set.
