@@ -154,6 +154,9 @@ pub const LIGHTER_BUSY: f64 = 0.6;
 pub const RECENT_BYTES: f64 = 4.0 * 1048576.0;
 /// See [`RECENT_BYTES`].
 pub const RECENT_QUANTA: usize = 4;
+/// See [`RECENT_BYTES`]: a window shorter than this, seconds of compressing, is weighed by
+/// its compressibility only.
+pub const MIN_WINDOW: f64 = 0.02;
 /// See [`RECENT_BYTES`]: the speed, or the compressibility gain (plus 0.05), differing by
 /// this factor is a change of data. A banned rung may also be tried again at once when the
 /// data's compressibility has changed by this factor since its trial (it was 1.5, which the
@@ -716,13 +719,16 @@ impl Controller {
         if r.quanta.len() < RECENT_QUANTA || r.bytes < RECENT_BYTES || r.seconds <= 0.0 {
             return;
         }
+        // A window of a few milliseconds (raw data, the lightest rungs) says nothing of
+        // speed: one preemption of a worker makes it look several times slower.
+        let timed = r.seconds >= MIN_WINDOW;
         let m = &s.measured[rung];
         let (Some(speed), Some(ratio)) = (m.rate(), m.ratio()) else { return };
         let factor = s.gain_factor[rung].max(1e-9);
         let gain = |ratio: f64| (ratio - 1.0) / factor;
         let recent_speed = r.bytes / r.seconds;
         let recent_ratio = (r.bytes / r.out.max(1.0)).max(1.0);
-        let faster = (recent_speed / speed).max(speed / recent_speed);
+        let faster = if timed { (recent_speed / speed).max(speed / recent_speed) } else { 1.0 };
         if !changed(gain(recent_ratio), gain(ratio)) && faster <= KIND_CHANGED {
             r.after_change = false;
             return;
@@ -746,12 +752,16 @@ impl Controller {
         // data's throughput would say nothing of the move.
         s.throughput = Rate::default();
         s.changed_at = now;
+        s.undone = f64::NEG_INFINITY;
+        s.undone_before = 0.0;
         // A move on trial was made on the old data's evidence, and its throughput would be
         // judged across the change: it is undone, with no verdict on the rung.
         if let Some(trial) = s.trial.take() {
             s.current = trial.from;
         }
-        s.recheck = None;
+        // A pending re-check of a kept lighter rung stays: raw frames the page cache took
+        // may cost more once writeback starts, whatever the data, and the re-check is
+        // judged by the throughput measured after the hold above.
     }
 
     /// A worker's CPU time compressing one quantum (its thread's CPU clock, not the wall
@@ -1043,7 +1053,8 @@ impl Controller {
     }
 
     fn decide(&self, s: &mut State, now: f64) {
-        self.sample_cpu(s, now);
+        // `now` was read before `choose` waited for the lock (or the first frame).
+        self.sample_cpu(s, self.now().max(now));
         // Nothing sent yet (a slow link's first frame is still leaving): no rate to go by.
         if (s.send_busy < EVIDENCE_BUSY && now < EVIDENCE_WAIT) || s.send.rate().is_none() {
             return;
@@ -1053,7 +1064,11 @@ impl Controller {
         s.limited[limit as usize] += std::mem::take(&mut s.unaccounted);
         // After a change of data, no move until the new data's window has been weighed and
         // its throughput measured for as long as a trial would measure it.
-        let changing = s.recent.after_change || now - s.changed_at < VERIFY;
+        // The hold ends after 2 TAU whatever the windows say: data that changes kind every
+        // few MiB (plain and compressed logs side by side) would otherwise hold it forever.
+        // With no frame sent since the change there is no throughput to judge a move by.
+        let weighing = s.recent.after_change && now - s.changed_at < 2.0 * TAU;
+        let changing = weighing || now - s.changed_at < VERIFY || s.throughput.rate().is_none();
         if now - s.last_move < DWELL || s.trial.is_some() || changing {
             return;
         }
@@ -1061,10 +1076,10 @@ impl Controller {
         if let Some((at, again)) = s.recheck
             && now >= at
         {
-            s.recheck = None;
-            if again.to == s.current
-                && let Some(rate) = s.throughput.rate()
-            {
+            if again.to != s.current {
+                s.recheck = None;
+            } else if let Some(rate) = s.throughput.rate() {
+                s.recheck = None;
                 // Judged against what its first trial was judged against, or what the
                 // heavier rung would achieve now, whichever is less: the data may have
                 // changed since.
