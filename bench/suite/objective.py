@@ -29,12 +29,18 @@ BASELINE = os.environ.get("QSM_BASELINE")
 SETTINGS = FIXED + AUTO + (["auto@baseline"] if BASELINE else [])
 
 
-def _cells(name, default):
-    return [x for x in os.environ.get(name, default).split(",") if x]
+def _cells(name, default, known=None):
+    """The comma-separated list in environment variable NAME (DEFAULT when unset), each
+    checked against KNOWN when given: a misspelt cell stops the run before it starts."""
+    cells = [x for x in os.environ.get(name, default).split(",") if x]
+    unknown = [x for x in cells if known is not None and x not in known]
+    if unknown:
+        raise SystemExit(f"{name}: unknown {', '.join(unknown)} (known: {', '.join(known)})")
+    return cells
 
 
 LINKS = _cells("QSM_OBJECTIVE_LINKS", "unlimited,1Gbit")
-LOADS = _cells("QSM_OBJECTIVE_LOADS", "idle")
+LOADS = _cells("QSM_OBJECTIVE_LOADS", "idle", ["idle", "busy"])
 
 
 def _mixed():
@@ -89,6 +95,10 @@ def _measure(cmds, place, link, path, setting):
 
 
 def objective(settings):
+    if BASELINE and not os.access(BASELINE, os.X_OK):
+        raise SystemExit(f"QSM_BASELINE: {BASELINE} is not an executable qsm")
+    set_names = _cells("QSM_OBJECTIVE_SETS", "mixed,kernel", ["mixed", "kernel", *data.KINDS])
+    place_names = _cells("QSM_OBJECTIVE_PLACES", "embedded,server", ["embedded", "server"])
     cmds = Commands()
     work = os.path.join(OUT, "objective")
     doc = Document(os.environ.get("QSM_OBJECTIVE_DOC", "objective"),
@@ -97,8 +107,8 @@ def objective(settings):
     every_set = {"mixed": _mixed, "kernel": data.kernel_tree,
                  **{k: (lambda k=k: data.large_file(k, mib(384))) for k in data.KINDS}}
     every_place = {"embedded": Embedded(work), "server": Server(work)}
-    sets = [(n, every_set[n]()) for n in _cells("QSM_OBJECTIVE_SETS", "mixed,kernel")]
-    places = [(n, every_place[n]) for n in _cells("QSM_OBJECTIVE_PLACES", "embedded,server")]
+    sets = [(n, every_set[n]()) for n in set_names]
+    places = [(n, every_place[n]) for n in place_names]
     results = {}
     # The page cache holds the data before the first timed run.
     for _, path in sets:

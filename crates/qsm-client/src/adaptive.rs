@@ -689,7 +689,7 @@ impl Controller {
         if self.adaptive {
             s.measured[rung].add(now, bytes as f64, frame as f64, seconds);
             if rung == s.current {
-                self.follow_data(&mut s, now, rung, bytes as f64, frame as f64, seconds);
+                self.follow_data(&mut s, now, bytes as f64, frame as f64, seconds);
             }
             // A quantum the probe stored raw took the probe's time, not the codec's: it says
             // nothing of the rung's profile.
@@ -702,7 +702,8 @@ impl Controller {
     /// A quantum at the rung in use: when the last few say the data is not what the
     /// measurements describe, they start again from those few (see [`RECENT_BYTES`]). The
     /// profiles, being relative, are kept; what the other rungs measured was of the old data.
-    fn follow_data(&self, s: &mut State, now: f64, rung: usize, bytes: f64, out: f64, secs: f64) {
+    fn follow_data(&self, s: &mut State, now: f64, bytes: f64, out: f64, secs: f64) {
+        let rung = s.current;
         let r = &mut s.recent;
         if r.rung != rung {
             *r = Recent { rung, after_change: r.after_change, ..Recent::default() };

@@ -472,7 +472,7 @@ fn run(
     }
     .with_link_limit(options.limit_upload)
     .storing_here(server.stores_here())
-    .with_cpu_clock(process_cpu_seconds);
+    .with_cpu_clock(cpu_seconds);
     let controller = &controller;
     let is_archive = archive.is_some();
     let scan = ScanProgress::default();
@@ -1760,29 +1760,26 @@ fn same_content(meta: &std::fs::Metadata, attrs: &Attributes) -> bool {
     (now.size, now.mtime_ns, now.ctime_ns) == (attrs.size, attrs.mtime_ns, attrs.ctime_ns)
 }
 
-/// This process's CPU time so far, seconds, to the nanosecond (`CLOCK_PROCESS_CPUTIME_ID`):
-/// the adaptive controller weighs what compressing costs against the rest of the work.
-fn process_cpu_seconds() -> f64 {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
-    t.tv_sec as f64 + t.tv_nsec as f64 / 1e9
+/// What `clock` has counted so far, seconds, to the nanosecond; 0 where the kernel will not
+/// say (a sandbox may refuse the CPU clocks). Not `rustix::time::clock_gettime`, which
+/// asserts that the call succeeds.
+fn clock_seconds(clock: rustix::time::ClockId) -> f64 {
+    match rustix::time::clock_gettime_dynamic(rustix::time::DynamicClockId::Known(clock)) {
+        Ok(t) => t.tv_sec as f64 + t.tv_nsec as f64 / 1e9,
+        Err(_) => 0.0,
+    }
 }
 
-/// This thread's CPU time so far, seconds (`CLOCK_THREAD_CPUTIME_ID`).
-fn thread_cpu_seconds() -> f64 {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
-    t.tv_sec as f64 + t.tv_nsec as f64 / 1e9
-}
-
-/// User plus system CPU time of this process so far, from `/proc/self/stat` (Linux reports
-/// it in clock ticks of 1/100 s, `USER_HZ`); 0 where unavailable.
+/// User plus system CPU time of this process so far (`CLOCK_PROCESS_CPUTIME_ID`), seconds; 0
+/// where unavailable. The summary's CPU time, and the adaptive controller's weighing of what
+/// compressing costs against the rest of the work.
 pub fn cpu_seconds() -> f64 {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else { return 0.0 };
-    // Fields after the command name, which is in parentheses and may hold spaces.
-    let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else { return 0.0 };
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
-    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
-    (ticks(11) + ticks(12)) / 100.0
+    clock_seconds(rustix::time::ClockId::ProcessCPUTime)
+}
+
+/// This thread's CPU time so far (`CLOCK_THREAD_CPUTIME_ID`), seconds; 0 where unavailable.
+fn thread_cpu_seconds() -> f64 {
+    clock_seconds(rustix::time::ClockId::ThreadCPUTime)
 }
 
 #[cfg(test)]
