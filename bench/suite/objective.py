@@ -94,6 +94,21 @@ def _measure(cmds, place, link, path, setting):
     return r.wall, stored, json.loads(r.stdout)[0].get("compression", "")
 
 
+# A fixed setting whose first run took this many times the fastest fixed setting's is run
+# once only: its median could not be the best, and on a slow link (`off` at 10 Mbit/s sends
+# 400 MB) its later runs are most of the cell's time.
+PRUNE = 1.5
+
+
+def _pruned(runs, s):
+    """Whether fixed setting S is not run again after the first round (see PRUNE); zstd:3
+    always runs, since the goal weighs `auto` against it."""
+    if s not in FIXED or s == "zstd:3":
+        return False
+    fastest = min(runs[f][0][0] for f in FIXED)
+    return runs[s][0][0] > PRUNE * fastest
+
+
 def objective(settings):
     if BASELINE and not os.access(BASELINE, os.X_OK):
         raise SystemExit(f"QSM_BASELINE: {BASELINE} is not an executable qsm")
@@ -120,8 +135,10 @@ def objective(settings):
                     # Settings interleaved run by run, so a slow minute falls on all.
                     runs = {s: [] for s in SETTINGS}
                     with Busy() if load == "busy" else contextlib.nullcontext():
-                        for _ in range(settings.runs):
+                        for round_ in range(settings.runs):
                             for s in SETTINGS:
+                                if round_ > 0 and _pruned(runs, s):
+                                    continue
                                 runs[s].append(_measure(cmds, place, link, path, s))
                     results[place_name, load, link, set_name] = runs
                     log(f"objective {place_name} {load} {link} {set_name}: " + ", ".join(
@@ -150,7 +167,8 @@ most 1.03x zstd:3's unless its time is at most 0.8x zstd:3's.
         best = min(FIXED, key=lambda s: t[s])
         row = [place_name, load, link, set_name]
         for s in SETTINGS:
-            cell = f"{t[s]:.2f} s, {b[s] / 1e6:.0f} MB"
+            once = " (1 run)" if len(runs[s]) == 1 < settings.runs else ""
+            cell = f"{t[s]:.2f} s, {b[s] / 1e6:.0f} MB{once}"
             row.append(f"**{cell}**" if s == best else cell)
         def goal(s):
             ok_time = t[s] <= max(1.05 * t[best], t[best] + 0.1)
@@ -181,6 +199,8 @@ most 1.03x zstd:3's unless its time is at most 0.8x zstd:3's.
   removed after; every backup is selective (sends every file).
 - `auto`, `auto:fast` and `auto:small` are the adaptive controller's three objectives
   (crates/qsm-client/src/adaptive.rs); `off|lz4|zstd:1|zstd:3|zstd:9` are fixed settings.
+- A fixed setting whose first run took more than 1.5 times the fastest fixed setting's is
+  not run again ("(1 run)"): it cannot be the best, and on a slow link its runs are long.
 - No warm-up run per setting (the header's "after an untimed warm-up" does not apply): each
   data set is read once (`tar -cf /dev/null`) before the first round, so the page cache
   holds it for every timed run.

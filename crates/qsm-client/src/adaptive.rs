@@ -138,6 +138,15 @@ pub const VERIFY: f64 = 0.25;
 /// ...and at least this many frames; when it is slower than before the move by [`GAIN`], it
 /// is undone.
 pub const VERIFY_FRAMES: u32 = 6;
+/// A trial whose frames carry [`VERIFY_BYTES`] of input is judged sooner, after this many
+/// seconds: a large file going by at 600 MB/s says in a tenth of a second what it will say in
+/// a quarter, and on a backup of half a second the difference is the gain of the move. The
+/// same holds the throughput measured after a change of data. A tree of small files, whose
+/// throughput varies most, seldom sends 64 MiB in a tenth of a second: its trials keep the
+/// longer window.
+pub const VERIFY_SOON: f64 = 0.1;
+/// See [`VERIFY_SOON`].
+pub const VERIFY_BYTES: f64 = 64.0 * 1048576.0;
 /// Workers busy less than this share of the time cannot be what limits the backup: no
 /// lighter rung is tried.
 pub const LIGHTER_BUSY: f64 = 0.6;
@@ -430,6 +439,8 @@ struct State {
     /// last showed a change of data.
     recent: Recent,
     changed_at: f64,
+    /// Input bytes sent since [`State::changed_at`].
+    since_change: f64,
     /// This process's CPU seconds (`bytes`) and the workers' CPU seconds compressing (`out`)
     /// over wall seconds, decaying; the process's CPU time when last read, and the
     /// compressing CPU seconds since (see [`Controller::with_cpu_clock`]).
@@ -522,6 +533,7 @@ impl Controller {
             undone_before: 0.0,
             recent: Recent::default(),
             changed_at: f64::NEG_INFINITY,
+            since_change: 0.0,
             cpu: Rate::default(),
             cpu_last: None,
             compressing: 0.0,
@@ -753,6 +765,7 @@ impl Controller {
         // data's throughput would say nothing of the move.
         s.throughput = Rate::default();
         s.changed_at = now;
+        s.since_change = 0.0;
         s.undone = f64::NEG_INFINITY;
         s.undone_before = 0.0;
         // A move on trial was made on the old data's evidence, and its throughput would be
@@ -788,6 +801,7 @@ impl Controller {
         let since = (now - s.last_sent).max(0.0);
         s.last_sent = now;
         s.throughput.add(now, bytes as f64, 0.0, since);
+        s.since_change += bytes as f64;
         self.check_trial(&mut s, now, seq, bytes);
     }
 
@@ -833,10 +847,13 @@ impl Controller {
         t.bytes += bytes as f64;
         t.frames += 1;
         let window = now - started;
-        if t.frames < VERIFY_FRAMES || window < VERIFY {
+        if !measured_enough(window, t.bytes, t.frames) {
             return;
         }
         let Some(t) = s.trial.take() else { return };
+        // The trial measured the rung it moved to: that is what the dwell waits for, and a
+        // verdict reached early (see [`VERIFY_SOON`]) need not wait for it.
+        s.last_move = f64::NEG_INFINITY;
         let achieved = t.bytes / window;
         let undo = achieved < t.before * t.need;
         if self.trace {
@@ -1069,7 +1086,9 @@ impl Controller {
         // few MiB (plain and compressed logs side by side) would otherwise hold it forever.
         // With no frame sent since the change there is no throughput to judge a move by.
         let weighing = s.recent.after_change && now - s.changed_at < 2.0 * TAU;
-        let changing = weighing || now - s.changed_at < VERIFY || s.throughput.rate().is_none();
+        let since = now - s.changed_at;
+        let measuring = since < VERIFY && (since < VERIFY_SOON || s.since_change < VERIFY_BYTES);
+        let changing = weighing || measuring || s.throughput.rate().is_none();
         if now - s.last_move < DWELL || s.trial.is_some() || changing {
             return;
         }
@@ -1216,6 +1235,13 @@ impl Controller {
             s.last_move = now;
         }
     }
+}
+
+/// Whether `frames` frames carrying `bytes` of input over `seconds` are enough to judge a
+/// trial by: see [`VERIFY`] and [`VERIFY_SOON`].
+fn measured_enough(seconds: f64, bytes: f64, frames: u32) -> bool {
+    frames >= VERIFY_FRAMES
+        && (seconds >= VERIFY || (seconds >= VERIFY_SOON && bytes >= VERIFY_BYTES))
 }
 
 /// Whether the data's compressibility (the gain of [`Controller::reference`]) went from `was`
@@ -1515,6 +1541,36 @@ mod tests {
         assert!((ratio / 4.0 - 1.0).abs() < 0.1, "ratio {ratio:.2}");
         // The window straddled the change: no move until the text alone has been weighed.
         assert!(s.recent.after_change);
+    }
+
+    /// A large file going by fast: a lighter trial is judged once its frames carry 64 MiB
+    /// (a tenth of a second here), not after a quarter; where they carry less (a slow CPU),
+    /// after the full quarter still. Each trial's length is how long the controller's moves
+    /// take on a backup of half a second.
+    #[test]
+    fn a_trial_on_a_fast_pipeline_is_judged_within_a_tenth_of_a_second() {
+        // Compressing is the limit in both: every lighter rung is much faster.
+        for (cpu, fast) in [(1.0, true), (0.1, false)] {
+            let sim = Sim::silesia(cpu, 1e12);
+            let c = Controller::adaptive(sim.workers, Objective::Balanced);
+            let (mut t, mut began, mut lengths) = (0.0, None, Vec::new());
+            while t < 3.0 {
+                t = sim.run(&c, t, Q).0;
+                match (began, c.lock().trial.is_some()) {
+                    (None, true) => began = Some(t),
+                    (Some(b), false) => {
+                        lengths.push(t - b);
+                        began = None;
+                    }
+                    _ => {}
+                }
+            }
+            // The first trial leaves zstd:3 for zstd:1: on the slow CPU its frames carry
+            // 18 MB in a quarter of a second (later ones, to rungs faster still, may not).
+            let first = lengths.first().copied().unwrap_or(f64::NAN);
+            let judged = if fast { first <= 0.15 } else { first >= VERIFY };
+            assert!(judged, "cpu {cpu}: trials of {lengths:.3?} s");
+        }
     }
 
     #[test]
