@@ -141,9 +141,9 @@ pub const VERIFY_FRAMES: u32 = 6;
 /// A trial whose frames carry [`VERIFY_BYTES`] of input is judged sooner, after this many
 /// seconds: a large file going by at 600 MB/s says in a tenth of a second what it will say in
 /// a quarter, and on a backup of half a second the difference is the gain of the move. The
-/// same holds the throughput measured after a change of data. A tree of small files, whose
-/// throughput varies most, seldom sends 64 MiB in a tenth of a second: its trials keep the
-/// longer window.
+/// same rule ends the hold after a change of data. A tree of small files, whose throughput
+/// varies most, seldom sends 64 MiB in a tenth of a second: its trials keep the longer
+/// window.
 pub const VERIFY_SOON: f64 = 0.1;
 /// See [`VERIFY_SOON`].
 pub const VERIFY_BYTES: f64 = 64.0 * 1048576.0;
@@ -831,10 +831,11 @@ impl Controller {
         s.server_busy.rate().unwrap_or(0.0)
     }
 
-    /// A lighter rung on trial: once its frames have left for [`VERIFY`] seconds, kept if
-    /// the backup runs as fast as before, undone and banned for a while if it is slower. The
-    /// model cannot see every cost of sending more bytes (a server sharing the machine, a
-    /// page cache writing back), so what a lighter rung achieves decides.
+    /// A lighter rung on trial: once its frames have left for [`VERIFY`] seconds (or
+    /// [`VERIFY_SOON`], carrying [`VERIFY_BYTES`]), kept if the backup runs as fast as
+    /// before, undone and banned for a while if it is slower. The model cannot see every
+    /// cost of sending more bytes (a server sharing the machine, a page cache writing back),
+    /// so what a lighter rung achieves decides.
     fn check_trial(&self, s: &mut State, now: f64, seq: u64, bytes: usize) {
         let Some(t) = s.trial.as_mut() else { return };
         if t.seq.is_none_or(|first| seq < first) {
