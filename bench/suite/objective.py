@@ -95,8 +95,9 @@ def _measure(cmds, place, link, path, setting):
 
 
 # A fixed setting whose first run took this many times the fastest fixed setting's is run
-# once only: its median could not be the best, and on a slow link (`off` at 10 Mbit/s sends
-# 400 MB) its later runs are most of the cell's time.
+# once only: its first run says it is far from the best (a run-to-run spread of 50% is
+# unheard of here), and on a slow link (`off` at 10 Mbit/s sends 400 MB) its later runs are
+# most of the cell's time.
 PRUNE = 1.5
 
 
@@ -153,7 +154,7 @@ with the link unlimited or limited by `--limit-upload`. Data: "mixed" is one
 (the kernel's .tar.xz), backed up in turn; "kernel" is the whole Linux source tree (the
 many-small-files case); "text", "executables" and "compressed" are 384 MiB of one kind.
 "busy": STAND's CPU-load emulator (`qsm stand load cpu:1`) keeps one core busy throughout.
-Each figure is the median of {settings.runs} runs, the settings run
+Each figure is the median of {settings.runs} runs (one run where marked), the settings run
 in turn within each round so that a slow minute of this machine's disk falls on all of
 them. "stored" is the size on disk after the backup (`du`) of the embedded store's
 directory (its pool and catalog) or of the server's pool. The goal (issue 33):

@@ -431,10 +431,14 @@ struct State {
     /// banned: a verdict holds for the data it was reached on.
     banned_gain: Vec<f64>,
     ban: Vec<f64>,
-    /// When a trial was last undone, and the throughput it was judged against: for a while
-    /// the measured throughput still holds the trial's slow frames.
+    /// When a trial was last undone (the workers' recent idleness is then the trial's).
     undone: f64,
-    undone_before: f64,
+    /// When the last trial's verdict came, and the throughput it found for the rung now in
+    /// use: what it was judged against when undone, what it achieved when kept. For a while
+    /// the decaying throughput still holds the other rung's frames, and a trial judged
+    /// against it would be judged against a mix (after a kept lighter move, a bar too low,
+    /// which would keep a next lighter rung that is slower).
+    verdict: (f64, f64),
     /// The last quanta compressed at the rung in use (see [`RECENT_BYTES`]), and when they
     /// last showed a change of data.
     recent: Recent,
@@ -530,7 +534,7 @@ impl Controller {
             banned_gain: vec![0.0; ladder.len()],
             ban: vec![BAN; ladder.len()],
             undone: f64::NEG_INFINITY,
-            undone_before: 0.0,
+            verdict: (f64::NEG_INFINITY, 0.0),
             recent: Recent::default(),
             changed_at: f64::NEG_INFINITY,
             since_change: 0.0,
@@ -767,7 +771,7 @@ impl Controller {
         s.changed_at = now;
         s.since_change = 0.0;
         s.undone = f64::NEG_INFINITY;
-        s.undone_before = 0.0;
+        s.verdict = (f64::NEG_INFINITY, 0.0);
         // A move on trial was made on the old data's evidence, and its throughput would be
         // judged across the change: it is undone, with no verdict on the rung.
         if let Some(trial) = s.trial.take() {
@@ -891,9 +895,10 @@ impl Controller {
             // rung at once.
             s.current = t.from;
             s.undone = now;
-            s.undone_before = t.before;
+            s.verdict = (now, t.before);
         } else {
             s.ban[t.to] = BAN;
+            s.verdict = (now, achieved);
             // Raw frames the page cache absorbed during the trial may cost more once
             // writeback starts: a lighter rung is tried again, ever less often.
             if t.to < t.from {
@@ -1157,8 +1162,11 @@ impl Controller {
         // way, though a step alone may gain less than [`GAIN`].
         let faster = rates[pick] > here * GAIN;
         // Heavier one rung at a time: the neighbours' profiles are learned by exploring, a
-        // farther rung's is only the prior, which on data unlike Silesia can be far off.
-        pick = pick.min(s.current + 1);
+        // farther rung's is only the prior, which on data unlike Silesia can be far off. A
+        // banned rung is stepped over, not taken (its trial failed).
+        if pick > s.current {
+            pick = (s.current + 1..=pick).find(|&i| eligible(i)).unwrap_or(pick);
+        }
         // And, where storage counts, lighter to the heaviest rung that qualifies, not
         // straight to the one predicted fastest (whose prediction rests on the prior): each
         // step is tried, and the first that gives the speed is the one that stores least.
@@ -1216,8 +1224,8 @@ impl Controller {
             if (lighter || !faster)
                 && let Some(mut before) = s.throughput.rate()
             {
-                if now - s.undone < 2.0 * TAU {
-                    before = before.max(s.undone_before);
+                if now - s.verdict.0 < 2.0 * TAU {
+                    before = before.max(s.verdict.1);
                 }
                 s.trial = Some(Trial {
                     from: s.current,
@@ -1572,6 +1580,38 @@ mod tests {
             let judged = if fast { first <= 0.15 } else { first >= VERIFY };
             assert!(judged, "cpu {cpu}: trials of {lengths:.3?} s");
         }
+    }
+
+    /// After a kept lighter move the next lighter trial is judged against what the kept rung
+    /// achieved. The decaying throughput still holds the heavier rung's frames for a while,
+    /// and a bar from that mix is too low: it would keep a next rung slower than the kept one
+    /// (zstd:-1 here, slower on this data than zstd:1, which its prior does not say).
+    #[test]
+    fn a_trial_after_a_kept_one_is_judged_against_what_that_one_achieved() {
+        let mut sim = Sim::silesia(1.0, 1e12);
+        sim.speed[2] = 300.0 * MB;
+        let c = Controller::adaptive(sim.workers, Objective::Balanced);
+        let (mut t, mut trials, mut last) = (0.0, Vec::new(), None);
+        while t < 3.0 && trials.len() < 2 {
+            t = sim.run(&c, t, Q).0;
+            let trial = c.lock().trial.map(|tr| (tr.from, tr.to, tr.before));
+            if let Some(tr) = trial
+                && trial != last
+            {
+                trials.push(tr);
+            }
+            last = trial;
+        }
+        assert!(trials.len() == 2, "trials {trials:?}");
+        let ((_, kept, _), (from, to, before)) = (trials[0], trials[1]);
+        assert!(from == kept && to < from, "trials {trials:?}");
+        assert!(
+            before >= 0.9 * sim.rate(kept),
+            "judged against {:.0} MB/s; {} runs at {:.0} MB/s",
+            before / MB,
+            name(kept),
+            sim.rate(kept) / MB
+        );
     }
 
     #[test]
