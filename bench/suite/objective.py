@@ -201,7 +201,8 @@ most 1.03x zstd:3's unless its time is at most 0.8x zstd:3's.
 - `auto`, `auto:fast` and `auto:small` are the adaptive controller's three objectives
   (crates/qsm-client/src/adaptive.rs); `off|lz4|zstd:1|zstd:3|zstd:9` are fixed settings.
 - A fixed setting whose first run took more than 1.5 times the fastest fixed setting's is
-  not run again ("(1 run)"): it cannot be the best, and on a slow link its runs are long.
+  not run again ("(1 run)"): its first run put it far from the best, and on a slow link
+  its runs are long.
 - No warm-up run per setting (the header's "after an untimed warm-up" does not apply): each
   data set is read once (`tar -cf /dev/null`) before the first round, so the page cache
   holds it for every timed run.

@@ -852,7 +852,7 @@ impl Controller {
         t.bytes += bytes as f64;
         t.frames += 1;
         let window = now - started;
-        if !measured_enough(window, t.bytes, t.frames) {
+        if t.frames < VERIFY_FRAMES || !measured_long_enough(window, t.bytes) {
             return;
         }
         let Some(t) = s.trial.take() else { return };
@@ -1092,8 +1092,7 @@ impl Controller {
         // few MiB (plain and compressed logs side by side) would otherwise hold it forever.
         // With no frame sent since the change there is no throughput to judge a move by.
         let weighing = s.recent.after_change && now - s.changed_at < 2.0 * TAU;
-        let since = now - s.changed_at;
-        let measuring = since < VERIFY && (since < VERIFY_SOON || s.since_change < VERIFY_BYTES);
+        let measuring = !measured_long_enough(now - s.changed_at, s.since_change);
         let changing = weighing || measuring || s.throughput.rate().is_none();
         if now - s.last_move < DWELL || s.trial.is_some() || changing {
             return;
@@ -1246,11 +1245,11 @@ impl Controller {
     }
 }
 
-/// Whether `frames` frames carrying `bytes` of input over `seconds` are enough to judge a
-/// trial by: see [`VERIFY`] and [`VERIFY_SOON`].
-fn measured_enough(seconds: f64, bytes: f64, frames: u32) -> bool {
-    frames >= VERIFY_FRAMES
-        && (seconds >= VERIFY || (seconds >= VERIFY_SOON && bytes >= VERIFY_BYTES))
+/// Whether `seconds` of frames carrying `bytes` of input measure the backup's throughput well
+/// enough to judge a trial by, or to end the hold after a change of data: see [`VERIFY`] and
+/// [`VERIFY_SOON`].
+fn measured_long_enough(seconds: f64, bytes: f64) -> bool {
+    seconds >= VERIFY || (seconds >= VERIFY_SOON && bytes >= VERIFY_BYTES)
 }
 
 /// Whether the data's compressibility (the gain of [`Controller::reference`]) went from `was`
