@@ -472,7 +472,8 @@ fn run(
     }
     .with_link_limit(options.limit_upload)
     .storing_here(server.stores_here())
-    .with_cpu_clock(cpu_seconds);
+    .with_cpu_clock(cpu_seconds)
+    .with_machine_clock(machine_cpu);
     let controller = &controller;
     let is_archive = archive.is_some();
     let scan = ScanProgress::default();
@@ -553,18 +554,22 @@ fn run(
         let mut store_error = None;
         // Every stage reports its busy time to the controller, which picks each quantum's
         // setting from them (adaptive), or only counts what was used (fixed).
+        // The reader's and the sender's clocks, each made on its stage's own thread; they
+        // count waits for a core with `auto` only, whose controller weighs them.
+        let adaptive = controller.is_adaptive();
+        let (mut reader_clock, mut sender_clock) = (None, None);
         let result = qsm_codec::pipeline::run(
             threads,
             |_, piece: &mut Piece| {
-                let started = Instant::now();
+                let clock =
+                    reader_clock.get_or_insert_with(|| StageClock::of_this_thread(adaptive));
+                let began = clock.begin();
                 let more = reader.next(piece)?;
+                let seconds = clock.end(began, piece.has_data());
                 if piece.has_data() {
-                    controller.read(
-                        controller.now(),
-                        piece.raw_len,
-                        started.elapsed().as_secs_f64(),
-                    );
+                    controller.read(controller.now(), piece.raw_len, seconds);
                 }
+                controller.read_waited(controller.now(), clock.waited());
                 Ok(more)
             },
             || Ok(Encoders::new(controller)),
@@ -592,7 +597,9 @@ fn run(
                 Ok(())
             },
             |seq, piece| {
-                let started = Instant::now();
+                let clock =
+                    sender_clock.get_or_insert_with(|| StageClock::of_this_thread(adaptive));
+                let began = clock.begin();
                 piece
                     .commit_to(batch.as_mut(), fs, &archive, &classes, &mut ended, &mut summary)
                     .map_err(|e| {
@@ -602,15 +609,11 @@ fn run(
                 if let (Some(t), Some(h)) = (throttle.as_mut(), piece.header.as_ref()) {
                     t.pass(h.frame_len() as u64);
                 }
+                let seconds = clock.end(began, piece.header.is_some());
                 if let Some(h) = &piece.header {
-                    controller.sent(
-                        controller.now(),
-                        seq,
-                        piece.raw_len,
-                        h.frame_len(),
-                        started.elapsed().as_secs_f64(),
-                    );
+                    controller.sent(controller.now(), seq, piece.raw_len, h.frame_len(), seconds);
                 }
+                controller.send_waited(controller.now(), clock.waited());
                 if controller.is_adaptive()
                     && let Some(load) = batch.server_load()
                 {
@@ -1780,6 +1783,104 @@ pub fn cpu_seconds() -> f64 {
 /// This thread's CPU time so far (`CLOCK_THREAD_CPUTIME_ID`), seconds; 0 where unavailable.
 fn thread_cpu_seconds() -> f64 {
     clock_seconds(rustix::time::ClockId::ThreadCPUTime)
+}
+
+/// The machine's CPU time busy, and in all, all cores together, in clock ticks (the first
+/// line of `/proc/stat`: a core waiting for the disk counts as idle, one the hypervisor took
+/// as busy); `None` where the kernel does not say.
+fn machine_cpu() -> Option<(f64, f64)> {
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(File::open("/proc/stat").ok()?),
+        &mut line,
+    )
+    .ok()?;
+    let ticks: Vec<f64> =
+        line.strip_prefix("cpu ")?.split_ascii_whitespace().map_while(|t| t.parse().ok()).collect();
+    // user nice system idle iowait irq softirq steal (guest time is counted in user's).
+    let [user, nice, system, idle, iowait, irq, softirq, steal, ..] = ticks[..] else {
+        return None;
+    };
+    let busy = user + nice + system + irq + softirq + steal;
+    Some((busy, busy + idle + iowait))
+}
+
+/// A pipeline stage's busy time, and how much of it was spent waiting for a core. With every
+/// core taken (another process busy on this machine) every stage's wall time grows alike, and
+/// the reader's would make reading look like the limit when it is the cores, which a lighter
+/// codec relieves: the controller takes these waits off the stage's busy time.
+///
+/// The kernel counts a thread's waits for a core (the run-queue wait of
+/// `/proc/thread-self/schedstat`), but reading it per piece (a file of the kernel tree) would
+/// cost the backup some percent; it is read every [`StageClock::EVERY`]. Between two
+/// readings the thread also waited for a core on waking from the pipeline's queues, outside
+/// the stage: what is taken off is at most the stage's own time off the CPU (its wall time
+/// less its thread's CPU time: waits for a core, and for the disk).
+struct StageClock {
+    schedstat: Option<File>,
+    at: Instant,
+    waited: f64,
+    off_cpu: f64,
+}
+
+/// When a piece's work began: the wall clock, and the thread's CPU clock.
+struct Began(Instant, f64);
+
+impl StageClock {
+    const EVERY: std::time::Duration = std::time::Duration::from_millis(5);
+
+    /// For the calling thread (the file, opened once, follows that thread whoever reads it);
+    /// with `waits` false, a wall clock only.
+    fn of_this_thread(waits: bool) -> StageClock {
+        let mut clock = StageClock {
+            schedstat: waits.then(|| File::open("/proc/thread-self/schedstat").ok()).flatten(),
+            at: Instant::now(),
+            waited: 0.0,
+            off_cpu: 0.0,
+        };
+        clock.waited = clock.total_waited();
+        clock
+    }
+
+    fn begin(&self) -> Began {
+        let cpu = if self.schedstat.is_some() { thread_cpu_seconds() } else { 0.0 };
+        Began(Instant::now(), cpu)
+    }
+
+    /// The wall seconds of the piece begun at `began`; counted (`counts`) towards the stage's
+    /// time off the CPU when the piece's time is reported to the controller.
+    fn end(&mut self, began: Began, counts: bool) -> f64 {
+        let wall = began.0.elapsed().as_secs_f64();
+        if counts && self.schedstat.is_some() {
+            self.off_cpu += (wall - (thread_cpu_seconds() - began.1)).max(0.0);
+        }
+        wall
+    }
+
+    /// The thread's waits for a core since the kernel started counting; 0 where it does not.
+    fn total_waited(&self) -> f64 {
+        use std::os::unix::fs::FileExt;
+        let Some(file) = &self.schedstat else { return 0.0 };
+        let mut buf = [0u8; 96];
+        // A read at offset 0 makes procfs write the line afresh.
+        let Ok(n) = file.read_at(&mut buf, 0) else { return 0.0 };
+        std::str::from_utf8(&buf[..n])
+            .ok()
+            .and_then(|line| line.split_ascii_whitespace().nth(1)?.parse::<u64>().ok())
+            .map_or(0.0, |ns| ns as f64 / 1e9)
+    }
+
+    /// Seconds of the stage's reported time spent waiting for a core since the last answer,
+    /// once [`StageClock::EVERY`] has passed; else 0.
+    fn waited(&mut self) -> f64 {
+        if self.schedstat.is_none() || self.at.elapsed() < Self::EVERY {
+            return 0.0;
+        }
+        let total = self.total_waited();
+        self.at = Instant::now();
+        let waited = (total - std::mem::replace(&mut self.waited, total)).max(0.0);
+        waited.min(std::mem::take(&mut self.off_cpu))
+    }
 }
 
 #[cfg(test)]
