@@ -21,6 +21,13 @@
 //! Measurements decay with a time constant of [`TAU`] seconds, so a change of link, data or CPU
 //! load is followed within about a second.
 //!
+//! When the machine's cores are all busy (this backup's threads outnumber them, or another
+//! process takes some), no stage has a core to itself: every stage's wall time grows while it
+//! waits for one, and the backup gets a share of the cores that a lighter setting does not
+//! change. Then the stages' waits for a core (the kernel counts them) are not taken for their
+//! work, and a setting is predicted to make the backup as much faster as it lowers the CPU the
+//! whole backup spends per byte ([`CONTENDED`]).
+//!
 //! Frames are self-describing, so quanta of one file may use different settings at no cost to
 //! restore. Every compressing rung probes for incompressible data first and stores it raw.
 //!
@@ -280,7 +287,8 @@ impl Rate {
 }
 
 /// The sender's busy time as a cost per frame plus a cost per frame byte, fitted by least
-/// squares over the frames of the last [`TAU`] or so (sums decaying as [`Rate`]'s do). A
+/// squares over the frames of the last [`SEND_FIT_TAU`] or so (sums decaying as [`Rate`]'s
+/// do). A
 /// lighter rung sends as many frames, each larger: where a frame costs little beyond its
 /// bytes (large files, a link) the frame bytes decide, as they did before this fit; where it
 /// costs more (a tree of small files, a frame and a catalog row per file: measured here, 8 us
@@ -1379,12 +1387,13 @@ impl Controller {
 
         if self.trace {
             eprintln!(
-                "adaptive {now:.3}s: at {} read {:.0} MB/s send {:.0} MB/s (fit {:?}) machine {:.2} busy server {:.0} MB/s ({:.0}% busy) speed {:.0} MB/s gain {:.2} other work {:.2}; predicted {}; pick {}",
+                "adaptive {now:.3}s: at {} read {:.0} MB/s send {:.0} MB/s ({:.2} ns a byte per frame, {:.0} MB/s beyond) machine {:.0}% busy server {:.0} MB/s ({:.0}% busy) speed {:.0} MB/s gain {:.2} other work {:.2}; predicted {}; pick {}",
                 self.ladder[s.current].compression.setting(),
                 s.read.rate().unwrap_or(0.0) / 1e6,
                 s.send.rate().unwrap_or(0.0) / 1e6,
-                s.send_cost.fit().map(|(f, b)| (f * 1e9, b / 1e6)),
-                s.machine.rate().unwrap_or(0.0),
+                s.send_cost.fit().map_or(0.0, |(per_frame, _)| per_frame * 1e9),
+                s.send_cost.fit().map_or(0.0, |(_, bytes)| bytes / 1e6),
+                100.0 * s.machine.rate().unwrap_or(0.0),
                 s.server.rate().unwrap_or(0.0) / 1e6,
                 100.0 * Self::server_utilisation(s),
                 speed / 1e6,
