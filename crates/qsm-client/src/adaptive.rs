@@ -591,6 +591,8 @@ pub struct Controller {
     objective: Objective,
     /// The data is stored by this process (the embedded store): sending is writing the pool.
     stores_here: bool,
+    /// The server runs on this machine: its storing takes the same cores.
+    server_here: bool,
     /// `QSM_ADAPTIVE_RECORD` set: every stage's measurement is written there, for traces.
     record: Option<Mutex<std::io::BufWriter<std::fs::File>>>,
     started: Instant,
@@ -676,6 +678,7 @@ impl Controller {
             adaptive,
             objective: Objective::default(),
             stores_here: false,
+            server_here: false,
             record: recorder(),
             started: Instant::now(),
             state: Mutex::new(state),
@@ -720,6 +723,13 @@ impl Controller {
     /// it, compressing is taken for all the CPU work.
     pub fn with_cpu_clock(mut self, clock: fn() -> f64) -> Controller {
         self.cpu_clock = Some(clock);
+        self
+    }
+
+    /// Whether the server runs on this machine (see [`Controller::predict`]: with the cores
+    /// contended, what it spends storing each frame byte counts as the backup's work).
+    pub fn with_server_on_this_machine(mut self, here: bool) -> Controller {
+        self.server_here = here;
         self
     }
 
@@ -1223,12 +1233,26 @@ impl Controller {
         // out of that share: a rung is as much faster as it takes less CPU per byte, all the
         // work counted. The workers' busy time alone would promise more (they wait for the
         // other threads), and the reader's, waiting for the cores, would make the backup look
-        // read-bound.
+        // read-bound. A server on this machine is not another process whose share stays
+        // what it is: what it spends storing grows with every frame byte, and counts here as
+        // the backup's own work (all of its busy time, the cautious side for a lighter rung).
+        // Until a server on this machine has said what it spends, the rule is not used.
         if Self::contended(s)
+            && (!self.server_here || s.server.rate().is_some())
             && let Some(achieved) = s.throughput.rate()
             && read.min(send_at(c)) >= achieved * NOT_THE_LIMIT
         {
-            cpu = cpu.min(headroom * achieved * Self::amdahl(si, sc, other) / sc);
+            // Per input byte, in seconds of compressing at the rung in use (so that rung's
+            // compressing is 1, and the process's other work `other`).
+            let server = |j: usize| match (self.server_here, s.server.rate(), s.cpu.rate()) {
+                (true, Some(stores), Some(cores)) => {
+                    let compressing = cores / achieved / (1.0 + other);
+                    1.0 / (stores * ratio(j)) / compressing
+                }
+                _ => 0.0,
+            };
+            let faster = (1.0 + other + server(c)) / (sc / si + other + server(i));
+            cpu = cpu.min(headroom * achieved * faster);
         }
         if read <= cpu && read <= send {
             (read, Bottleneck::Read)
@@ -1757,10 +1781,19 @@ mod tests {
     /// reported, as the kernel counts them, when `told`). Storing a frame costs 8 us plus
     /// 0.7 ns a byte (this machine's embedded store). The rung of every piece.
     fn one_core_shared(told: bool) -> Vec<usize> {
+        one_core_shared_with(told, None)
+    }
+
+    /// [`one_core_shared`], sending to a server that shares the core when `server` is given
+    /// (storing 4 ns a frame byte, which the sender waits for; whether the controller knows
+    /// it shares the machine).
+    fn one_core_shared_with(told: bool, server: Option<bool>) -> Vec<usize> {
         let sim = Sim::silesia(1.0, f64::INFINITY);
-        let c = Controller::adaptive(2, Objective::Balanced).storing_here(true);
+        let c = Controller::adaptive(2, Objective::Balanced).storing_here(server.is_none());
+        let c = c.with_server_on_this_machine(server == Some(true));
         let c =
             if told { c.with_cpu_clock(fake_cpu).with_machine_clock(all_cores_busy) } else { c };
+        let mut load = ServerLoad::default();
         CPU.with(|x| x.set(0.0));
         let q = 16384.0;
         let (mut t, mut chosen) = (0.0, Vec::new());
@@ -1768,17 +1801,25 @@ mod tests {
             let i = c.choose(t, seq);
             let out = (q / sim.ratio[i]).ceil();
             let (read, compress, send) = (10e-6 + q / 1e9, q / sim.speed[i], 8e-6 + 0.7e-9 * out);
-            let all = read + compress + send;
+            let stored = if server.is_some() { 4e-9 * out } else { 0.0 };
+            let all = read + compress + send + stored;
             c.read(t, q as usize, all);
             c.compressed(t, seq, i, q as usize, out as usize, sim.ratio[i] <= 1.0, all);
             c.compressing_cpu(compress);
             c.sent(t, seq, q as usize, out as usize, all);
             if told {
                 c.read_waited(t, all - read);
-                c.send_waited(t, all - send);
+                c.send_waited(t, all - send - stored);
             }
             t += all;
-            CPU.with(|x| x.set(x.get() + all));
+            // The server's time is not this process's.
+            CPU.with(|x| x.set(x.get() + all - stored));
+            if server.is_some() {
+                load.busy += stored;
+                load.bytes += out as u64;
+                load.elapsed = t;
+                c.server(t, load);
+            }
             chosen.push(i);
         }
         chosen
@@ -1806,6 +1847,19 @@ mod tests {
         assert!(lighter(&told) > 0.8, "a gain of 2x not taken: {:.2} lighter", lighter(&told));
         let blind = one_core_shared(false);
         assert!(lighter(&blind) < 0.1, "moved without knowing: {:.2} lighter", lighter(&blind));
+    }
+
+    /// A server on the same core that spends 4 ns storing each frame byte takes back most of
+    /// what storing raw saves the client (no rung is 1.25 times as fast as zstd:3): counted
+    /// as the backup's work, no lighter rung is tried; taken for another process whose share
+    /// of the core stays what it is, storing raw looks twice as fast and is tried.
+    #[test]
+    fn a_server_on_this_machine_counts_as_the_backups_work() {
+        let here = one_core_shared_with(true, Some(true));
+        let lighter = here.iter().filter(|&&i| i < START).count();
+        assert_eq!(moves(&here), 0, "moved with the server counted: {lighter} pieces lighter");
+        let elsewhere = one_core_shared_with(true, Some(false));
+        assert!(moves(&elsewhere) > 0, "no lighter rung tried: the test shows nothing");
     }
 
     /// The sender's cost splits into a part per frame and a part per byte where frames differ

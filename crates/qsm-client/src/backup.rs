@@ -472,6 +472,7 @@ fn run(
     }
     .with_link_limit(options.limit_upload)
     .storing_here(server.stores_here())
+    .with_server_on_this_machine(server.shares_this_machine())
     .with_cpu_clock(cpu_seconds)
     .with_machine_clock(machine_cpu);
     let controller = &controller;

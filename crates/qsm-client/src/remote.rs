@@ -374,9 +374,21 @@ impl Drop for RemoteServer {
     }
 }
 
+/// Whether `url` names this machine: `localhost` or a loopback address.
+fn is_loopback(url: &str) -> bool {
+    let Ok(uri) = url.parse::<tonic::transport::Uri>() else { return false };
+    let host = uri.host().unwrap_or_default().trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
 impl Server for RemoteServer {
     fn describe(&self) -> String {
         format!("server {} (node {})", self.url, self.account)
+    }
+
+    fn shares_this_machine(&self) -> bool {
+        is_loopback(&self.url)
     }
 
     fn filespaces(&self) -> NodeResult<Vec<Filespace>> {
@@ -896,3 +908,18 @@ macro_rules! remote_admin {
 }
 
 qsm_proto::admin_operations!(remote_admin);
+
+#[cfg(test)]
+mod tests {
+    use super::is_loopback;
+
+    #[test]
+    fn a_server_at_a_loopback_address_is_on_this_machine() {
+        for url in ["http://127.0.0.1:1580", "https://localhost:1580", "http://[::1]:1580"] {
+            assert!(is_loopback(url), "{url}");
+        }
+        for url in ["https://backup.example.org:1580", "http://10.0.0.7:1580", "not a url"] {
+            assert!(!is_loopback(url), "{url}");
+        }
+    }
+}

@@ -43,6 +43,11 @@ pub trait Server: Send + Sync {
     fn stores_here(&self) -> bool {
         false
     }
+    /// Whether the server runs on this machine (reached at a loopback address): storing what
+    /// this process sends then takes this machine's cores too.
+    fn shares_this_machine(&self) -> bool {
+        false
+    }
     /// The node's filespaces.
     fn filespaces(&self) -> Result<Vec<Filespace>>;
     /// The node's filespace `name`, created when `create` is set and it does not exist.
@@ -171,6 +176,9 @@ impl<T: Server + ?Sized> Server for &T {
     }
     fn stores_here(&self) -> bool {
         (**self).stores_here()
+    }
+    fn shares_this_machine(&self) -> bool {
+        (**self).shares_this_machine()
     }
     fn filespaces(&self) -> Result<Vec<Filespace>> {
         (**self).filespaces()
