@@ -288,10 +288,9 @@ impl Rate {
 
 /// The sender's busy time as a cost per frame plus a cost per frame byte, fitted by least
 /// squares over the frames of the last [`SEND_FIT_TAU`] or so (sums decaying as [`Rate`]'s
-/// do). A
-/// lighter rung sends as many frames, each larger: where a frame costs little beyond its
-/// bytes (large files, a link) the frame bytes decide, as they did before this fit; where it
-/// costs more (a tree of small files, a frame and a catalog row per file: measured here, 8 us
+/// do). A lighter rung sends as many frames, each larger: where a frame costs little beyond
+/// its bytes (large files, a link) the frame bytes decide, as they did before this fit; where
+/// it costs more (a tree of small files, a frame and a catalog row per file: measured here, 8 us
 /// a frame and 0.7 ns a byte into the embedded store's pool), sending 5 times the bytes
 /// takes 2 times as long, not 5.
 #[derive(Debug, Clone, Copy, Default)]
@@ -1037,6 +1036,10 @@ impl Controller {
         // `follow_data`), which the window of the last few MiB can see only after the trial.
         // Storing raw says nothing of the data's kind (its gain is what exploring a neighbour
         // last measured): a trial of `none` is judged whatever that says.
+        // The rung is left alone while the data is what the move was made on: a profile that
+        // is off (the two rungs read the same data's gain differently) would look like a
+        // change at every verdict, and the same move would be tried again and again. Data
+        // that did change lifts that at once (see `allowed` in `decide`).
         let gain = self.reference(s).map_or(t.gain, |(_, gain)| gain);
         if t.to > 0 && t.from > 0 && changed(gain, t.gain) {
             if self.trace {
@@ -1046,6 +1049,8 @@ impl Controller {
                     t.gain
                 );
             }
+            s.banned_until[t.to] = s.banned_until[t.to].max(now + BAN);
+            s.banned_gain[t.to] = t.gain;
             s.current = t.from;
             return;
         }
@@ -1238,7 +1243,7 @@ impl Controller {
         // the backup's own work (all of its busy time, the cautious side for a lighter rung).
         // Until a server on this machine has said what it spends, the rule is not used.
         if Self::contended(s)
-            && (!self.server_here || s.server.rate().is_some())
+            && (!self.server_here || (s.server.rate().is_some() && s.cpu.rate().is_some()))
             && let Some(achieved) = s.throughput.rate()
             && read.min(send_at(c)) >= achieved * NOT_THE_LIMIT
         {
@@ -1433,12 +1438,12 @@ impl Controller {
         // same cores takes some of it, and a trial (see `check_trial`) shows what the move is
         // worth.
         // Just after an undone trial the workers' recent idleness is the trial's, not a sign.
-        // With the machine's cores contended the workers wait for the other threads, and
-        // their idleness is no sign either (see [`CONTENDED`]).
+        // With the machine's cores contended and the cores' share the limit, the workers wait
+        // for the other threads, and their idleness is no sign either (see [`CONTENDED`]).
         if pick < s.current
             && self.utilisation(s, now) < LIGHTER_BUSY
             && now - s.undone > 2.0 * TAU
-            && !Self::contended(s)
+            && !(Self::contended(s) && limit == Bottleneck::Cpu)
         {
             return;
         }
