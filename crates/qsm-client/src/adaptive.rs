@@ -1854,6 +1854,45 @@ mod tests {
         assert!(lighter(&blind) < 0.1, "moved without knowing: {:.2} lighter", lighter(&blind));
     }
 
+    /// A trial whose data reads as another kind at its verdict is undone with no verdict; and
+    /// while the data reads at the rung it left as it did at the move, the rung tried is left
+    /// alone. Here nothing changed but zstd:1's profile, which reads 3:1 data as 1.1:1: without
+    /// the ban the same move would be tried at the next decision, and the next.
+    #[test]
+    fn a_trial_undone_for_a_change_of_data_is_not_tried_again_on_the_same_data() {
+        let c = Controller::adaptive(2, Objective::Balanced);
+        let lighter = START - 1;
+        {
+            let mut s = c.lock();
+            s.measured[START].add(0.0, 3e6, 1e6, 0.01);
+            s.measured[lighter].add(0.0, 1.1e6, 1e6, 0.004);
+            s.current = lighter;
+            s.trial = Some(Trial {
+                from: START,
+                to: lighter,
+                seq: Some(0),
+                before: 100.0 * MB,
+                need: 1.0 / GAIN,
+                gain: 2.0,
+                recheck: RECHECK,
+                started: None,
+                bytes: 0.0,
+                frames: 0,
+            });
+        }
+        let q = 1 << 20;
+        let mut now = 1.0;
+        for seq in 0..40 {
+            now += 0.01;
+            c.sent(now, seq, q, q / 3, 0.001);
+        }
+        let s = c.lock();
+        assert!(s.trial.is_none(), "no verdict reached");
+        assert_eq!(s.current, START);
+        assert!(s.banned_until[lighter] > now, "zstd:1 would be tried again at once");
+        assert_eq!(s.banned_gain[lighter], 2.0);
+    }
+
     /// A server on the same core that spends 4 ns storing each frame byte takes back most of
     /// what storing raw saves the client (no rung is 1.25 times as fast as zstd:3): counted
     /// as the backup's work, no lighter rung is tried; taken for another process whose share
