@@ -1243,19 +1243,14 @@ impl Controller {
         // the backup's own work (all of its busy time, the cautious side for a lighter rung).
         // Until a server on this machine has said what it spends, the rule is not used.
         if Self::contended(s)
-            && (!self.server_here || (s.server.rate().is_some() && s.cpu.rate().is_some()))
             && let Some(achieved) = s.throughput.rate()
             && read.min(send_at(c)) >= achieved * NOT_THE_LIMIT
+            && let Some(storing) = self.storing_nearby(s, achieved, other)
         {
-            // Per input byte, in seconds of compressing at the rung in use (so that rung's
-            // compressing is 1, and the process's other work `other`).
-            let server = |j: usize| match (self.server_here, s.server.rate(), s.cpu.rate()) {
-                (true, Some(stores), Some(cores)) => {
-                    let compressing = cores / achieved / (1.0 + other);
-                    1.0 / (stores * ratio(j)) / compressing
-                }
-                _ => 0.0,
-            };
+            // Per input byte, in seconds of compressing at the rung in use: that rung's
+            // compressing is 1, the process's other work `other`, the server's storing the
+            // frame bytes of a rung at `storing` a frame byte.
+            let server = |j: usize| storing / ratio(j);
             let faster = (1.0 + other + server(c)) / (sc / si + other + server(i));
             cpu = cpu.min(headroom * achieved * faster);
         }
@@ -1266,6 +1261,17 @@ impl Controller {
         } else {
             (send, by)
         }
+    }
+
+    /// What a server on this machine spends storing a frame byte, in seconds of compressing
+    /// an input byte at the rung in use (the process achieving `achieved` with `other` work
+    /// beside compressing); 0 with the server elsewhere (or none), `None` before it has said.
+    fn storing_nearby(&self, s: &State, achieved: f64, other: f64) -> Option<f64> {
+        if !self.server_here {
+            return Some(0.0);
+        }
+        let compressing = s.cpu.rate()? / achieved / (1.0 + other);
+        Some(1.0 / s.server.rate()? / compressing)
     }
 
     /// Whether the machine's cores are nearly all busy (see [`CONTENDED`]).
@@ -1415,13 +1421,14 @@ impl Controller {
         }
 
         if self.trace {
+            let (per_frame, beyond) = s.send_cost.fit().unwrap_or_default();
             eprintln!(
                 "adaptive {now:.3}s: at {} read {:.0} MB/s send {:.0} MB/s ({:.2} ns a byte per frame, {:.0} MB/s beyond) machine {:.0}% busy server {:.0} MB/s ({:.0}% busy) speed {:.0} MB/s gain {:.2} other work {:.2}; predicted {}; pick {}",
                 self.ladder[s.current].compression.setting(),
                 s.read.rate().unwrap_or(0.0) / 1e6,
                 s.send.rate().unwrap_or(0.0) / 1e6,
-                s.send_cost.fit().map_or(0.0, |(per_frame, _)| per_frame * 1e9),
-                s.send_cost.fit().map_or(0.0, |(_, bytes)| bytes / 1e6),
+                per_frame * 1e9,
+                beyond / 1e6,
                 100.0 * s.machine.rate().unwrap_or(0.0),
                 s.server.rate().unwrap_or(0.0) / 1e6,
                 100.0 * Self::server_utilisation(s),

@@ -564,13 +564,15 @@ fn run(
             |_, piece: &mut Piece| {
                 let clock =
                     reader_clock.get_or_insert_with(|| StageClock::of_this_thread(adaptive));
-                let began = clock.begin();
+                let began = Instant::now();
                 let more = reader.next(piece)?;
                 let seconds = clock.end(began, piece.has_data());
                 if piece.has_data() {
                     controller.read(controller.now(), piece.raw_len, seconds);
                 }
-                controller.read_waited(controller.now(), clock.waited());
+                if let Some(waited) = clock.waited() {
+                    controller.read_waited(controller.now(), waited);
+                }
                 Ok(more)
             },
             || Ok(Encoders::new(controller)),
@@ -600,7 +602,7 @@ fn run(
             |seq, piece| {
                 let clock =
                     sender_clock.get_or_insert_with(|| StageClock::of_this_thread(adaptive));
-                let began = clock.begin();
+                let began = Instant::now();
                 piece
                     .commit_to(batch.as_mut(), fs, &archive, &classes, &mut ended, &mut summary)
                     .map_err(|e| {
@@ -614,7 +616,9 @@ fn run(
                 if let Some(h) = &piece.header {
                     controller.sent(controller.now(), seq, piece.raw_len, h.frame_len(), seconds);
                 }
-                controller.send_waited(controller.now(), clock.waited());
+                if let Some(waited) = clock.waited() {
+                    controller.send_waited(controller.now(), waited);
+                }
                 if controller.is_adaptive()
                     && let Some(load) = batch.server_load()
                 {
@@ -1813,19 +1817,18 @@ fn machine_cpu() -> Option<(f64, f64)> {
 ///
 /// The kernel counts a thread's waits for a core (the run-queue wait of
 /// `/proc/thread-self/schedstat`), but reading it per piece (a file of the kernel tree) would
-/// cost the backup some percent; it is read every [`StageClock::EVERY`]. Between two
-/// readings the thread also waited for a core on waking from the pipeline's queues, outside
-/// the stage: what is taken off is at most the stage's own time off the CPU (its wall time
-/// less its thread's CPU time: waits for a core, and for the disk).
+/// cost the backup some percent; it is read every [`StageClock::EVERY`], with the thread's
+/// CPU clock. Between two readings the thread also waited for a core on waking from the
+/// pipeline's queues, outside the stage: what is taken off is at most the stage's own time
+/// off the CPU (its busy time less the thread's CPU time: waits for a core, and the disk's).
 struct StageClock {
     schedstat: Option<File>,
     at: Instant,
+    /// The thread's waits and CPU time at the last reading, and the stage's busy time since.
     waited: f64,
-    off_cpu: f64,
+    cpu: f64,
+    busy: f64,
 }
-
-/// When a piece's work began: the wall clock, and the thread's CPU clock.
-struct Began(Instant, f64);
 
 impl StageClock {
     const EVERY: std::time::Duration = std::time::Duration::from_millis(5);
@@ -1837,23 +1840,19 @@ impl StageClock {
             schedstat: waits.then(|| File::open("/proc/thread-self/schedstat").ok()).flatten(),
             at: Instant::now(),
             waited: 0.0,
-            off_cpu: 0.0,
+            cpu: thread_cpu_seconds(),
+            busy: 0.0,
         };
         clock.waited = clock.total_waited();
         clock
     }
 
-    fn begin(&self) -> Began {
-        let cpu = if self.schedstat.is_some() { thread_cpu_seconds() } else { 0.0 };
-        Began(Instant::now(), cpu)
-    }
-
-    /// The wall seconds of the piece begun at `began`; counted (`counts`) towards the stage's
-    /// time off the CPU when the piece's time is reported to the controller.
-    fn end(&mut self, began: Began, counts: bool) -> f64 {
-        let wall = began.0.elapsed().as_secs_f64();
-        if counts && self.schedstat.is_some() {
-            self.off_cpu += (wall - (thread_cpu_seconds() - began.1)).max(0.0);
+    /// The wall seconds of the piece that began at `began`; counted (`counts`) as the stage's
+    /// busy time when they are reported to the controller.
+    fn end(&mut self, began: Instant, counts: bool) -> f64 {
+        let wall = began.elapsed().as_secs_f64();
+        if counts {
+            self.busy += wall;
         }
         wall
     }
@@ -1871,16 +1870,18 @@ impl StageClock {
             .map_or(0.0, |ns| ns as f64 / 1e9)
     }
 
-    /// Seconds of the stage's reported time spent waiting for a core since the last answer,
-    /// once [`StageClock::EVERY`] has passed; else 0.
-    fn waited(&mut self) -> f64 {
+    /// Seconds of the stage's counted busy time spent waiting for a core since the last
+    /// answer, once [`StageClock::EVERY`] has passed; `None` before, or without the kernel's
+    /// count.
+    fn waited(&mut self) -> Option<f64> {
         if self.schedstat.is_none() || self.at.elapsed() < Self::EVERY {
-            return 0.0;
+            return None;
         }
-        let total = self.total_waited();
+        let (total, cpu) = (self.total_waited(), thread_cpu_seconds());
         self.at = Instant::now();
         let waited = (total - std::mem::replace(&mut self.waited, total)).max(0.0);
-        waited.min(std::mem::take(&mut self.off_cpu))
+        let on_cpu = cpu - std::mem::replace(&mut self.cpu, cpu);
+        Some(waited.min((std::mem::take(&mut self.busy) - on_cpu).max(0.0)))
     }
 }
 

@@ -374,12 +374,10 @@ impl Drop for RemoteServer {
     }
 }
 
-/// Whether `url` names this machine: `localhost` or a loopback address.
+/// Whether `url` names this machine (its host by [`qsm_proto::is_loopback`]).
 fn is_loopback(url: &str) -> bool {
-    let Ok(uri) = url.parse::<tonic::transport::Uri>() else { return false };
-    let host = uri.host().unwrap_or_default().trim_start_matches('[').trim_end_matches(']');
-    host.eq_ignore_ascii_case("localhost")
-        || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+    url.parse::<tonic::transport::Uri>()
+        .is_ok_and(|uri| uri.host().is_some_and(qsm_proto::is_loopback))
 }
 
 impl Server for RemoteServer {
